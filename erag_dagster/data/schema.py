@@ -1,0 +1,96 @@
+"""The three tables every dataset becomes, and their validation.
+
+* ``corpus``  — ``doc_id: str, title: str, text: str`` (one row per document or passage)
+* ``queries`` — ``query_id: str, question: str, answers: list[str]`` (``answers`` may be empty
+  for retrieval-only collections such as BEIR; labelling with a downstream metric then refuses
+  those queries with an :class:`~erag_dagster.errors.InputError`)
+* ``qrels``   — ``query_id: str, doc_id: str, relevance: int64`` (human / provenance judgments)
+
+Validation policy: ids are non-empty strings and unique within their table; every qrels row
+names a known query and a known document; an empty corpus or an empty query set is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from erag_dagster.errors import InputError
+
+CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String}
+QUERIES_SCHEMA = {"query_id": pl.String, "question": pl.String, "answers": pl.List(pl.String)}
+QRELS_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int64}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A loaded dataset: the spec it came from and its three tables."""
+
+    spec: str
+    corpus: pl.DataFrame
+    queries: pl.DataFrame
+    qrels: pl.DataFrame
+
+    def validate(self) -> Dataset:
+        """Check schemas and referential integrity; return ``self`` or raise ``InputError``."""
+        validate_corpus(self.corpus, self.spec)
+        validate_queries(self.queries, self.spec)
+        validate_qrels(self.qrels, self.corpus, self.queries, self.spec)
+        return self
+
+
+def _first_duplicate(frame: pl.DataFrame, column: str) -> str | None:
+    dup = frame.filter(pl.col(column).is_duplicated()).get_column(column)
+    return None if dup.is_empty() else str(dup[0])
+
+
+def validate_corpus(corpus: pl.DataFrame, source: str) -> None:
+    """Raise ``InputError`` if the corpus is empty, has null/empty or duplicate ``doc_id``s."""
+    if corpus.height == 0:
+        raise InputError(f"{source}: the corpus is empty (no documents)")
+    if corpus.filter(pl.col("doc_id").is_null() | (pl.col("doc_id") == "")).height:
+        raise InputError(f"{source}: a document has an empty doc_id")
+    dup = _first_duplicate(corpus, "doc_id")
+    if dup is not None:
+        raise InputError(f"{source}: duplicate doc_id {dup!r} in the corpus")
+
+
+def validate_queries(queries: pl.DataFrame, source: str) -> None:
+    """Raise ``InputError`` if there are no queries, or null/empty or duplicate ``query_id``s."""
+    if queries.height == 0:
+        raise InputError(f"{source}: no queries")
+    if queries.filter(pl.col("query_id").is_null() | (pl.col("query_id") == "")).height:
+        raise InputError(f"{source}: a query has an empty query_id")
+    dup = _first_duplicate(queries, "query_id")
+    if dup is not None:
+        raise InputError(f"{source}: duplicate query_id {dup!r}")
+
+
+def validate_qrels(
+    qrels: pl.DataFrame, corpus: pl.DataFrame, queries: pl.DataFrame, source: str
+) -> None:
+    """Raise ``InputError`` if a judgment names an unknown query or document."""
+    unknown_doc = qrels.join(corpus.select("doc_id"), on="doc_id", how="anti")
+    if unknown_doc.height:
+        row = unknown_doc.row(0, named=True)
+        raise InputError(
+            f"{source}: qrels for query {row['query_id']!r} name unknown doc_id {row['doc_id']!r}"
+        )
+    unknown_q = qrels.join(queries.select("query_id"), on="query_id", how="anti")
+    if unknown_q.height:
+        row = unknown_q.row(0, named=True)
+        raise InputError(f"{source}: qrels name unknown query_id {row['query_id']!r}")
+
+
+def require_answers(queries: pl.DataFrame, source: str) -> None:
+    """Raise ``InputError`` naming the first query whose ``answers`` list is null or empty."""
+    missing = queries.filter(
+        pl.col("answers").is_null() | (pl.col("answers").list.len() == 0)
+    )
+    if missing.height:
+        qid = missing.get_column("query_id")[0]
+        raise InputError(
+            f"{source}: query {qid!r} has no gold answers ({missing.height} such queries); "
+            "eRAG labels need gold answers"
+        )
