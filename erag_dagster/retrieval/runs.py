@@ -1,0 +1,131 @@
+"""Retrieval runs: the ``(query_id, doc_id, rank, score)`` table and TREC run files.
+
+A run holds, per query, its top-k documents; ``rank`` is 1-based and dense (1..n per query),
+``score`` is the retriever's score (higher is better). TREC run files are whitespace-separated
+``qid Q0 docid rank score tag`` lines (trec_eval's format); note that trec_eval re-sorts by
+score (descending, ties by docid descending) and ignores the rank column.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import polars as pl
+
+from erag_dagster.errors import InputError
+from erag_dagster.paths import atomic_path
+
+RUN_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "score": pl.Float64}
+
+
+def empty_run() -> pl.DataFrame:
+    """A run with no rows and the canonical schema."""
+    return pl.DataFrame(schema=RUN_SCHEMA)
+
+
+def rank_by_score(frame: pl.DataFrame) -> pl.DataFrame:
+    """Assign dense 1-based ranks per query from ``score``, in trec_eval's order.
+
+    trec_eval sorts by score descending and breaks ties by doc_id *descending*; using the same
+    rule here means rank positions (and so eRAG labels by position) agree with trec_eval.
+
+    Input needs ``query_id, doc_id, score``; output has the canonical run schema, sorted.
+    """
+    return (
+        frame.select("query_id", "doc_id", pl.col("score").cast(pl.Float64))
+        .sort(["query_id", "score", "doc_id"], descending=[False, True, True])
+        .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("query_id"))
+        .select(list(RUN_SCHEMA))
+    )
+
+
+def top_k(run: pl.DataFrame, k: int) -> pl.DataFrame:
+    """Keep ranks ``1..k`` of every query. ``k`` must be >= 1."""
+    if k < 1:
+        raise InputError(f"cut-off k must be >= 1, got {k}")
+    return run.filter(pl.col("rank") <= k)
+
+
+def validate_run(run: pl.DataFrame, source: str = "run") -> pl.DataFrame:
+    """Check the schema, duplicate (query, doc) pairs and non-finite scores; return the run."""
+    missing = [c for c in RUN_SCHEMA if c not in run.columns]
+    if missing:
+        raise InputError(f"{source}: missing column(s) {', '.join(missing)}")
+    run = run.select([pl.col(c).cast(t) for c, t in RUN_SCHEMA.items()])
+    dup = run.filter(pl.struct("query_id", "doc_id").is_duplicated())
+    if dup.height:
+        row = dup.row(0, named=True)
+        raise InputError(
+            f"{source}: document {row['doc_id']!r} appears twice for query {row['query_id']!r}"
+        )
+    bad = run.filter(~pl.col("score").is_finite())
+    if bad.height:
+        row = bad.row(0, named=True)
+        raise InputError(
+            f"{source}: non-finite score for query {row['query_id']!r}, doc {row['doc_id']!r}"
+        )
+    return run
+
+
+def write_trec_run(run: pl.DataFrame, path: Path | str, tag: str = "erag") -> Path:
+    """Write ``run`` as a TREC run file (atomically), sorted by query then rank."""
+    path = Path(path)
+    ordered = run.sort(["query_id", "rank"])
+    lines = ordered.select(
+        pl.format(
+            "{} Q0 {} {} {} {}",
+            "query_id",
+            "doc_id",
+            "rank",
+            pl.col("score").map_elements(repr, return_dtype=pl.String),
+            pl.lit(tag),
+        )
+    ).to_series()
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines.to_list()) + ("\n" if len(lines) else ""), encoding="utf-8")
+    return path
+
+
+def read_trec_run(path: Path | str) -> pl.DataFrame:
+    """Read a TREC run file (6 whitespace-separated fields a line; blank lines ignored).
+
+    Ranks are recomputed from the scores exactly as trec_eval orders documents (score
+    descending, ties by doc_id descending), so a file whose rank column disagrees with its
+    scores is read the way trec_eval would evaluate it. Errors name ``file:line``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: run file not found")
+    qids: list[str] = []
+    dids: list[str] = []
+    scores: list[float] = []
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 6:
+                raise InputError(
+                    f"{path}:{lineno}: expected 6 fields 'qid Q0 docid rank score tag', "
+                    f"got {len(fields)}"
+                )
+            try:
+                score = float(fields[4])
+            except ValueError:
+                raise InputError(f"{path}:{lineno}: score {fields[4]!r} is not a number") from None
+            if not math.isfinite(score):
+                raise InputError(f"{path}:{lineno}: score {fields[4]!r} is not finite")
+            qids.append(fields[0])
+            dids.append(fields[2])
+            scores.append(score)
+    if not qids:
+        raise InputError(f"{path}: the run file is empty")
+    frame = pl.DataFrame({"query_id": qids, "doc_id": dids, "score": scores})
+    dup = frame.filter(pl.struct("query_id", "doc_id").is_duplicated())
+    if dup.height:
+        row = dup.row(0, named=True)
+        raise InputError(
+            f"{path}: document {row['doc_id']!r} appears twice for query {row['query_id']!r}"
+        )
+    return rank_by_score(frame)
