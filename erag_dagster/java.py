@@ -72,7 +72,9 @@ def anserini_jar() -> Path:
     spec = importlib.util.find_spec("pyserini")
     if spec is None or not spec.submodule_search_locations:
         raise InputError("pyserini is not installed; run the README's set-up command")
-    jars = sorted(Path(spec.submodule_search_locations[0], "resources", "jars").glob("anserini-*-fatjar.jar"))
+    jars = sorted(
+        Path(spec.submodule_search_locations[0], "resources", "jars").glob("anserini-*-fatjar.jar")
+    )
     if not jars:
         raise InputError("pyserini's Anserini fat jar is missing from its package")
     return jars[-1]

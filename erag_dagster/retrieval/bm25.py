@@ -41,9 +41,7 @@ def lucene_contents(corpus: pl.DataFrame) -> pl.DataFrame:
     """``id, contents`` rows as indexed: contents = title + " " + text (title may be empty)."""
     return corpus.select(
         pl.col("doc_id").alias("id"),
-        pl.concat_str(
-            [pl.col("title").fill_null(""), pl.col("text").fill_null("")], separator=" "
-        )
+        pl.concat_str([pl.col("title").fill_null(""), pl.col("text").fill_null("")], separator=" ")
         .str.strip_chars()
         .alias("contents"),
     )

@@ -1,0 +1,48 @@
+"""Device and dtype selection shared by the encoder and the reader (config: ``auto|cpu|cuda:N``)."""
+
+from __future__ import annotations
+
+import torch
+
+from erag_dagster.errors import InputError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``; ``cuda:N`` must exist."""
+    name = (device or "auto").strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda" or name.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise InputError(f"device {device!r} asked for, but no CUDA device is available")
+        index = int(name.split(":", 1)[1]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise InputError(
+                f"device {device!r} asked for, but only {torch.cuda.device_count()} CUDA device(s)"
+            )
+        return torch.device("cuda", index)
+    raise InputError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
+
+
+def cpu_supports_bf16() -> bool:
+    """True when oneDNN has fast bf16 kernels on this CPU (AVX512-BF16 / AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` → bf16 on CUDA with bf16 support or on a CPU with fast bf16, else float32."""
+    name = (dtype or "auto").strip().lower()
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+    if name not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}; use auto, {', '.join(DTYPES)}")
+    return DTYPES[name]

