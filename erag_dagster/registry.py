@@ -1,0 +1,155 @@
+"""The registry of retriever and reader configs, and the partition keys their content names.
+
+The registry is a YAML file (default: ``erag_dagster/registry.yaml`` shipped in the package;
+``$ERAG_REGISTRY`` or an explicit path overrides it). A config's partition key is
+``<name>-<first 8 hex of sha256(canonical JSON of the config)>``, where operational keys that do
+not change results (:data:`OPERATIONAL_KEYS`) are left out of the hash and a hybrid's hash covers
+the configs it fuses. Editing a config thus makes a new partition and keeps the old one as history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from erag_dagster.errors import InputError
+
+OPERATIONAL_KEYS = frozenset({"batch_size", "device", "num_threads", "threads"})
+RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*$")
+
+
+def content_hash(config: dict[str, Any]) -> str:
+    """sha256 hex of the canonical JSON of ``config`` without operational keys."""
+    canonical = {k: v for k, v in sorted(config.items()) if k not in OPERATIONAL_KEYS}
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One named config and its partition key."""
+
+    name: str
+    config: dict[str, Any]
+    digest: str
+
+    @property
+    def partition_key(self) -> str:
+        return f"{self.name}-{self.digest[:8]}"
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Retriever and reader configs plus the main job's evaluation defaults."""
+
+    path: str
+    retrievers: dict[str, Entry]
+    readers: dict[str, Entry]
+    evaluation: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def _by_partition(self) -> dict[str, Entry]:
+        return {e.partition_key: e for e in [*self.retrievers.values(), *self.readers.values()]}
+
+    def retriever(self, key: str) -> Entry:
+        """Look up a retriever by name or partition key."""
+        return self._lookup(key, self.retrievers, "retriever")
+
+    def reader(self, key: str) -> Entry:
+        """Look up a reader by name or partition key."""
+        return self._lookup(key, self.readers, "reader")
+
+    def _lookup(self, key: str, table: dict[str, Entry], what: str) -> Entry:
+        if key in table:
+            return table[key]
+        entry = self._by_partition.get(key)
+        if entry is not None and entry.name in table:
+            return entry
+        raise InputError(f"{self.path}: unknown {what} {key!r}; known: {', '.join(table)}")
+
+    @property
+    def retriever_partitions(self) -> list[str]:
+        return [e.partition_key for e in self.retrievers.values()]
+
+    @property
+    def reader_partitions(self) -> list[str]:
+        return [e.partition_key for e in self.readers.values()]
+
+
+def default_registry_path() -> str:
+    """``$ERAG_REGISTRY`` or the packaged ``registry.yaml``."""
+    if env := os.environ.get("ERAG_REGISTRY"):
+        return env
+    return str(resources.files("erag_dagster") / "registry.yaml")
+
+
+def load_registry(path: str | Path | None = None) -> Registry:
+    """Parse and validate a registry file; errors name the file and the entry."""
+    path = str(path or default_registry_path())
+    if not Path(path).is_file():
+        raise InputError(f"{path}: registry file not found")
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: the registry must be a mapping with 'retrievers' and 'readers'")
+    unknown = set(raw) - {"retrievers", "readers", "evaluation"}
+    if unknown:
+        raise InputError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
+    retrievers_raw = _section(raw, "retrievers", path)
+    readers_raw = _section(raw, "readers", path)
+    for name, cfg in retrievers_raw.items():
+        kind = cfg.get("kind")
+        if kind not in RETRIEVER_KINDS:
+            raise InputError(
+                f"{path}: retriever {name!r} has kind {kind!r}; use one of {RETRIEVER_KINDS}"
+            )
+        if kind == "hybrid":
+            fuse = cfg.get("fuse")
+            if not isinstance(fuse, list) or len(fuse) < 2:
+                raise InputError(f"{path}: hybrid {name!r} needs 'fuse' with >= 2 retrievers")
+            for part in fuse:
+                if part not in retrievers_raw or retrievers_raw[part].get("kind") == "hybrid":
+                    raise InputError(
+                        f"{path}: hybrid {name!r} fuses {part!r}, which is not a bm25/dense "
+                        "retriever in this registry"
+                    )
+    retrievers = {}
+    for name, cfg in retrievers_raw.items():
+        hashed = dict(cfg)
+        if cfg["kind"] == "hybrid":
+            hashed["fuse"] = {p: content_hash(retrievers_raw[p]) for p in cfg["fuse"]}
+        retrievers[name] = Entry(name, dict(cfg), content_hash(hashed))
+    readers = {n: Entry(n, dict(c), content_hash(c)) for n, c in readers_raw.items()}
+    evaluation = raw.get("evaluation") or {}
+    if not isinstance(evaluation, dict):
+        raise InputError(f"{path}: 'evaluation' must be a mapping")
+    return Registry(path, retrievers, readers, evaluation)
+
+
+def _section(raw: dict[str, Any], key: str, path: str) -> dict[str, dict[str, Any]]:
+    section = raw.get(key)
+    if not isinstance(section, dict) or not section:
+        raise InputError(f"{path}: '{key}' must be a non-empty mapping of name -> config")
+    for name, cfg in section.items():
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise InputError(
+                f"{path}: {key} name {name!r} must be letters, digits, '_', '.', '-' "
+                "(partition keys are built from it)"
+            )
+        if not isinstance(cfg, dict):
+            raise InputError(f"{path}: {key} entry {name!r} must be a mapping")
+    return section
