@@ -1,0 +1,55 @@
+"""corpus, queries, qrels: the dataset named by the settings' spec, as three polars tables."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+
+from erag_dagster.assets.common import CODE_VERSION, frame_version, table_md
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.resources import EvalSettings
+
+
+@dg.multi_asset(
+    outs={
+        "corpus": dg.AssetOut(code_version=CODE_VERSION, description="doc_id, title, text"),
+        "queries": dg.AssetOut(
+            code_version=CODE_VERSION, description="query_id, question, answers"
+        ),
+        "qrels": dg.AssetOut(code_version=CODE_VERSION, description="query_id, doc_id, relevance"),
+    },
+    group_name="dataset",
+    can_subset=False,
+)
+def dataset_tables(context: dg.AssetExecutionContext, settings: EvalSettings):
+    """Load and validate the dataset (``settings.dataset``; default ``sample``)."""
+    spec = settings.dataset_spec
+    ds = load_dataset(spec)
+    context.log.info(
+        f"{spec}: {ds.corpus.height} documents, {ds.queries.height} queries, "
+        f"{ds.qrels.height} judgments"
+    )
+    answered = ds.queries.filter(pl.col("answers").list.len() > 0).height
+    yield dg.Output(
+        ds.corpus,
+        output_name="corpus",
+        data_version=frame_version(ds.corpus),
+        metadata={"dataset": spec, "documents": ds.corpus.height},
+    )
+    yield dg.Output(
+        ds.queries,
+        output_name="queries",
+        data_version=frame_version(ds.queries),
+        metadata={
+            "dataset": spec,
+            "queries": ds.queries.height,
+            "with_gold_answers": answered,
+            "preview": table_md(ds.queries.head(5)),
+        },
+    )
+    yield dg.Output(
+        ds.qrels,
+        output_name="qrels",
+        data_version=frame_version(ds.qrels),
+        metadata={"dataset": spec, "judgments": ds.qrels.height},
+    )

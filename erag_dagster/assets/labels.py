@@ -1,0 +1,126 @@
+"""eRAG labels (paper §2, eq. 1) per reader x retriever, and the list-metric report on them."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+
+from erag_dagster.assets.common import (
+    CODE_VERSION,
+    frame_version,
+    reader_retriever_partitions,
+    table_md,
+)
+from erag_dagster.assets.retrieval import REGISTRY, retrieval_run
+from erag_dagster.labels.labeller import label_run
+from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
+from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.retrieval.runs import top_k
+
+READER_X_RETRIEVER = reader_retriever_partitions(REGISTRY)
+GPU_POOL = "gpu"
+
+
+@dg.asset(
+    group_name="labels",
+    partitions_def=READER_X_RETRIEVER,
+    code_version=CODE_VERSION,
+    pool=GPU_POOL,
+    ins={
+        "retrieval_run": dg.AssetIn(
+            partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
+                partition_dimension_name="retriever"
+            )
+        )
+    },
+)
+def doc_labels(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    reader: ReaderResource,
+    label_store: LabelStoreResource,
+    retrieval_run: pl.DataFrame,
+    corpus: pl.DataFrame,
+    queries: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    """Per-document eRAG labels for the top ``label_k`` of one run, judged by one reader.
+
+    Pairs already in the label store (same reader fingerprint, question, document text, gold
+    answers and metric) are taken from it; only unseen pairs run the reader.
+    """
+    keys = context.partition_key.keys_by_dimension
+    registry = settings.registry()
+    model = reader.get(registry, keys["reader"])
+    store = label_store.open()
+    run = top_k(retrieval_run, settings.labelling_k)
+    result = label_run(
+        run,
+        queries,
+        corpus,
+        model,
+        settings.downstream_metric,
+        store,
+        dagster_run_id=context.run_id,
+        log=context.log.info,
+    )
+    labels = result.labels
+    distribution = (
+        labels.group_by(pl.col("label").round(2)).len().sort("label").rename({"len": "count"})
+    )
+    return dg.Output(
+        labels,
+        data_version=frame_version(labels.drop("answer", strict=False)),
+        metadata={
+            "reader": keys["reader"],
+            "retriever": keys["retriever"],
+            "reader_fingerprint": model.fingerprint,
+            "reader_spec": dg.MetadataValue.json(model.identity()),
+            "downstream_metric": settings.downstream_metric,
+            "label_k": settings.labelling_k,
+            "pairs_judged_now": result.judged_now,
+            "pairs_from_store": result.from_store,
+            "mean_label": float(labels.get_column("label").mean() or 0.0),
+            "label_distribution": table_md(distribution),
+        },
+    )
+
+
+@dg.asset(group_name="reports", code_version=CODE_VERSION)
+def erag_report(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    doc_labels: dict[str, pl.DataFrame],
+) -> dg.Output[pl.DataFrame]:
+    """Aggregate eRAG list metrics per (reader, retriever): the retriever comparison table.
+
+    Per-query values are kept in the ``erag_per_query`` metadata-linked value of each row's
+    mean; the asset value is the aggregate table (one row per reader x retriever).
+    """
+    metrics = settings.eval_list_metrics
+    rows = []
+    for partition, labels in sorted(doc_labels.items()):
+        reader_key, retriever_key = _split_multi_key(partition)
+        report = evaluate_labels(labels_from_frame(labels), metrics)
+        rows.append(
+            {
+                "reader": reader_key,
+                "retriever": retriever_key,
+                "queries": len(report.per_query),
+                **{m: report.aggregate[m] for m in metrics},
+            }
+        )
+    table = pl.DataFrame(rows)
+    return dg.Output(
+        table,
+        data_version=frame_version(table),
+        metadata={"report": table_md(table), "metrics": metrics},
+    )
+
+
+def _split_multi_key(partition: str) -> tuple[str, str]:
+    """Multi-partition keys are ``<reader>|<retriever>`` (dimensions in alphabetical order)."""
+    reader_key, _, retriever_key = partition.partition("|")
+    return reader_key, retriever_key
+
+
+__all__ = ["doc_labels", "erag_report", "retrieval_run"]

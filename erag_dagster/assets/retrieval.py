@@ -1,0 +1,123 @@
+"""Indexes (BM25, dense) and retrieval runs, one partition per registry retriever config."""
+
+from __future__ import annotations
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from erag_dagster.assets.common import (
+    CODE_VERSION,
+    frame_version,
+    registry_at_load,
+    retriever_partitions,
+    table_md,
+)
+from erag_dagster.metrics.human import evaluate_run
+from erag_dagster.resources import EvalSettings
+from erag_dagster.retrieval.service import (
+    RetrievalTiming,
+    bm25_index_for,
+    dense_index_for,
+    encoder_from_config,
+    run_retriever,
+)
+
+REGISTRY = registry_at_load()
+RETRIEVERS = retriever_partitions(REGISTRY)
+
+
+@dg.asset(group_name="indexes", code_version=CODE_VERSION)
+def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Output[dict]:
+    """Lucene index of the corpus (title + text as one field), under the storage dir."""
+    started = time.perf_counter()
+    index = bm25_index_for(corpus, log=context.log.info)
+    seconds = time.perf_counter() - started
+    value = {"path": str(index.path), "num_docs": index.num_docs}
+    return dg.Output(
+        value,
+        data_version=dg.DataVersion(index.path.name),
+        metadata={"path": str(index.path), "documents": index.num_docs, "seconds": seconds},
+    )
+
+
+@dg.asset(group_name="indexes", code_version=CODE_VERSION)
+def dense_index(
+    context: dg.AssetExecutionContext, settings: EvalSettings, corpus: pl.DataFrame
+) -> dg.Output[dict]:
+    """Exact faiss index (IndexFlatIP, normalised vectors) for every dense retriever config."""
+    registry = settings.registry()
+    built: dict[str, dict] = {}
+    for entry in registry.retrievers.values():
+        if entry.config["kind"] != "dense":
+            continue
+        encoder = encoder_from_config(entry.config)
+        started = time.perf_counter()
+        index = dense_index_for(corpus, encoder, log=context.log.info)
+        built[entry.name] = {
+            "path": str(index.path),
+            "num_docs": len(index.doc_ids),
+            "seconds": round(time.perf_counter() - started, 3),
+            **encoder.identity(),
+        }
+    version = "-".join(sorted(v["path"].rsplit("/", 1)[-1] for v in built.values())) or "none"
+    return dg.Output(
+        built,
+        data_version=dg.DataVersion(version),
+        metadata={"indexes": dg.MetadataValue.json(built)},
+    )
+
+
+@dg.asset(
+    group_name="retrieval",
+    partitions_def=RETRIEVERS,
+    code_version=CODE_VERSION,
+    deps=[bm25_index, dense_index],
+)
+def retrieval_run(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    corpus: pl.DataFrame,
+    queries: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    """Top-k run ``(query_id, doc_id, rank, score)`` of one retriever config (the partition)."""
+    registry = settings.registry()
+    entry = registry.retriever(context.partition_key)
+    timing = RetrievalTiming()
+    run = run_retriever(
+        registry, entry.name, corpus, queries, settings.retrieval_k, context.log.info, timing
+    )
+    return dg.Output(
+        run,
+        data_version=frame_version(run),
+        metadata={
+            "retriever": entry.name,
+            "config": dg.MetadataValue.json(entry.config),
+            "k": settings.retrieval_k,
+            "queries": run.get_column("query_id").n_unique(),
+            "rows": run.height,
+            "search_seconds": round(timing.search_seconds, 3),
+        },
+    )
+
+
+@dg.asset(group_name="reports", code_version=CODE_VERSION)
+def retrieval_report(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    qrels: pl.DataFrame,
+    retrieval_run: dict[str, pl.DataFrame],
+) -> dg.Output[pl.DataFrame]:
+    """Human-judgment metrics (pytrec_eval, trec_eval conventions) for every retriever."""
+    metrics = settings.eval_human_metrics
+    rows = []
+    for partition, run in sorted(retrieval_run.items()):
+        report = evaluate_run(qrels, run, metrics)
+        rows.append({"retriever": partition, **{m: report.aggregate[m] for m in metrics}})
+    table = pl.DataFrame(rows)
+    return dg.Output(
+        table,
+        data_version=frame_version(table),
+        metadata={"report": table_md(table), "metrics": metrics},
+    )

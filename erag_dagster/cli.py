@@ -1,0 +1,280 @@
+"""``erag-dagster`` command line: thin over the same library functions the assets use.
+
+Every refused input exits with status 2 and one line on stderr saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from erag_dagster.errors import InputError
+
+
+def _metrics_arg(text: str) -> list[str]:
+    items = [m.strip() for m in text.split(",") if m.strip()]
+    if not items:
+        raise InputError("--metrics is empty; give a comma-separated list such as nDCG@10,R@100")
+    return items
+
+
+def _print_table(frame, floatfmt: str = ".4f") -> None:
+    from erag_dagster.report import format_table
+
+    print(format_table(frame, floatfmt=floatfmt))
+
+
+def _report_json(report) -> str:
+    return json.dumps({"per_query": report.per_query, "aggregate": report.aggregate}, indent=2)
+
+
+def _report_frame(report, metrics: Sequence[str]):
+    import polars as pl
+
+    return pl.DataFrame(
+        [{"metric": m, "value": report.aggregate[m]} for m in metrics],
+        schema={"metric": pl.String, "value": pl.Float64},
+    )
+
+
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.registry import load_registry
+    from erag_dagster.retrieval.runs import write_trec_run
+    from erag_dagster.retrieval.service import run_retriever
+
+    registry = load_registry(args.registry)
+    entry = registry.retriever(args.retriever)
+    k = args.k or int(registry.evaluation.get("k", 50))
+    ds = load_dataset(args.dataset)
+    log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
+    run = run_retriever(registry, entry.name, ds.corpus, ds.queries, k, log=log)
+    write_trec_run(run, args.output, tag=entry.partition_key)
+    print(
+        f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
+        f"to {args.output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_evaluate_run(args: argparse.Namespace) -> int:
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.metrics.human import evaluate_run
+    from erag_dagster.retrieval.runs import read_trec_run
+
+    metrics = _metrics_arg(args.metrics)
+    ds = load_dataset(args.dataset)
+    run = read_trec_run(args.run)
+    unknown = set(run.get_column("doc_id").to_list()) - set(ds.corpus.get_column("doc_id"))
+    if unknown:
+        raise InputError(
+            f"{args.run}: names {len(unknown)} document(s) not in {args.dataset}, "
+            f"e.g. {sorted(unknown)[0]!r}"
+        )
+    report = evaluate_run(ds.qrels, run, metrics, relevance_level=args.relevance_level)
+    if args.json:
+        print(_report_json(report))
+    else:
+        _print_table(_report_frame(report, metrics))
+    return 0
+
+
+def _reader_from_arg(value: str | None, registry):
+    from erag_dagster.readers.transformers_reader import reader_from_config
+
+    if value and Path(value).is_file():
+        import yaml
+
+        cfg = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
+        if not isinstance(cfg, dict):
+            raise InputError(f"{value}: a reader config must be a YAML mapping")
+        name = str(cfg.pop("name", Path(value).stem))
+        return reader_from_config(name, cfg)
+    entry = registry.reader(value) if value else next(iter(registry.readers.values()))
+    return reader_from_config(entry.name, entry.config)
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.labels.labeller import label_run
+    from erag_dagster.labels.store import LabelStore
+    from erag_dagster.paths import atomic_path, storage_root
+    from erag_dagster.registry import load_registry
+    from erag_dagster.retrieval.runs import read_trec_run, top_k
+
+    registry = load_registry(args.registry)
+    ds = load_dataset(args.dataset)
+    run = read_trec_run(args.run)
+    if args.k:
+        run = top_k(run, args.k)
+    reader = _reader_from_arg(args.reader, registry)
+    store = LabelStore(args.store or str(storage_root() / "labels.sqlite"))
+    result = label_run(
+        run, ds.queries, ds.corpus, reader, args.metric, store,
+        log=lambda m: print(m, file=sys.stderr),
+    )  # fmt: skip
+    with atomic_path(args.output) as tmp:
+        result.labels.write_parquet(tmp)
+    print(
+        f"wrote {result.labels.height} labels to {args.output} "
+        f"(judged now {result.judged_now}, from store {result.from_store}; "
+        f"reader {reader.fingerprint[:16]})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _load_labels_file(path: str) -> dict[str, list[float]]:
+    import polars as pl
+
+    from erag_dagster.metrics.list_metrics import labels_from_frame
+
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"{path}: labels file not found")
+    if file.suffix == ".parquet":
+        return labels_from_frame(pl.read_parquet(file))
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object {{query_id: [label, ...]}}")
+    out: dict[str, list[float]] = {}
+    for qid, labels in data.items():
+        if not isinstance(labels, list):
+            raise InputError(f"{path}: labels of query {qid!r} must be a list in rank order")
+        for rank, value in enumerate(labels, start=1):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputError(
+                    f"{path}: label at rank {rank} of query {qid!r} is {value!r}, not a number"
+                )
+        out[str(qid)] = [float(v) for v in labels]
+    return out
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from erag_dagster.metrics.list_metrics import evaluate_labels
+
+    metrics = _metrics_arg(args.metrics)
+    labels = _load_labels_file(args.labels)
+    report = evaluate_labels(labels, metrics, compat=args.compat)
+    if args.json:
+        print(_report_json(report))
+    else:
+        _print_table(_report_frame(report, metrics))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from erag_dagster.pipeline import materialize_all, print_reports
+    from erag_dagster.resources import EvalSettings
+
+    settings = EvalSettings(
+        dataset=args.dataset or "",
+        registry_path=args.registry or "",
+        k=args.k or 0,
+        label_k=args.label_k or 0,
+        metric=args.metric or "",
+    )
+    materialize_all(settings, log=lambda m: print(f"[erag-dagster] {m}", file=sys.stderr))
+    print_reports()
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from erag_dagster.labels.store import LabelStore
+    from erag_dagster.paths import storage_root
+
+    path = args.store or str(storage_root() / "labels.sqlite")
+    if not Path(path).is_file():
+        raise InputError(f"{path}: no label store here (run labelling first or pass --store)")
+    rows = LabelStore(path).audit(args.query, args.doc)
+    if rows.height == 0:
+        raise InputError(f"no stored label for query {args.query!r} and document {args.doc!r}")
+    if args.json:
+        print(json.dumps(rows.to_dicts(), indent=2, default=str))
+    else:
+        for row in rows.to_dicts():
+            print("-" * 72)
+            for key, value in row.items():
+                print(f"{key:>22}: {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="erag-dagster",
+        description="Evaluate retrievers by what they do for your RAG reader (eRAG).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="materialise every asset on a dataset and print the reports")
+    p.add_argument("--dataset", help="dataset spec (default: registry evaluation.dataset)")
+    p.add_argument("--registry", help="registry YAML (default: packaged)")
+    p.add_argument("--k", type=int, help="retrieval depth")
+    p.add_argument("--label-k", type=int, help="label the top N documents of each run")
+    p.add_argument("--metric", help="downstream metric (em, f1, rougel, accuracy, contains)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("retrieve", help="run one registry retriever and write a TREC run")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--retriever", required=True, help="registry name or partition key")
+    p.add_argument("--k", type=int, help="hits per query (default: registry evaluation.k)")
+    p.add_argument("--output", required=True)
+    p.add_argument("--registry")
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(func=cmd_retrieve)
+
+    p = sub.add_parser("evaluate-run", help="score a TREC run against the dataset's qrels")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--run", required=True)
+    p.add_argument("--metrics", required=True, help="e.g. nDCG@10,R@100,P@5,RR,AP")
+    p.add_argument("--relevance-level", type=int, default=1, help="binary measures: label >= N")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_evaluate_run)
+
+    p = sub.add_parser("label", help="eRAG labels for a run with a reader")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--run", required=True)
+    p.add_argument("--reader", help="registry reader name or a reader config YAML")
+    p.add_argument("--metric", default="em")
+    p.add_argument("--k", type=int, help="label only the top k of each query")
+    p.add_argument("--store", help="label store SQLite file (default: storage root)")
+    p.add_argument("--registry")
+    p.add_argument("--output", required=True)
+    p.set_defaults(func=cmd_label)
+
+    p = sub.add_parser("score", help="list metrics on eRAG labels")
+    p.add_argument("--labels", required=True, help="labels parquet or JSON {qid: [label, ...]}")
+    p.add_argument("--metrics", required=True, help="e.g. P@5,Success@5,RR,AP,nDCG@10")
+    p.add_argument("--compat", choices=["erag"], help="reproduce the reference erag 0.0.1")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("audit", help="every stored label of a (query, document) pair")
+    p.add_argument("--query", required=True)
+    p.add_argument("--doc", required=True)
+    p.add_argument("--store")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_audit)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"erag-dagster: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

