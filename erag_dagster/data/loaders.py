@@ -476,7 +476,7 @@ def _normalise(raw: pl.DataFrame, columns: list[_Column], path: Path) -> pl.Data
         if column.source not in raw.columns:
             if column.required:
                 raise InputError(f"{path}: no record has a field {column.source!r}")
-            exprs.append(_default_expr(column))
+            exprs.append(_default_expr(column).alias(column.target))
             continue
         dtype = raw.schema[column.source]
         col = pl.col(column.source)

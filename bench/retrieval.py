@@ -1,0 +1,156 @@
+"""Retrieval overhead: the project's BM25/dense code vs bare pyserini/faiss on the same data.
+
+Prints, for BM25 and dense on BEIR SciFact, index build docs/s and search queries/s of the
+project's code next to a bare library call in the same run; the ratio bare/project time is the
+project's overhead (target < 1.1x).
+
+    python bench/retrieval.py [--data ../shared/data/scifact/beir] [--k 100] [--docs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.java import ensure_jvm
+from erag_dagster.report import format_table
+from erag_dagster.retrieval.bm25 import bm25_search, build_bm25_index
+from erag_dagster.retrieval.dense import build_dense_index, passage_texts
+from erag_dagster.retrieval.encoder import TextEncoder
+
+
+def timed(fn):
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def bare_bm25_index(corpus, folder: Path, threads: int) -> None:
+    """What a user would write: JSONL by hand, then Anserini's IndexCollection."""
+    docs = folder / "docs"
+    docs.mkdir()
+    rows = corpus.select("doc_id", "title", "text").rows()
+    per = -(-len(rows) // threads)
+    for i in range(threads):
+        with open(docs / f"d{i}.jsonl", "w") as out:
+            for doc_id, title, text in rows[i * per : (i + 1) * per]:
+                out.write(json.dumps({"id": doc_id, "contents": f"{title} {text}".strip()}) + "\n")
+    from jnius import autoclass
+
+    autoclass("io.anserini.index.IndexCollection").main(
+        ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
+         "-input", str(docs), "-index", str(folder / "index"), "-threads", str(threads),
+         "-storeRaw", "-quiet"]
+    )  # fmt: skip
+
+
+def bare_bm25_search(index: Path, queries, k: int, threads: int) -> int:
+    from pyserini.search.lucene import LuceneSearcher
+
+    searcher = LuceneSearcher(str(index))
+    searcher.set_bm25(0.9, 0.4)
+    hits = searcher.batch_search(
+        queries["question"].to_list(), queries["query_id"].to_list(), k=k, threads=threads
+    )
+    n = sum(len(v) for v in hits.values())
+    searcher.close()
+    return n
+
+
+def bare_encode(path: str, texts: list[str], batch: int) -> np.ndarray:
+    """Plain transformers mean pooling in input order, as a model card shows it."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(texts), batch):
+            enc = tok(texts[i : i + batch], padding=True, truncation=True, max_length=256,
+                      return_tensors="pt")  # fmt: skip
+            hidden = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+    return np.concatenate(out)
+
+
+def main() -> None:
+    here = Path(__file__).resolve().parents[1]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(here.parent / "shared/data/scifact/beir"))
+    parser.add_argument("--k", type=int, default=100)
+    parser.add_argument("--docs", type=int, default=0, help="use only the first N documents")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    faiss.omp_set_num_threads(1)
+    ds = load_dataset(f"beir:{args.data}")
+    corpus = ds.corpus.head(args.docs) if args.docs else ds.corpus
+    queries = ds.queries
+    ensure_jvm()
+    work = Path(tempfile.mkdtemp(prefix="erag-bench-"))
+    rows = []
+    try:
+        # BM25 indexing: bare first, then ours, each into a fresh folder
+        _, bare_idx = timed(lambda: bare_bm25_index(corpus, work / "bare", args.threads))
+        ours, our_idx = timed(lambda: build_bm25_index(corpus, work / "ours", args.threads))
+        rows.append(("BM25 index build", "docs/s", corpus.height / bare_idx,
+                     corpus.height / our_idx))  # fmt: skip
+        bare_bm25_search(ours.path, queries.head(5), args.k, args.threads)  # warm the JVM
+        _, bare_s = timed(lambda: bare_bm25_search(ours.path, queries, args.k, args.threads))
+        _, our_s = timed(lambda: bm25_search(ours.path, queries, args.k, threads=args.threads))
+        rows.append(("BM25 search", "queries/s", queries.height / bare_s, queries.height / our_s))
+
+        encoder = TextEncoder(dtype="float32", batch_size=64, num_threads=args.threads)
+        texts = passage_texts(corpus)
+
+        def bare_dense() -> faiss.Index:
+            index = faiss.IndexFlatIP(384)
+            index.add(bare_encode(encoder.path, texts, 64))
+            return index
+
+        bare_index, bare_d = timed(bare_dense)
+        dense, our_d = timed(lambda: build_dense_index(corpus, encoder, work / "dense"))
+        rows.append(("dense index build", "docs/s", corpus.height / bare_d, corpus.height / our_d))
+        qtexts = queries["question"].to_list()
+
+        def bare_dense_search() -> None:
+            bare_index.search(bare_encode(encoder.path, qtexts, 64), args.k)
+
+        _, bare_q = timed(bare_dense_search)
+        _, our_q = timed(lambda: dense.search(encoder, queries, args.k))
+        rows.append(("dense search", "queries/s", queries.height / bare_q, queries.height / our_q))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    import polars as pl
+
+    table = pl.DataFrame(
+        [
+            {
+                "stage": s,
+                "unit": u,
+                "bare library": b,
+                "erag-dagster": o,
+                "overhead (bare/ours)": b / o,
+            }
+            for s, u, b, o in rows
+        ]
+    )
+    print(f"\nSciFact: {corpus.height} documents, {queries.height} queries, k={args.k}, "
+          f"{args.threads} threads")  # fmt: skip
+    print(format_table(table, floatfmt=".2f"))
+
+
+if __name__ == "__main__":
+    main()
