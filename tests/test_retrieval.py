@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from erag_dagster.metrics.human import evaluate_run
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.errors import InputError
+from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.bm25 import build_bm25_index
 from erag_dagster.retrieval.dense import build_dense_index, passage_texts
