@@ -577,3 +577,34 @@ def test_passages_option_splits_and_maps_qrels() -> None:
     assert set(parents.select("query_id", "parent_id").unique().iter_rows()) == set(
         expected.select("query_id", "doc_id").iter_rows()
     )
+
+
+def test_jsonl_line_level_errors(tmp_path: Path) -> None:
+    base = {"corpus": [{"doc_id": "d", "text": "t"}]}
+    root = table_dir(
+        tmp_path / "noq",
+        "jsonl",
+        {**base, "queries": [{"query_id": "1", "question": "a?"}, {"query_id": "2"}]},
+    )
+    assert error_of(f"jsonl:{root}") == f"{root / 'queries.jsonl'}:2: missing 'question'"
+    root = table_dir(
+        tmp_path / "array",
+        "jsonl",
+        {**base, "queries": [{"query_id": "1", "question": "a?"}, [1, 2]]},
+    )
+    assert (
+        error_of(f"jsonl:{root}")
+        == f"{root / 'queries.jsonl'}:2: expected a JSON object, found list"
+    )
+    root = table_dir(
+        tmp_path / "latin1", "jsonl", {**base, "queries": [{"query_id": "1", "question": "a?"}]}
+    )
+    with open(root / "queries.jsonl", "ab") as handle:
+        handle.write(b'{"query_id": "2", "question": "caf\xe9?"}\n')
+    assert error_of(f"jsonl:{root}").startswith(f"{root / 'queries.jsonl'}:2: not UTF-8 text")
+
+
+def test_sample_with_max_questions() -> None:
+    data = load_dataset("sample?max_questions=10")
+    assert (data.corpus.height, data.queries.height, data.qrels.height) == (364, 10, 10)
+    assert data.qrels["query_id"].to_list() == data.queries["query_id"].to_list()

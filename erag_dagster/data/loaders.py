@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 from urllib.parse import unquote
 
 import polars as pl
@@ -147,7 +147,7 @@ def parse_spec(spec: str) -> DatasetSpec:
             )
         if key in options:
             raise InputError(f"dataset spec {spec!r}: option {key!r} given twice")
-        if key in COMMON_OPTIONS and not (value.isdigit() and int(value) > 0):
+        if key in COMMON_OPTIONS and not (value.isascii() and value.isdigit() and int(value) > 0):
             raise InputError(
                 f"dataset spec {spec!r}: {key} must be a positive integer, not {value!r}"
             )
@@ -320,7 +320,7 @@ def _read_squad_json(path: Path) -> tuple[str, Any]:
         raise InputError(f"{path}: cannot read: {exc}") from exc
 
 
-def _parse_json(handle: io.TextIOBase | Any, label: str) -> Any:
+def _parse_json(handle: IO[str], label: str) -> Any:
     try:
         return json.load(handle)
     except json.JSONDecodeError as exc:
@@ -383,9 +383,10 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line)
+                value = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{where(path, number)}: malformed JSON line: {exc.msg}") from exc
+            yield number, value
 
 
 def _iter_jsonl_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -429,9 +430,13 @@ def _read_table(path: Path, fmt: str, columns: list[_Column]) -> pl.DataFrame:
     """Read ``columns`` of a JSON-lines or parquet file into a frame of canonical types.
 
     JSON lines are parsed by polars in one go; only if that fails, or a column has an
-    unexpected type, is the file scanned line by line, which either coerces the values (e.g.
-    ids that are ints on some lines and strings on others) or names the offending line.
-    A blank line holds no record. A required id that is missing or empty is an error.
+    unexpected type, is the file scanned line by line, which either coerces the values or
+    names the offending line. A blank line holds no record. A required id that is missing or
+    empty is an error. Ids may be ints or strings (ints become their decimal text). Where
+    polars reads a column as text it writes any other JSON value it meets there as JSON text
+    (``[1]`` → ``"[1]"``), so an id or text given as a list or object is kept as that text, not
+    rejected; an ``answers`` column read as text always goes through the line-by-line path,
+    since it may mix strings and lists.
     """
     if not path.is_file():
         raise InputError(f"{path}: no such file")
@@ -446,7 +451,7 @@ def _read_table(path: Path, fmt: str, columns: list[_Column]) -> pl.DataFrame:
             raise InputError(f"{path}: cannot read {fmt}: {str(exc).splitlines()[0]}") from exc
     if raw is not None:
         try:
-            frame = _normalise(raw, columns, path)
+            frame = _normalise(raw, columns, path, typed=fmt == "parquet")
         except _SlowPath as slow:
             if fmt != "jsonl":
                 raise InputError(
@@ -455,13 +460,15 @@ def _read_table(path: Path, fmt: str, columns: list[_Column]) -> pl.DataFrame:
                 ) from None
         else:
             for column in columns:
+                if not column.required:
+                    continue
+                missing = pl.col(column.target).is_null()
                 if column.kind == "id":
-                    bad = frame.with_row_index("_row").filter(
-                        pl.col(column.target).is_null() | (pl.col(column.target) == "")
-                    )
-                    if bad.height:
-                        place = _row_place(path, fmt, int(bad.get_column("_row")[0]))
-                        raise InputError(f"{place}: missing or empty {column.source!r}")
+                    missing = missing | (pl.col(column.target) == "")
+                bad = frame.with_row_index("_row").filter(missing)
+                if bad.height:
+                    place = _row_place(path, fmt, int(bad.get_column("_row")[0]))
+                    raise InputError(f"{place}: {_missing(column)}")
             return frame
     return _read_jsonl_slowly(path, columns)
 
@@ -469,8 +476,12 @@ def _read_table(path: Path, fmt: str, columns: list[_Column]) -> pl.DataFrame:
 _INTEGER_TYPES = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)
 
 
-def _normalise(raw: pl.DataFrame, columns: list[_Column], path: Path) -> pl.DataFrame:
-    """Select and cast ``columns`` from a polars-read frame, or raise :class:`_SlowPath`."""
+def _normalise(raw: pl.DataFrame, columns: list[_Column], path: Path, typed: bool) -> pl.DataFrame:
+    """Select and cast ``columns`` from a polars-read frame, or raise :class:`_SlowPath`.
+
+    ``typed``: the file stores real column types (parquet), so a string column holds strings
+    (JSON lines read by polars may hold the JSON text of lists there).
+    """
     exprs: list[pl.Expr] = []
     for column in columns:
         if column.source not in raw.columns:
@@ -485,12 +496,12 @@ def _normalise(raw: pl.DataFrame, columns: list[_Column], path: Path) -> pl.Data
         elif column.kind == "id" and (dtype == pl.String or dtype in _INTEGER_TYPES):
             expr = col.cast(pl.String)
         elif column.kind == "str" and dtype == pl.String:
-            expr = col.fill_null("")
+            expr = col if column.required else col.fill_null("")
         elif column.kind == "int" and dtype in _INTEGER_TYPES:
             expr = col.cast(pl.Int64)
             if not column.required:
                 expr = expr.fill_null(column.default)
-        elif column.kind == "answers" and dtype == pl.String:
+        elif column.kind == "answers" and dtype == pl.String and typed:
             expr = pl.concat_list(col).list.eval(
                 pl.element().filter(pl.element().str.strip_chars() != "")
             )
@@ -558,7 +569,7 @@ def _coerce(record: dict[str, Any], column: _Column, at: str) -> Any:
     value = record.get(column.source)
     if value is None:
         if column.required:
-            raise InputError(f"{at}: missing or empty {column.source!r}")
+            raise InputError(f"{at}: {_missing(column)}")
         return _python_default(column)
     kind = column.kind
     if isinstance(value, bool):
@@ -566,7 +577,7 @@ def _coerce(record: dict[str, Any], column: _Column, at: str) -> Any:
     elif kind == "id" and isinstance(value, (str, int)):
         text = str(value)
         if not text:
-            raise InputError(f"{at}: missing or empty {column.source!r}")
+            raise InputError(f"{at}: {_missing(column)}")
         return text
     elif kind in ("str", "paragraphs") and isinstance(value, str):
         return value
@@ -584,6 +595,12 @@ def _coerce(record: dict[str, Any], column: _Column, at: str) -> Any:
     raise InputError(
         f"{at}: field {column.source!r} = {_short(value)} does not fit {column.target!r} ({kind})"
     )
+
+
+def _missing(column: _Column) -> str:
+    if column.kind == "id":
+        return f"missing or empty {column.source!r}"
+    return f"missing {column.source!r}"
 
 
 def _integral(value: Any) -> bool:
@@ -808,7 +825,8 @@ def load_kilt(path: Path, corpus_file: Path | None = None, spec: str | None = No
     * corpus with ``corpus=FILE``: a KILT knowledge source (``wikipedia_id``,
       ``wikipedia_title``, ``text`` = list of paragraphs), one document per page, the
       paragraphs stripped, blank ones dropped, joined by newlines. A provenance page missing
-      from it is an error.
+      from it is an error. In a spec, a relative FILE is looked up in the working directory
+      first, then beside the KILT file.
     * corpus without ``corpus=``: a stand-in built from the provenance itself, one document per
       page in first-seen order: ``title`` = the first non-blank provenance ``title``,
       ``text`` = the distinct non-blank provenance ``text`` values joined by newlines, or ``""``

@@ -61,7 +61,9 @@ def _check_golds(golds: Sequence[str]) -> Sequence[str]:
     return golds
 
 
-def _max_over_golds(score: Callable[[str, str], float], prediction: str, golds: Sequence[str]) -> float:
+def _max_over_golds(
+    score: Callable[[str, str], float], prediction: str, golds: Sequence[str]
+) -> float:
     return float(max(score(prediction, gold) for gold in _check_golds(golds)))
 
 

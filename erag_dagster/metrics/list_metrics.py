@@ -1,0 +1,293 @@
+"""Ranking metrics on eRAG label lists: one relevance label per retrieved document, in rank order.
+
+eRAG (Salemi & Zamani, SIGIR 2024, §2) turns each retrieved document's downstream score into a
+relevance label and aggregates a query's labels with a set or ranking metric. ``labels[qid]`` is
+that query's list of labels in rank order (rank 1 first), each a real number in ``[0, 1]``.
+
+How a query is scored
+---------------------
+* **Binary lists** (every label is 0 or 1) are evaluated with pytrec_eval exactly as trec_eval
+  would: the qrels are the list's own labels (as ``int``), the run gives position ``i`` (1-based)
+  the score ``n - i + 1`` under a doc id unique to that position, so trec_eval's order is the rank
+  order. ``P@k → P_k``, ``Success@k → success_k``, ``RR → recip_rank``, ``AP → map``,
+  ``AP@k → map_cut_k``, ``nDCG → ndcg``, ``nDCG@k → ndcg_cut_k``, ``R@k → recall_k``; ``RR@k``
+  is ``recip_rank`` on the top ``k`` positions.
+* **Graded lists** (some label strictly between 0 and 1) use the formulas below (the kernels
+  :func:`precision_at`, ...), with ``l_i`` the label at rank ``i``, ``n`` the list length and
+  ``k`` the cut-off (``k = n`` when absent). Each reduces to the trec_eval value above on a binary
+  list (the tests check this against pytrec_eval):
+
+  - ``P@k       = (Σ_{i≤k} l_i) / k`` — the mean label of the top k (paper §2 and the reference
+    code; trec_eval P_k divides by k too);
+  - ``Success@k = max_{i≤k} l_i``;
+  - ``RR@k      = max_{i≤k} l_i / i`` (for 0/1 labels: 1 / rank of the first relevant document);
+  - ``AP@k      = Σ_{i≤k} l_i · (Σ_{j≤i} l_j / i) / Σ_{i≤n} l_i`` (trec_eval ``map``/``map_cut``
+    with the list's labels as qrels: the normaliser counts the whole list);
+  - ``nDCG@k    = DCG@k / IDCG@k`` with ``DCG@k = Σ_{i≤k} l_i / log2(i + 1)`` and ``IDCG@k`` the
+    DCG@k of the same labels sorted descending (trec_eval ``ndcg_cut``: linear gain);
+  - ``R@k       = Σ_{i≤k} l_i / Σ_{i≤n} l_i``.
+
+Edge-case policy (the reference ``erag`` crashes or drops queries here; we never do)
+-----------------------------------------------------------------------------------
+* cut-off past the end of the list: missing positions are non-relevant (label 0) — ``P@k``
+  still divides by ``k``, as trec_eval does;
+* empty list: every metric is 0.0 and the query stays in the mean;
+* no relevant document (all labels 0): every metric is 0.0 (``R``/``AP``/``nDCG``: 0/0 := 0),
+  as trec_eval reports;
+* a label that is not a real number, NaN, or outside ``[0, 1]``: :class:`InputError` naming the
+  query id and the 1-based rank;
+* ``aggregate`` is the arithmetic mean over all queries of ``labels``; no queries, no metrics,
+  or a metric outside the six families (or with a relevance level other than 1): InputError.
+
+``compat="erag"`` instead reproduces the reference implementation ``erag`` 0.0.1 bit for bit,
+quirks included (see :mod:`erag_dagster.metrics.erag_compat`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+import pytrec_eval
+
+from erag_dagster.errors import InputError
+from erag_dagster.metrics.names import LIST_FAMILIES, MetricName, parse_metric_names
+
+COMPAT_MODES: tuple[str, ...] = ("erag",)
+
+
+@dataclass(frozen=True)
+class ListMetricReport:
+    """Per-query and aggregate metric values.
+
+    ``per_query[query_id][metric]`` and ``aggregate[metric]`` are keyed by the metric names
+    exactly as the caller gave them. ``dropped_queries`` lists queries that were not scored and
+    are not in the aggregate (only :func:`~erag_dagster.metrics.human.evaluate_run` drops any:
+    run queries without judgments, as trec_eval does).
+    """
+
+    per_query: dict[str, dict[str, float]]
+    aggregate: dict[str, float]
+    dropped_queries: tuple[str, ...] = field(default=())
+
+
+# --- graded kernels (pure functions over labels in rank order) --------------------------------
+
+
+def _top(labels: Sequence[float], k: int | None) -> Sequence[float]:
+    return labels if k is None else labels[:k]
+
+
+def precision_at(labels: Sequence[float], k: int) -> float:
+    """``P@k = (Σ_{i≤k} l_i) / k``; positions past the list count as 0."""
+    return sum(labels[:k]) / k
+
+
+def success_at(labels: Sequence[float], k: int) -> float:
+    """``Success@k = max_{i≤k} l_i`` (0 for an empty list)."""
+    return float(max(labels[:k], default=0.0))
+
+
+def reciprocal_rank(labels: Sequence[float], k: int | None = None) -> float:
+    """``RR@k = max_{i≤k} l_i / i`` (ranks 1-based); 1/first-relevant-rank on binary labels."""
+    return max((label / rank for rank, label in enumerate(_top(labels, k), 1)), default=0.0)
+
+
+def average_precision(labels: Sequence[float], k: int | None = None) -> float:
+    """``AP@k = Σ_{i≤k} l_i · (Σ_{j≤i} l_j / i) / Σ_{i≤n} l_i``; 0 when ``Σ l = 0``."""
+    total = sum(labels)
+    if total <= 0:
+        return 0.0
+    running = 0.0
+    acc = 0.0
+    for rank, label in enumerate(_top(labels, k), 1):
+        running += label
+        if label > 0:
+            acc += label * running / rank
+    return acc / total
+
+
+def _dcg(gains: Sequence[float]) -> float:
+    return sum(g / math.log2(rank + 1) for rank, g in enumerate(gains, 1) if g > 0)
+
+
+def ndcg_at(labels: Sequence[float], k: int | None = None) -> float:
+    """``nDCG@k = DCG@k / IDCG@k``, ``DCG@k = Σ_{i≤k} l_i / log2(i+1)``, ideal = labels sorted
+    descending (the list's own labels are the judgments); 0 when ``IDCG = 0``."""
+    ideal = _dcg(_top(sorted(labels, reverse=True), k))
+    if ideal <= 0:
+        return 0.0
+    return _dcg(_top(labels, k)) / ideal
+
+
+def recall_at(labels: Sequence[float], k: int) -> float:
+    """``R@k = Σ_{i≤k} l_i / Σ_{i≤n} l_i``; 0 when ``Σ l = 0``."""
+    total = sum(labels)
+    if total <= 0:
+        return 0.0
+    return sum(labels[:k]) / total
+
+
+def graded_value(metric: MetricName, labels: Sequence[float]) -> float:
+    """The value of one list metric on one label list, by the formulas above."""
+    k = metric.cutoff
+    if metric.family == "P":
+        return precision_at(labels, k)  # type: ignore[arg-type]  # parser ensures a cut-off
+    if metric.family == "Success":
+        return success_at(labels, k)  # type: ignore[arg-type]
+    if metric.family == "RR":
+        return reciprocal_rank(labels, k)
+    if metric.family == "AP":
+        return average_precision(labels, k)
+    if metric.family == "nDCG":
+        return ndcg_at(labels, k)
+    if metric.family == "R":
+        return recall_at(labels, k)  # type: ignore[arg-type]
+    raise InputError(f"metric {metric.name!r} is not defined on label lists")
+
+
+# --- binary lists through pytrec_eval -----------------------------------------------------------
+
+
+def _doc_id(position: int) -> str:
+    return f"d{position:06d}"
+
+
+def _pytrec_binary(
+    lists: Mapping[str, Sequence[float]], metrics: Sequence[MetricName]
+) -> dict[str, dict[str, float]]:
+    """trec_eval values of ``metrics`` for non-empty 0/1 label lists (qrels = the labels)."""
+    qrels = {
+        qid: {_doc_id(i): int(label) for i, label in enumerate(labels)}
+        for qid, labels in lists.items()
+    }
+    out: dict[str, dict[str, float]] = {qid: {} for qid in lists}
+    by_depth: dict[int | None, list[MetricName]] = {}
+    for metric in metrics:
+        by_depth.setdefault(metric.truncate_at, []).append(metric)
+    for depth, group in by_depth.items():
+        run = {
+            qid: {_doc_id(i): float(len(labels) - i) for i in range(len(labels))[:depth]}
+            for qid, labels in lists.items()
+        }
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {m.pytrec_measure for m in group})
+        results = evaluator.evaluate(run)
+        for qid in lists:
+            for metric in group:
+                out[qid][metric.name] = float(results[qid][metric.pytrec_measure])
+    return out
+
+
+# --- validation and the public entry points ------------------------------------------------------
+
+
+def check_label(query_id: str, rank: int, label: object) -> float:
+    """``label`` as a float in ``[0, 1]``, or :class:`InputError` naming the query and rank."""
+    if not isinstance(label, numbers.Real):
+        raise InputError(f"query {query_id!r} rank {rank}: label {label!r} is not a number")
+    value = float(label)
+    if math.isnan(value):
+        raise InputError(f"query {query_id!r} rank {rank}: label is NaN")
+    if not 0.0 <= value <= 1.0:
+        raise InputError(f"query {query_id!r} rank {rank}: label {value!r} is outside [0, 1]")
+    return value
+
+
+def _check_lists(labels: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+    if not isinstance(labels, Mapping):
+        raise InputError("labels must map each query id to its list of labels in rank order")
+    if not labels:
+        raise InputError("no queries: the labels mapping is empty")
+    checked: dict[str, list[float]] = {}
+    for qid, seq in labels.items():
+        if not isinstance(qid, str):
+            raise InputError(f"query id {qid!r} is not a string")
+        if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):
+            raise InputError(f"query {qid!r}: labels must be a list of numbers in rank order")
+        checked[qid] = [check_label(qid, rank, x) for rank, x in enumerate(seq, 1)]
+    return checked
+
+
+def evaluate_labels(
+    labels: Mapping[str, Sequence[float]],
+    metrics: Sequence[str],
+    compat: str | None = None,
+) -> ListMetricReport:
+    """Score each query's label list with ``metrics`` and average over queries.
+
+    ``metrics`` use the grammar of :mod:`erag_dagster.metrics.names` (``P@5``, ``nDCG@10``,
+    ``ndcg_cut_10``, ...) restricted to the families P, Success, RR, AP, nDCG, R. Keys of the
+    report are the names as given; ``aggregate`` is the arithmetic mean over every query in
+    ``labels``. See the module docstring for the formulas and the edge-case policy.
+
+    ``compat="erag"`` returns exactly what ``erag.eval`` 0.0.1 returns for these labels (metric
+    names then in pytrec_eval spelling only) or raises :class:`InputError` where it fails.
+    """
+    if compat is not None:
+        if compat not in COMPAT_MODES:
+            raise InputError(f"unknown compat mode {compat!r}; known: {', '.join(COMPAT_MODES)}")
+        from erag_dagster.metrics.erag_compat import erag_eval_labels
+
+        return erag_eval_labels(labels, metrics)
+
+    parsed = parse_metric_names(metrics)
+    for metric in parsed:
+        if not metric.is_list_metric:
+            families = ", ".join(LIST_FAMILIES)
+            raise InputError(
+                f"metric {metric.name!r} is not defined on label lists; use one of {families}"
+            )
+        if metric.rel not in (None, 1):
+            raise InputError(
+                f"metric {metric.name!r}: labels lie in [0, 1], only rel=1 is meaningful"
+            )
+    lists = _check_lists(labels)
+
+    binary = {q: ls for q, ls in lists.items() if ls and all(x in (0.0, 1.0) for x in ls)}
+    binary_values = _pytrec_binary(binary, parsed) if binary else {}
+    per_query: dict[str, dict[str, float]] = {}
+    for qid, ls in lists.items():
+        if qid in binary_values:
+            per_query[qid] = binary_values[qid]
+        elif not ls:
+            per_query[qid] = {m.name: 0.0 for m in parsed}
+        else:
+            per_query[qid] = {m.name: graded_value(m, ls) for m in parsed}
+    aggregate = {
+        m.name: sum(values[m.name] for values in per_query.values()) / len(per_query)
+        for m in parsed
+    }
+    return ListMetricReport(per_query=per_query, aggregate=aggregate)
+
+
+def labels_from_frame(df: pl.DataFrame, label_col: str = "label") -> dict[str, list[float]]:
+    """Per-query label lists (rank order) from a labels table.
+
+    ``df`` needs ``query_id``, ``rank`` (1-based) and ``label_col``. Rows are sorted by
+    ``query_id`` then ``rank``; each query's ranks must be exactly ``1..n`` (a gap or a repeat
+    would shift every later label to a wrong rank), and every label must be a number in
+    ``[0, 1]`` — otherwise :class:`InputError` naming the query and rank.
+    """
+    missing = [c for c in ("query_id", "rank", label_col) if c not in df.columns]
+    if missing:
+        raise InputError(f"labels table lacks column(s) {', '.join(missing)}")
+    ordered = df.select(
+        pl.col("query_id").cast(pl.String),
+        pl.col("rank").cast(pl.Int64, strict=False),
+        pl.col(label_col).cast(pl.Float64, strict=False).alias("label"),
+    ).sort("query_id", "rank")
+    out: dict[str, list[float]] = {}
+    for qid, rank, label in ordered.iter_rows():
+        if qid is None:
+            raise InputError("labels table: a row has no query_id")
+        ranks = out.setdefault(qid, [])
+        expected = len(ranks) + 1
+        if rank != expected:
+            raise InputError(f"query {qid!r}: expected rank {expected}, found rank {rank}")
+        if label is None:
+            raise InputError(f"query {qid!r} rank {rank}: label is missing or not a number")
+        ranks.append(check_label(qid, rank, label))
+    return out

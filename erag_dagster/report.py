@@ -1,0 +1,165 @@
+"""Plain-text and markdown tables for the CLI and Dagster metadata (``MetadataValue.md``).
+
+Cell rendering policy (all renderers):
+
+- floats use ``floatfmt`` (Python format spec, default ``.4f``); NaN prints as ``nan``
+  (a value that is *undefined*, e.g. a correlation over constant scores) and infinities as
+  ``inf`` / ``-inf``;
+- null (``None``) prints as ``–`` (en dash): the value is *missing*;
+- booleans print as ``true`` / ``false``; other values use ``str``; line breaks become spaces;
+- numeric columns (integers, floats) are right-aligned, all others left-aligned, headers
+  aligned like their column.
+
+Text tables separate columns by two spaces and underline the header with dashes; trailing
+spaces are stripped. Markdown tables are GitHub-flavoured, padded so the source is aligned
+too, with ``|`` inside cells escaped as ``\\|``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import polars as pl
+
+from erag_dagster.errors import InputError
+from erag_dagster.meta.correlation import CI_COLUMNS, best_per_column, table1
+
+MISSING = "–"
+_TABLE1_INDEX = ("dataset", "retriever", "method")
+
+
+def format_cell(value: object, floatfmt: str = ".4f") -> str:
+    """Render one value following the module's cell policy."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return format(value, floatfmt)
+    return " ".join(str(value).splitlines())
+
+
+def _cells(frame: pl.DataFrame, floatfmt: str) -> tuple[list[str], list[list[str]], list[bool]]:
+    headers = list(frame.columns)
+    right = [dtype.is_numeric() for dtype in frame.dtypes]
+    rows = [[format_cell(v, floatfmt) for v in row] for row in frame.iter_rows()]
+    return headers, rows, right
+
+
+def _render_text(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]
+) -> str:
+    if not headers:
+        return ""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def _render_markdown(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]
+) -> str:
+    if not headers:
+        return ""
+    headers = [h.replace("|", "\\|") for h in headers]
+    rows = [[c.replace("|", "\\|") for c in r] for r in rows]
+    widths = [max([3, len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        ]
+        return "| " + " | ".join(parts) + " |"
+
+    rule = [
+        "-" * (w - 1) + ":" if r else ":" + "-" * (w - 1)
+        for w, r in zip(widths, right, strict=True)
+    ]
+    out = [line(headers), line(rule)]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def format_table(frame: pl.DataFrame, floatfmt: str = ".4f") -> str:
+    """An aligned plain-text table of ``frame`` for terminals (header, dashes, rows).
+
+    A frame without columns renders as the empty string; one without rows as header + rule.
+    """
+    return _render_text(*_cells(frame, floatfmt))
+
+
+def to_markdown(frame: pl.DataFrame, floatfmt: str = ".4f") -> str:
+    """A GitHub-flavoured markdown table of ``frame`` (for Dagster ``MetadataValue.md``)."""
+    return _render_markdown(*_cells(frame, floatfmt))
+
+
+def format_table1(
+    frame: pl.DataFrame,
+    statistic: str = "kendall_tau",
+    markdown: bool = False,
+    digits: int = 3,
+    ci_digits: int = 2,
+) -> str:
+    """Render the paper's Table 1 from a :func:`~erag_dagster.meta.correlation.correlation_table`.
+
+    Rows ``dataset, retriever, method``; one column per metric. Each cell is
+    ``value [low, high]`` (e.g. ``0.412 [0.30, 0.52]``: ``digits`` decimals for the value,
+    ``ci_digits`` for the bootstrap bounds), prefixed with ``*`` where it is the best (highest)
+    in its column within its dataset and retriever (``\\*`` in markdown). An undefined
+    correlation prints as ``nan`` (no interval), a missing method/metric pair as ``–``. A
+    footnote explains the marks; its ``nan`` line appears only when a ``nan`` is shown.
+    """
+    if statistic not in CI_COLUMNS:
+        raise InputError(
+            f"unknown statistic {statistic!r}; expected one of {', '.join(CI_COLUMNS)}"
+        )
+    low_col, high_col = CI_COLUMNS[statistic]
+    values = table1(frame, statistic)
+    lows = table1(frame, low_col)
+    highs = table1(frame, high_col)
+    best = best_per_column(values)
+    metrics = [c for c in values.columns if c not in _TABLE1_INDEX]
+    star = "\\*" if markdown else "*"
+
+    any_nan = False
+    rows: list[list[str]] = []
+    for i in range(values.height):
+        row = [format_cell(values[c][i]) for c in _TABLE1_INDEX]
+        for m in metrics:
+            v, lo, hi = values[m][i], lows[m][i], highs[m][i]
+            if v is None:
+                row.append(MISSING)
+            elif math.isnan(v):
+                any_nan = True
+                row.append("nan")
+            else:
+                mark = star if best[m][i] else ""
+                bounds = ", ".join(
+                    "nan" if b is None or math.isnan(b) else f"{b:.{ci_digits}f}" for b in (lo, hi)
+                )
+                row.append(f"{mark}{v:.{digits}f} [{bounds}]")
+        rows.append(row)
+    headers = [*_TABLE1_INDEX, *metrics]
+    right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
+    render = _render_markdown if markdown else _render_text
+    notes = [
+        f"{star} best in its column within the dataset and retriever; "
+        "[low, high]: percentile bootstrap CI over queries."
+    ]
+    if any_nan:
+        notes.append("nan: correlation undefined (scores constant over the queries, or n < 2).")
+    # Markdown joins adjacent lines into one paragraph; a blank line keeps the notes apart.
+    return render(headers, rows, right) + "\n\n" + ("\n\n" if markdown else "\n").join(notes)

@@ -1,0 +1,190 @@
+"""Rank correlations and bootstrap CIs checked against scipy and hand-computed values."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from erag_dagster.errors import InputError
+from erag_dagster.meta.stats import (
+    CorrelationEstimate,
+    bootstrap_ci,
+    bootstrap_distribution,
+    kendall_tau_b,
+    percentile_interval,
+    spearman_rho,
+)
+
+# Hand-computed: of the 6 pairs, (0,1) (0,2) (0,3) are concordant, (1,3) discordant, (1,2)
+# tied in x only and (2,3) tied in y only: tau_b = (3 - 1) / sqrt((6 - 1) * (6 - 1)) = 0.4.
+# Average ranks x = [1, 2.5, 2.5, 4], y = [1, 4, 2.5, 2.5]: rho = 2.25 / 4.5 = 0.5.
+TIED_X = [1.0, 2.0, 2.0, 3.0]
+TIED_Y = [1.0, 3.0, 2.0, 2.0]
+
+
+def test_kendall_tau_b_hand_computed_with_ties() -> None:
+    assert kendall_tau_b(TIED_X, TIED_Y) == pytest.approx(0.4, abs=1e-12)
+    assert kendall_tau_b(TIED_X, TIED_Y) == pytest.approx(
+        sps.kendalltau(TIED_X, TIED_Y, variant="b").statistic, abs=1e-15
+    )
+
+
+def test_spearman_rho_hand_computed_with_ties() -> None:
+    assert spearman_rho(TIED_X, TIED_Y) == pytest.approx(0.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 17, 60])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_statistics_match_scipy_on_tied_data(n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 4, n).astype(float)
+    y = (x + rng.integers(0, 3, n)).astype(float)
+    x[0], x[-1] = 0.0, 5.0  # never constant
+    y[0], y[-1] = 0.0, 9.0
+    assert kendall_tau_b(x, y) == pytest.approx(
+        sps.kendalltau(x, y, variant="b").statistic, abs=1e-12
+    )
+    assert spearman_rho(x, y) == pytest.approx(sps.spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_two_points_are_perfectly_correlated() -> None:
+    assert kendall_tau_b([0.1, 0.9], [3.0, 1.0]) == -1.0
+    assert spearman_rho([0.1, 0.9], [1.0, 3.0]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("x", "y"),
+    [
+        ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]),
+        ([1.0, 2.0, 3.0], [0.5, 0.5, 0.5]),
+        ([4.0], [2.0]),
+        ([], []),
+    ],
+)
+def test_constant_or_too_short_input_is_nan_without_warning(x: list, y: list) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(kendall_tau_b(x, y))
+        assert math.isnan(spearman_rho(x, y))
+
+
+def test_bad_input_raises_input_error() -> None:
+    with pytest.raises(InputError, match="differ in length: 3 vs 2"):
+        kendall_tau_b([1, 2, 3], [1, 2])
+    with pytest.raises(InputError, match="non-finite y score nan at position 1"):
+        spearman_rho([1, 2, 3], [1, float("nan"), 2])
+    with pytest.raises(InputError, match="one-dimensional"):
+        kendall_tau_b([[1, 2]], [[1, 2]])
+
+
+@pytest.mark.parametrize("statistic", [kendall_tau_b, spearman_rho])
+@pytest.mark.parametrize("n", [4, 9, 40])
+def test_vectorised_resamples_equal_per_resample_scipy(statistic, n: int) -> None:
+    """The fast kernels give what calling the statistic on each resample gives, NaNs included."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 3, n).astype(float)
+    y = (x + rng.integers(0, 2, n)).astype(float)
+    x[0], y[0] = -1.0, -1.0
+    fast = bootstrap_distribution(x, y, statistic, n_resamples=300, seed=7)
+    slow = bootstrap_distribution(x, y, lambda a, b: statistic(a, b), n_resamples=300, seed=7)
+    assert fast.shape == (300,)
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(slow))
+    np.testing.assert_allclose(fast[~np.isnan(fast)], slow[~np.isnan(slow)], atol=1e-12)
+    if n == 4:
+        assert np.isnan(fast).any()  # small n: some resamples are constant
+
+
+def test_kendall_resample_matches_scipy_on_explicit_indices() -> None:
+    """Resample b is rows drawn as rng.integers(0, n, (block, n)) from default_rng(seed)."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 5, 25).astype(float)
+    y = rng.integers(0, 5, 25).astype(float)
+    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=5, seed=11)
+    idx = np.random.default_rng(11).integers(0, 25, size=(5, 25))
+    expected = [sps.kendalltau(x[r], y[r], variant="b").statistic for r in idx]
+    np.testing.assert_allclose(draws, expected, atol=1e-12)
+
+
+def test_percentile_interval_quantiles() -> None:
+    assert percentile_interval(np.arange(101.0), 0.90) == pytest.approx((5.0, 95.0))
+    assert percentile_interval(np.arange(11.0), 0.5) == (2.5, 7.5)
+    low, high = percentile_interval([], 0.95)
+    assert math.isnan(low) and math.isnan(high)
+
+
+def _sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    return np.round(x, 1), np.round(x + rng.normal(size=n), 1)  # rounding makes ties
+
+
+@pytest.mark.parametrize("statistic", [kendall_tau_b, spearman_rho])
+def test_bootstrap_ci_contains_estimate_and_shrinks_with_n(statistic) -> None:
+    x, y = _sample(640, 0)
+    small = bootstrap_ci(x[:40], y[:40], statistic, n_resamples=500, seed=1)
+    large = bootstrap_ci(x, y, statistic, n_resamples=500, seed=1)
+    for est, n in ((small, 40), (large, 640)):
+        assert isinstance(est, CorrelationEstimate)
+        assert est.low < est.value < est.high
+        assert (est.n, est.n_resamples, est.n_dropped, est.confidence) == (n, 500, 0, 0.95)
+        assert est.value == pytest.approx(statistic(x[:n], y[:n]))
+    # The width scales like 1 / sqrt(n): 16x the queries gives about a quarter of the width
+    # (here a bit less: the first 40 queries happen to correlate more weakly, widening theirs).
+    ratio = (large.high - large.low) / (small.high - small.low)
+    assert 0.08 < ratio < 0.4
+
+
+def test_bootstrap_ci_agrees_with_scipy_percentile_bootstrap() -> None:
+    x, y = _sample(120, 4)
+    ours = bootstrap_ci(x, y, spearman_rho, n_resamples=1000, seed=0)
+    ref = sps.bootstrap(
+        (x, y),
+        lambda a, b: sps.spearmanr(a, b).statistic,
+        paired=True,
+        vectorized=False,
+        n_resamples=1000,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    # Different random draws: agreement up to Monte Carlo error.
+    assert ours.low == pytest.approx(ref.low, abs=0.03)
+    assert ours.high == pytest.approx(ref.high, abs=0.03)
+
+
+def test_bootstrap_is_deterministic_for_a_seed() -> None:
+    x, y = _sample(50, 5)
+    assert bootstrap_ci(x, y, kendall_tau_b, 200, seed=3) == bootstrap_ci(
+        x, y, kendall_tau_b, 200, seed=3
+    )
+    assert bootstrap_ci(x, y, kendall_tau_b, 200, seed=3) != bootstrap_ci(
+        x, y, kendall_tau_b, 200, seed=4
+    )
+
+
+def test_bootstrap_drops_and_counts_undefined_resamples() -> None:
+    # A resample is constant in x when it draws only from {0, 1} or only index 2:
+    # probability (2/3)^3 + (1/3)^3 = 1/3.
+    x, y = [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]
+    est = bootstrap_ci(x, y, kendall_tau_b, n_resamples=600, seed=0)
+    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=600, seed=0)
+    assert est.n_dropped == int(np.isnan(draws).sum())
+    assert est.n_resamples + est.n_dropped == 600
+    assert 150 < est.n_dropped < 250
+    assert (est.low, est.high) == percentile_interval(draws[~np.isnan(draws)], 0.95)
+
+
+def test_bootstrap_of_constant_side_is_all_nan() -> None:
+    est = bootstrap_ci([1, 2, 3, 4], [5, 5, 5, 5], spearman_rho, n_resamples=100)
+    assert math.isnan(est.value) and math.isnan(est.low) and math.isnan(est.high)
+    assert (est.n, est.n_resamples, est.n_dropped) == (4, 0, 100)
+
+
+def test_bootstrap_rejects_bad_arguments() -> None:
+    with pytest.raises(InputError, match="confidence"):
+        bootstrap_ci([1, 2, 3], [1, 2, 3], kendall_tau_b, confidence=1.0)
+    with pytest.raises(InputError, match="n_resamples"):
+        bootstrap_ci([1, 2, 3], [1, 2, 3], kendall_tau_b, n_resamples=0)
