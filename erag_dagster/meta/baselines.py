@@ -8,8 +8,9 @@ given run, so every list metric applies to them exactly as to eRAG labels.
 * ``containment`` — 1 when the document text contains a gold answer (SQuAD-normalised token
   sequence match, :func:`~erag_dagster.metrics.downstream.answer_containment`).
 * ``semantic`` — cosine similarity between the document and the gold answers (max over
-  answers) with the default encoder, thresholded (:data:`SEMANTIC_THRESHOLDS`) (a BERTScore-style label as
-  practitioners use it); ``semantic_question`` does the same against the question.
+  answers) with the default encoder, thresholded (:data:`SEMANTIC_THRESHOLDS`), a
+  BERTScore-style label as practitioners use it; ``semantic_question`` compares with the
+  question instead.
 * ``llm_annotation`` — the reader asked whether the document is relevant to the question;
   label 1 when P(yes) >= 0.5 (the paper's LLM-annotator baseline).
 """
