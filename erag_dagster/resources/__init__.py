@@ -28,6 +28,10 @@ class EvalSettings(dg.ConfigurableResource):
     metric: str = Field(default="", description="downstream metric: em|f1|rougel|accuracy|contains")
     list_metrics: list[str] = Field(default_factory=list)
     human_metrics: list[str] = Field(default_factory=list)
+    e2e_ks: list[int] = Field(default_factory=list, description="end-to-end depths (Figure 1)")
+    bootstrap_resamples: int = Field(default=1000, description="bootstrap resamples for CIs")
+    efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
+    efficiency_queries: int = Field(default=0, description="queries timed for Table 2")
 
     def registry(self) -> Registry:
         return load_registry(self.registry_path or None)
@@ -54,6 +58,19 @@ class EvalSettings(dg.ConfigurableResource):
     @property
     def eval_list_metrics(self) -> list[str]:
         return list(self.list_metrics or self._default("list_metrics", ["P@5", "nDCG@5"]))
+
+    @property
+    def end_to_end_ks(self) -> list[int]:
+        ks = self.e2e_ks or self._default("e2e_ks", [self.labelling_k])
+        return sorted({min(int(k), self.retrieval_k) for k in ks})
+
+    @property
+    def eff_ks(self) -> list[int]:
+        return [int(k) for k in (self.efficiency_ks or self._default("efficiency_ks", [10, 50]))]
+
+    @property
+    def eff_queries(self) -> int:
+        return self.efficiency_queries or int(self._default("efficiency_queries", 3))
 
     @property
     def eval_human_metrics(self) -> list[str]:

@@ -1,0 +1,122 @@
+"""Cost of evaluation: end-to-end vs eRAG at two batching levels (the paper's Table 2).
+
+Three ways to spend the same reader on the same queries and top-``k`` lists:
+
+* ``end_to_end`` — one prompt per query holding its ``k`` documents (what end-to-end
+  evaluation costs);
+* ``erag_query_batch`` — eRAG with query-level batching: one batch = one query's ``k``
+  (question, document) pairs;
+* ``erag_doc_batch`` — eRAG with document-level batching: batch size 1.
+
+Each (mode, k) runs in a fresh process (``multiprocessing`` spawn) so peak memory is its own:
+peak RSS (``ru_maxrss``, MiB) on CPU, ``torch.cuda.max_memory_allocated`` (MiB) on a GPU.
+Wall time counts generation only (the model is loaded and warmed up before the clock starts).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from erag_dagster.errors import InputError
+
+MODES = ("end_to_end", "erag_query_batch", "erag_doc_batch")
+
+
+def _child(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs in a spawned process: load the reader, warm up, time one mode."""
+    import torch
+
+    from erag_dagster.readers.transformers_reader import reader_from_config
+
+    mode, k = payload["mode"], payload["k"]
+    config = dict(payload["config"])
+    config["batch_size"] = k if mode == "erag_query_batch" else 1
+    reader = reader_from_config(payload["name"], config)
+    items: list[tuple[str, list[str]]] = payload["items"]
+    reader.answer([(items[0][0], items[0][1][0])])  # load + warm up outside the clock
+    on_cuda = str(getattr(reader, "device", "cpu")).startswith("cuda")
+    if on_cuda:
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    pairs = 0
+    for question, passages in items:
+        top = passages[:k]
+        if mode == "end_to_end":
+            reader.answer_with_context(question, top)
+        else:
+            reader.answer([(question, p) for p in top])
+        pairs += len(top)
+    seconds = time.perf_counter() - started
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**20
+        if on_cuda
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    )
+    return {
+        "mode": mode,
+        "k": k,
+        "queries": len(items),
+        "documents": pairs,
+        "seconds": seconds,
+        "peak_memory_mib": peak,
+        "memory_kind": "cuda_max_allocated" if on_cuda else "peak_rss",
+    }
+
+
+def measure_efficiency(
+    reader_name: str,
+    reader_config: dict[str, Any],
+    items: Sequence[tuple[str, Sequence[str]]],
+    ks: Sequence[int] = (10, 50),
+    modes: Sequence[str] = MODES,
+) -> pl.DataFrame:
+    """Time every (mode, k) on ``items`` = [(question, ranked passages)], each in a new process.
+
+    Returns ``mode, k, queries, documents, seconds, seconds_per_query, peak_memory_mib,
+    memory_kind`` plus ``time_vs_end_to_end`` and ``memory_vs_end_to_end`` ratios per k.
+    Every query needs at least max(ks) passages (the table compares equal work).
+    """
+    if not items:
+        raise InputError("efficiency measurement needs at least one query")
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise InputError(f"unknown efficiency mode(s) {sorted(unknown)}; known: {MODES}")
+    short = [q for q, ps in items if len(ps) < max(ks)]
+    if short:
+        raise InputError(
+            f"efficiency needs {max(ks)} passages per query; query {short[0]!r} has fewer"
+        )
+    payload_items = [(q, list(ps)) for q, ps in items]
+    rows = []
+    ctx = mp.get_context("spawn")
+    for k in ks:
+        for mode in modes:
+            payload = {
+                "mode": mode,
+                "k": k,
+                "name": reader_name,
+                "config": reader_config,
+                "items": payload_items,
+            }
+            with ctx.Pool(1) as pool:
+                rows.append(pool.apply(_child, (payload,)))
+    table = pl.DataFrame(rows).with_columns(seconds_per_query=pl.col("seconds") / pl.col("queries"))
+    e2e = table.filter(pl.col("mode") == "end_to_end").select(
+        "k", e2e_seconds="seconds", e2e_memory="peak_memory_mib"
+    )
+    if e2e.height:
+        table = (
+            table.join(e2e, on="k", how="left")
+            .with_columns(
+                time_vs_end_to_end=pl.col("seconds") / pl.col("e2e_seconds"),
+                memory_vs_end_to_end=pl.col("peak_memory_mib") / pl.col("e2e_memory"),
+            )
+            .drop("e2e_seconds", "e2e_memory")
+        )
+    return table
