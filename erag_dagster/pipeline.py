@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 
-from erag_dagster.definitions import ALL_ASSETS, build_resources
+from erag_dagster.definitions import ALL_ASSETS, SOURCE_ASSETS, build_resources
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
 
@@ -60,7 +60,7 @@ def materialize_all(
         label = f"{', '.join(selection)}" + (f" [{partition_key}]" if partition_key else "")
         log(f"materialising {label}")
         dg.materialize(
-            ALL_ASSETS,
+            [*SOURCE_ASSETS, *ALL_ASSETS],
             selection=selection,
             partition_key=partition_key,
             resources=resources,
@@ -81,6 +81,13 @@ def materialize_all(
             for retriever in registry.retriever_partitions:
                 run(["doc_labels"], f"{reader}|{retriever}")
         run(["erag_report"])
+    if stage("meta"):
+        for reader in registry.reader_partitions:
+            for retriever in registry.retriever_partitions:
+                run(["end_to_end", "baseline_labels"], f"{reader}|{retriever}")
+        run(["correlation_report"])
+    if stage("efficiency"):
+        run(["efficiency_report"])
 
 
 def load_asset_value(key: str, instance: dg.DagsterInstance | None = None):

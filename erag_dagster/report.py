@@ -156,8 +156,8 @@ def format_table1(
     right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
     render = _render_markdown if markdown else _render_text
     notes = [
-        f"{star} best in its column within the dataset and retriever; "
-        "[low, high]: percentile bootstrap CI over queries."
+        f"{star} best in its column within the dataset and retriever.",
+        "[low, high]: percentile bootstrap CI over queries.",
     ]
     if any_nan:
         notes.append("nan: correlation undefined (scores constant over the queries, or n < 2).")

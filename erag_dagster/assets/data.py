@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, dataset_files
 from erag_dagster.assets.common import CODE_VERSION, frame_version, table_md
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.resources import EvalSettings
@@ -12,14 +13,25 @@ from erag_dagster.resources import EvalSettings
 
 @dg.multi_asset(
     outs={
-        "corpus": dg.AssetOut(code_version=CODE_VERSION, description="doc_id, title, text"),
-        "queries": dg.AssetOut(
-            code_version=CODE_VERSION, description="query_id, question, answers"
+        "corpus": dg.AssetOut(
+            code_version=CODE_VERSION,
+            description="doc_id, title, text",
+            automation_condition=RECOMPUTE_WHEN_STALE,
         ),
-        "qrels": dg.AssetOut(code_version=CODE_VERSION, description="query_id, doc_id, relevance"),
+        "queries": dg.AssetOut(
+            code_version=CODE_VERSION,
+            description="query_id, question, answers",
+            automation_condition=RECOMPUTE_WHEN_STALE,
+        ),
+        "qrels": dg.AssetOut(
+            code_version=CODE_VERSION,
+            description="query_id, doc_id, relevance",
+            automation_condition=RECOMPUTE_WHEN_STALE,
+        ),
     },
     group_name="dataset",
     can_subset=False,
+    deps=[dataset_files],
 )
 def dataset_tables(context: dg.AssetExecutionContext, settings: EvalSettings):
     """Load and validate the dataset (``settings.dataset``; default ``sample``)."""

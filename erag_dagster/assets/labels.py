@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, reader_models
 from erag_dagster.assets.common import (
     CODE_VERSION,
     frame_version,
@@ -19,13 +20,23 @@ from erag_dagster.retrieval.runs import top_k
 
 READER_X_RETRIEVER = reader_retriever_partitions(REGISTRY)
 GPU_POOL = "gpu"
+#: On Kubernetes (deploy/production), reader-bound steps ask for one GPU.
+GPU_OP_TAGS = {
+    "erag/accelerator": "gpu",
+    "dagster-k8s/config": {
+        "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
+    },
+}
 
 
 @dg.asset(
     group_name="labels",
     partitions_def=READER_X_RETRIEVER,
     code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
     pool=GPU_POOL,
+    deps=[reader_models],
+    op_tags=GPU_OP_TAGS,
     ins={
         "retrieval_run": dg.AssetIn(
             partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
@@ -85,7 +96,9 @@ def doc_labels(
     )
 
 
-@dg.asset(group_name="reports", code_version=CODE_VERSION)
+@dg.asset(
+    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+)
 def erag_report(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,

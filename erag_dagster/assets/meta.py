@@ -6,8 +6,9 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, reader_models
 from erag_dagster.assets.common import CODE_VERSION, frame_version, table_md
-from erag_dagster.assets.labels import GPU_POOL, READER_X_RETRIEVER, _split_multi_key
+from erag_dagster.assets.labels import GPU_OP_TAGS, GPU_POOL, READER_X_RETRIEVER, _split_multi_key
 from erag_dagster.meta.baselines import (
     containment_labels,
     llm_annotation_labels,
@@ -36,7 +37,10 @@ RUN_BY_RETRIEVER = dg.AssetIn(
     group_name="meta_evaluation",
     partitions_def=READER_X_RETRIEVER,
     code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
     pool=GPU_POOL,
+    deps=[reader_models],
+    op_tags=GPU_OP_TAGS,
     ins={"retrieval_run": RUN_BY_RETRIEVER},
 )
 def end_to_end(
@@ -76,7 +80,10 @@ def end_to_end(
     group_name="meta_evaluation",
     partitions_def=READER_X_RETRIEVER,
     code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
     pool=GPU_POOL,
+    deps=[reader_models],
+    op_tags=GPU_OP_TAGS,
     ins={"retrieval_run": RUN_BY_RETRIEVER},
 )
 def baseline_labels(
@@ -186,7 +193,9 @@ def correlation_inputs(
     return pl.concat(per_query), pl.concat(e2e) if e2e else pl.DataFrame()
 
 
-@dg.asset(group_name="reports", code_version=CODE_VERSION)
+@dg.asset(
+    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+)
 def correlation_report(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
@@ -229,7 +238,12 @@ def correlation_report(
     )
 
 
-@dg.asset(group_name="reports", code_version=CODE_VERSION, pool=GPU_POOL)
+@dg.asset(
+    group_name="reports",
+    code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
+    pool=GPU_POOL,
+)
 def efficiency_report(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,

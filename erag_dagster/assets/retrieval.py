@@ -7,6 +7,7 @@ import time
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import (
     CODE_VERSION,
     frame_version,
@@ -28,7 +29,9 @@ REGISTRY = registry_at_load()
 RETRIEVERS = retriever_partitions(REGISTRY)
 
 
-@dg.asset(group_name="indexes", code_version=CODE_VERSION)
+@dg.asset(
+    group_name="indexes", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+)
 def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Output[dict]:
     """Lucene index of the corpus (title + text as one field), under the storage dir."""
     started = time.perf_counter()
@@ -42,7 +45,9 @@ def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Ou
     )
 
 
-@dg.asset(group_name="indexes", code_version=CODE_VERSION)
+@dg.asset(
+    group_name="indexes", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+)
 def dense_index(
     context: dg.AssetExecutionContext, settings: EvalSettings, corpus: pl.DataFrame
 ) -> dg.Output[dict]:
@@ -73,6 +78,7 @@ def dense_index(
     group_name="retrieval",
     partitions_def=RETRIEVERS,
     code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
     deps=[bm25_index, dense_index],
 )
 def retrieval_run(
@@ -102,7 +108,9 @@ def retrieval_run(
     )
 
 
-@dg.asset(group_name="reports", code_version=CODE_VERSION)
+@dg.asset(
+    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+)
 def retrieval_report(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from erag_dagster.errors import InputError
@@ -26,7 +27,8 @@ def plot_correlation_vs_k(
     One panel per ``(dataset, retriever)`` (rows) x ``metric`` (columns); in each, one line per
     ``method`` with x = ``k`` and y = the statistic (``kendall_tau`` or ``spearman_rho``
     column), and a shaded band between ``low`` and ``high`` (the bootstrap CI). NaN points are
-    left as gaps. The format follows ``path``'s suffix (``.png`` if none: png, pdf, svg...).
+    left as gaps; a method undefined at every k is listed in the legend as ``(undefined)``.
+    The format follows ``path``'s suffix (``.png`` if none: png, pdf, svg...).
     Returns ``path``.
     """
     statistic = next((c for c in _LABELS if c in frame.columns), None)
@@ -46,6 +48,7 @@ def plot_correlation_vs_k(
     panels = data.select("dataset", "retriever").unique(maintain_order=True).rows()
     metrics = data["metric"].unique(maintain_order=True).to_list()
     methods = data["method"].unique(maintain_order=True).to_list()
+    all_k = data["k"].unique().sort().to_list()
 
     fig = Figure(figsize=(4.0 * len(metrics), 3.2 * len(panels)), layout="constrained")
     FigureCanvasAgg(fig)
@@ -64,10 +67,13 @@ def plot_correlation_vs_k(
                 if line.height == 0:
                     continue
                 ks = line["k"].to_numpy()
-                ax.plot(ks, line[statistic].to_numpy(), marker="o", color=color, label=method)
+                ys = line[statistic].to_numpy()
+                label = method if np.isfinite(ys).any() else f"{method} (undefined)"
+                ax.plot(ks, ys, marker="o", color=color, label=label)
                 ax.fill_between(
                     ks, line["low"].to_numpy(), line["high"].to_numpy(), color=color, alpha=0.2
                 )
+            ax.set_xticks(all_k)
             ax.set_title(f"{dataset} / {retriever} — {metric}", fontsize=9)
             ax.set_xlabel("k (retrieved documents)")
             ax.set_ylabel(_LABELS[statistic])

@@ -23,6 +23,11 @@ tests check against trec_eval's own expected files):
   (geometric mean, ``exp(mean(log(max(x, 1e-5))))``; the per-query value reported is
   ``max(x, 1e-5)``).
 * ``RR@k`` is ``recip_rank`` on each query's top ``k`` (trec_eval has no cut-off for it).
+* ``iprec_at_recall_x`` and ``11pt_avg`` follow trec_eval 10: the recall level ``x`` becomes the
+  rank of the ``lround(x * num_rel)``-th relevant document. pytrec_eval bundles trec_eval 9, which
+  used ``(long)(x * num_rel + 0.9)`` and so gives other values for some queries (e.g. 0.1420
+  instead of trec_eval's 0.1528 for topic 302 at 0.60 in trec_eval's own test files); these two
+  measures are therefore computed here (:func:`interpolated_precision`), the rest by pytrec_eval.
 
 Errors (:class:`InputError`): missing columns, a null id, a non-integer judgment, a NaN score, a
 document listed twice for one query (in the run or the qrels), no judged query in the run.
@@ -43,6 +48,9 @@ from erag_dagster.metrics.names import MetricName, parse_metric_names
 
 #: trec_eval's floor for geometric means (``MIN_GEO_MEAN`` in trec_eval).
 MIN_GEO_MEAN = 0.00001
+#: The recall levels of trec_eval's ``11pt_avg`` (and of ``iprec_at_recall`` by default).
+ELEVEN_RECALL_LEVELS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+_INTERPOLATED = frozenset({"iprec_at_recall", "11pt_avg"})
 # Judgment given to a run query without judgments when judged_only=False: a document id no run
 # can contain, judged non-relevant, so trec_eval scores the query as one without relevant docs.
 _PLACEHOLDER_DOC = "\x00unjudged"
@@ -161,6 +169,60 @@ def _run_dict(ranked: pl.DataFrame, depth: int | None) -> dict[str, dict[str, fl
     return out
 
 
+def _lround(x: float) -> int:
+    """C ``lround`` for ``x >= 0``: nearest integer, halves away from zero."""
+    floor = math.floor(x)
+    return floor + 1 if x - floor >= 0.5 else floor
+
+
+def interpolated_precision(
+    relevant: Sequence[bool], num_rel: int, levels: Sequence[float]
+) -> list[float]:
+    """trec_eval 10's interpolated precision at each recall level (``m_iprec_at_recall.c``).
+
+    ``relevant[i]`` says whether the document at rank ``i + 1`` is relevant; ``num_rel`` counts
+    the query's relevant judgments; ``levels`` ascend. Level ``x`` maps to the rank at which the
+    ``c = lround(x * num_rel)``-th relevant document is retrieved, and its value is
+    ``max_{r >= that rank} precision@r`` (for ``c = 0``: the maximum over all ranks). A level
+    whose ``c`` exceeds the number of relevant documents retrieved scores 0.
+    """
+    num_ret = len(relevant)
+    num_rel_ret = sum(relevant)
+    cutoffs = [_lround(level * num_rel) for level in levels]
+    values = [0.0] * len(levels)
+    if num_ret == 0:
+        return values
+    current = len(levels) - 1
+    while current >= 0 and cutoffs[current] > num_rel_ret:
+        current -= 1
+    int_precis = num_rel_ret / num_ret
+    rel_so_far = num_rel_ret
+    for rank in range(num_ret, 0, -1):
+        if rel_so_far <= 0:
+            break
+        int_precis = max(int_precis, rel_so_far / rank)
+        if relevant[rank - 1]:
+            while current >= 0 and rel_so_far == cutoffs[current]:
+                values[current] = int_precis
+                current -= 1
+            rel_so_far -= 1
+    while current >= 0:
+        values[current] = int_precis
+        current -= 1
+    return values
+
+
+def _interpolated_value(metric: MetricName, relevant: Sequence[bool], num_rel: int) -> float:
+    if metric.family == "11pt_avg":
+        values = interpolated_precision(relevant, num_rel, ELEVEN_RECALL_LEVELS)
+        total = 0.0
+        for value in reversed(values):  # trec_eval sums from the highest level down
+            total += value
+        return total / len(values)
+    level = float(metric.name.rsplit("_", 1)[1])
+    return interpolated_precision(relevant, num_rel, [level])[0]
+
+
 def _aggregate(metric: MetricName, values: list[float]) -> float:
     if metric.aggregation == "sum":
         return float(sum(values))
@@ -183,6 +245,10 @@ def evaluate_run(
     ``num_*``; geometric mean for ``gm_*``) and the ids of the dropped unjudged run queries.
     """
     parsed = parse_metric_names(metrics)
+    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int):
+        raise InputError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
+    if relevance_level < 1:
+        raise InputError(f"relevance_level must be >= 1, got {relevance_level}")
     judgments = _qrels_dict(qrels)
     ranked = _ranked_run(run)
     run_queries = sorted(set(ranked["query_id"].to_list()))
@@ -204,7 +270,19 @@ def evaluate_run(
         groups.setdefault((level, metric.truncate_at), []).append(metric)
 
     per_query: dict[str, dict[str, float]] = {qid: {} for qid in scored}
+    interpolated = [m for m in parsed if m.family in _INTERPOLATED]
+    if interpolated:
+        ranked_docs = _run_dict(ranked, None)
+        for qid in scored:
+            judged = judgments[qid]
+            num_rel = sum(1 for rel in judged.values() if rel >= relevance_level)
+            relevant = [judged.get(doc, 0) >= relevance_level for doc in ranked_docs[qid]]
+            for metric in interpolated:
+                per_query[qid][metric.name] = _interpolated_value(metric, relevant, num_rel)
     for (level, depth), group in groups.items():
+        group = [m for m in group if m.family not in _INTERPOLATED]
+        if not group:
+            continue
         evaluator = pytrec_eval.RelevanceEvaluator(
             judgments, {m.pytrec_measure for m in group}, relevance_level=int(level)
         )

@@ -184,6 +184,8 @@ def parse_metric_name(name: str) -> MetricName:
         family = match["family"]
         rel = int(match["rel"]) if match["rel"] is not None else None
         cutoff = _check_cutoff(name, match["cutoff"]) if match["cutoff"] is not None else None
+        if rel is not None and rel < 1:
+            raise _unknown(name, "the relevance level must be >= 1")
         if rel is not None and family not in _BINARY_FAMILIES:
             raise _unknown(name, f"{family} takes no relevance level: it uses graded gains")
         plain, with_cutoff = _FAMILY_TO_TREC[family]
