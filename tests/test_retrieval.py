@@ -80,7 +80,7 @@ def test_reciprocal_rank_fusion_by_hand() -> None:
         }
     )
     b = pl.DataFrame(
-        {"query_id": ["q"] * 2, "doc_id": ["d3", "d4"], "rank": [1, 2], "score": [0.9, 0.8]}
+        {"query_id": ["q"] * 2, "doc_id": ["d3", "d4"], "rank": [1, 3], "score": [0.9, 0.8]}
     )
     fused = reciprocal_rank_fusion([a, b], k=3, k_rrf=60)
     scores = dict(zip(fused["doc_id"], fused["score"], strict=True))

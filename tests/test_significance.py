@@ -158,3 +158,7 @@ def test_bad_input() -> None:
         compare_paired({"q": 1.0}, {"q": float("nan")})
     with pytest.raises(InputError, match="n_permutations"):
         randomisation_test([1.0, 2.0], n_permutations=0)
+    with pytest.raises(InputError, match="finite"):
+        randomisation_test([1.0, math.inf])
+    with pytest.raises(InputError, match="finite"):
+        bootstrap_mean_ci([])

@@ -98,13 +98,14 @@ def test_vectorised_resamples_equal_per_resample_scipy(statistic, n: int) -> Non
         assert np.isnan(fast).any()  # small n: some resamples are constant
 
 
-def test_kendall_resample_matches_scipy_on_explicit_indices() -> None:
+@pytest.mark.parametrize("n", [25, 2001])  # 2001: past the matrix kernel, scipy per resample
+def test_kendall_resample_matches_scipy_on_explicit_indices(n: int) -> None:
     """Resample b is rows drawn as rng.integers(0, n, (block, n)) from default_rng(seed)."""
     rng = np.random.default_rng(3)
-    x = rng.integers(0, 5, 25).astype(float)
-    y = rng.integers(0, 5, 25).astype(float)
+    x = rng.integers(0, 5, n).astype(float)
+    y = rng.integers(0, 5, n).astype(float)
     draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=5, seed=11)
-    idx = np.random.default_rng(11).integers(0, 25, size=(5, 25))
+    idx = np.random.default_rng(11).integers(0, n, size=(5, n))
     expected = [sps.kendalltau(x[r], y[r], variant="b").statistic for r in idx]
     np.testing.assert_allclose(draws, expected, atol=1e-12)
 

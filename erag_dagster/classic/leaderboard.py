@@ -131,7 +131,7 @@ def leaderboard_from_reports(
     for m in metrics:
         schema[m] = pl.Float64()
         schema |= {f"{m}{s}": pl.Float64() for s in STAT_SUFFIXES}
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    return pl.DataFrame(rows, schema=schema)
 
 
 def leaderboard(

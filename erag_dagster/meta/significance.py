@@ -116,8 +116,8 @@ def randomisation_test(
     ``np.random.default_rng(seed)`` (see the module docstring for both p-value formulas).
     """
     d = np.asarray(differences, dtype=np.float64)
-    if d.ndim != 1 or d.size == 0:
-        raise InputError("randomisation test needs a non-empty one-dimensional array")
+    if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all():
+        raise InputError("randomisation test needs a non-empty one-dimensional finite array")
     if int(n_permutations) != n_permutations or n_permutations < 1:
         raise InputError(f"n_permutations must be a positive integer, got {n_permutations}")
     n = d.size
@@ -155,8 +155,8 @@ def bootstrap_mean_ci(
     """
     v = np.asarray(values, dtype=np.float64)
     check_bootstrap_args(n_resamples, confidence)
-    if v.ndim != 1 or v.size == 0:
-        raise InputError("bootstrap needs a non-empty one-dimensional array")
+    if v.ndim != 1 or v.size == 0 or not np.isfinite(v).all():
+        raise InputError("bootstrap needs a non-empty one-dimensional finite array")
     rng = np.random.default_rng(seed)
     means = np.concatenate(
         [v[idx].mean(axis=1) for idx in resample_blocks(rng, v.size, n_resamples)]

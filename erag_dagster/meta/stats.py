@@ -137,11 +137,11 @@ def percentile_interval(values: ArrayLike, confidence: float) -> tuple[float, fl
     return float(low), float(high)
 
 
-def check_bootstrap_args(n_resamples: int, confidence: float) -> None:
+def check_bootstrap_args(n_resamples: int, confidence: float | None = None) -> None:
     """Raise :class:`InputError` unless ``n_resamples >= 1`` and ``0 < confidence < 1``."""
     if int(n_resamples) != n_resamples or n_resamples < 1:
         raise InputError(f"n_resamples must be a positive integer, got {n_resamples}")
-    if not 0.0 < confidence < 1.0:
+    if confidence is not None and not 0.0 < confidence < 1.0:
         raise InputError(f"confidence must be in (0, 1), got {confidence}")
 
 
@@ -160,7 +160,7 @@ def _kendall_kernel(
     With ``S^x_ij = sign(x_i - x_j)`` and multiplicities ``w`` of a resample, the resample's
     sums over pairs are quadratic forms (a pair of copies of one query has sign 0, i.e. is
     tied, exactly as in the resampled arrays): ``2 (n_c - n_d) = w' (S^x * S^y) w`` and
-    ``2 (n0 - n_x) = w' |S^x| w``, so tau-b is ``w'Cw / sqrt(w'|S^x|w * w'|S^y|w)``.
+    ``2 (n0 - n_x) = w' |S^x| w``; the factors 2 cancel in tau-b.
     """
     n = x.size
     if n > _KENDALL_MATRIX_MAX_N:
@@ -231,7 +231,7 @@ def bootstrap_distribution(
     as ``rng.integers(0, n, size=(block, n))`` in blocks of 256 rows.
     """
     xa, ya = as_pair(x, y)
-    check_bootstrap_args(n_resamples, 0.5)
+    check_bootstrap_args(n_resamples)
     n = xa.size
     if n == 0:
         return np.full(n_resamples, math.nan)

@@ -22,8 +22,9 @@ Quirks of the reference, reproduced (what it returns is returned here, what it f
   all 0 stays and scores 0. If every list is empty the mean divides by zero (refused).
 * binary mode looks each metric name up verbatim in pytrec_eval's result: only names that are
   pytrec_eval output keys work (``P_5``, ``ndcg_cut_10``, ``map``, ``recip_rank``,
-  ``iprec_at_recall_0.10``, also ``num_q``, ``gm_map`` — per query the *log* of max(AP, 1e-5) —,
-  ``runid``/``relstring`` which come back as 0.0). ``P``, ``success``, ``P_05``, ``P.5`` raise
+  ``iprec_at_recall_0.10``, also ``num_q`` and ``gm_map`` — per query the *log* of
+  max(AP, 1e-5), averaged as is). ``runid`` and ``relstring`` come back as uninitialised
+  memory (garbage numbers): refused. ``P``, ``success``, ``P_05``, ``P.5`` raise
   ``KeyError`` there; a cut-off of 0 (``P_0``) or a parameter on ``ndcg``/``G``/``Rndcg``/
   ``ndcg_rel`` makes trec_eval abort the whole Python process — all refused here.
 * graded mode parses the cut-off with Python's ``int()`` after the first ``_`` (``"P_1_0"`` is
@@ -40,9 +41,8 @@ One deliberate difference: a NaN label is refused. The reference accepts it (NaN
 
 from __future__ import annotations
 
-import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pytrec_eval
 
@@ -69,13 +69,13 @@ def _build_qrels(
     qrel: dict[str, dict[str, float | int]] = {}
     binary = True
     for query, seq in labels.items():
-        if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):
+        if isinstance(seq, str | bytes | Mapping) or not isinstance(seq, Iterable):
             raise _refuse(f"query {query!r}: labels must be a list of numbers")
         qrel[query] = {}
         for j, label in enumerate(seq):
             if not isinstance(label, numbers.Real):
                 raise _refuse(f"query {query!r} rank {j + 1}: label {label!r} is not a number")
-            if math.isnan(label):
+            if label != label:  # NaN (no float() conversion: huge ints must not overflow)
                 raise _refuse(f"query {query!r} rank {j + 1}: NaN label (it would return NaN)")
             value: float | int = label
             if value in [0, 1]:
@@ -93,7 +93,12 @@ def _binary_results(
 ) -> dict[str, dict[str, float]]:
     """Step 2, binary mode: pytrec_eval with the reference's run, unknown keys refused first."""
     for metric in metrics:
-        if trec_measure_key(metric) is None and metric not in ("runid", "relstring"):
+        if metric in ("runid", "relstring"):
+            raise _refuse(
+                f"metric {metric!r} is a string in trec_eval; pytrec_eval returns an "
+                "uninitialised number for it"
+            )
+        if trec_measure_key(metric) is None:
             raise _refuse(
                 f"metric {metric!r} is not a pytrec_eval result key with 0/1 labels "
                 "(KeyError in the reference, or trec_eval aborts the process)"

@@ -6,6 +6,8 @@ that query's list of labels in rank order (rank 1 first), each a real number in 
 
 How a query is scored
 ---------------------
+Each query is scored on its own (a query's values never depend on the other queries):
+
 * **Binary lists** (every label is 0 or 1) are evaluated with pytrec_eval exactly as trec_eval
   would: the qrels are the list's own labels (as ``int``), the run gives position ``i`` (1-based)
   the score ``n - i + 1`` under a doc id unique to that position, so trec_eval's order is the rank
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -188,7 +190,12 @@ def check_label(query_id: str, rank: int, label: object) -> float:
     """``label`` as a float in ``[0, 1]``, or :class:`InputError` naming the query and rank."""
     if not isinstance(label, numbers.Real):
         raise InputError(f"query {query_id!r} rank {rank}: label {label!r} is not a number")
-    value = float(label)
+    try:
+        value = float(label)
+    except OverflowError:
+        raise InputError(
+            f"query {query_id!r} rank {rank}: label {label!r} is outside [0, 1]"
+        ) from None
     if math.isnan(value):
         raise InputError(f"query {query_id!r} rank {rank}: label is NaN")
     if not 0.0 <= value <= 1.0:
@@ -205,7 +212,7 @@ def _check_lists(labels: Mapping[str, Sequence[float]]) -> dict[str, list[float]
     for qid, seq in labels.items():
         if not isinstance(qid, str):
             raise InputError(f"query id {qid!r} is not a string")
-        if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):
+        if isinstance(seq, str | bytes | Mapping) or not isinstance(seq, Iterable):
             raise InputError(f"query {qid!r}: labels must be a list of numbers in rank order")
         checked[qid] = [check_label(qid, rank, x) for rank, x in enumerate(seq, 1)]
     return checked
@@ -251,7 +258,7 @@ def evaluate_labels(
     per_query: dict[str, dict[str, float]] = {}
     for qid, ls in lists.items():
         if qid in binary_values:
-            per_query[qid] = binary_values[qid]
+            per_query[qid] = {m.name: binary_values[qid][m.name] for m in parsed}
         elif not ls:
             per_query[qid] = {m.name: 0.0 for m in parsed}
         else:

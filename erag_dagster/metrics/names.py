@@ -62,11 +62,12 @@ TREC_FLOAT_PARAM_MEASURES: frozenset[str] = frozenset({"Rprec_mult", "iprec_at_r
 #: The largest cut-off accepted (pytrec_eval stores cut-offs as C ``long``; 2**31 - 1 is plenty).
 MAX_CUTOFF = 2**31 - 1
 
+# used with fullmatch (a trailing newline must not slip through as `$` would let it)
 _IR_MEASURES = re.compile(
-    r"^(?P<family>P|Success|RR|AP|nDCG|R)(?:\(rel=(?P<rel>[0-9]+)\))?(?:@(?P<cutoff>[0-9]+))?$"
+    r"(?P<family>P|Success|RR|AP|nDCG|R)(?:\(rel=(?P<rel>[0-9]+)\))?(?:@(?P<cutoff>[0-9]+))?"
 )
-_TREC_CUTOFF = re.compile(r"^(?P<base>P|recall|success|map_cut|ndcg_cut|relative_P)_(?P<k>[0-9]+)$")
-_TREC_FLOAT = re.compile(r"^(?P<base>Rprec_mult|iprec_at_recall)_(?P<x>[0-9]+\.[0-9]+)$")
+_TREC_CUTOFF = re.compile(r"(?P<base>P|recall|success|map_cut|ndcg_cut|relative_P)_(?P<k>[0-9]+)")
+_TREC_FLOAT = re.compile(r"(?P<base>Rprec_mult|iprec_at_recall)_(?P<x>[0-9]+\.[0-9]+)")
 
 _TREC_TO_FAMILY = {
     "P": "P",
@@ -162,12 +163,12 @@ def trec_measure_key(name: str) -> str | None:
     """
     if name in TREC_SCALAR_MEASURES:
         return name
-    match = _TREC_CUTOFF.match(name)
+    match = _TREC_CUTOFF.fullmatch(name)
     if match:
         digits = match["k"]
         ok = digits == str(int(digits)) and 1 <= int(digits) <= MAX_CUTOFF
         return name if ok else None
-    match = _TREC_FLOAT.match(name)
+    match = _TREC_FLOAT.fullmatch(name)
     if match:
         text = match["x"]
         ok = f"{float(text):.2f}" == text and len(text) <= 8  # pytrec_eval cuts longer keys
@@ -179,7 +180,7 @@ def parse_metric_name(name: str) -> MetricName:
     """Parse one metric name (see the module docstring); :class:`InputError` if unknown."""
     if not isinstance(name, str):
         raise _unknown(name, "not a string")
-    match = _IR_MEASURES.match(name)
+    match = _IR_MEASURES.fullmatch(name)
     if match:
         family = match["family"]
         rel = int(match["rel"]) if match["rel"] is not None else None
@@ -195,7 +196,7 @@ def parse_metric_name(name: str) -> MetricName:
         measure = plain if cutoff is None or family == "RR" else f"{with_cutoff}_{cutoff}"
         return MetricName(name, family, cutoff, rel, str(measure))
 
-    match = _TREC_CUTOFF.match(name)
+    match = _TREC_CUTOFF.fullmatch(name)
     if match:
         base = match["base"]
         cutoff = _check_cutoff(name, match["k"])
@@ -204,7 +205,7 @@ def parse_metric_name(name: str) -> MetricName:
         return MetricName(name, _TREC_TO_FAMILY.get(base, base), cutoff, None, name)
     if name in TREC_SCALAR_MEASURES:
         return MetricName(name, _TREC_TO_FAMILY.get(name, name), None, None, name)
-    match = _TREC_FLOAT.match(name)
+    match = _TREC_FLOAT.fullmatch(name)
     if match:
         if trec_measure_key(name) is None:
             canonical = f"{match['base']}_{float(match['x']):.2f}"

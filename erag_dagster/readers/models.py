@@ -205,7 +205,9 @@ def _hub_source(spec: ReaderSpec) -> ModelSource:
             "(set allow_download: true to fetch it)"
         ) from None
     except Exception as exc:  # invalid repo id, revision not found, network refused …
-        raise InputError(f"reader {spec.name!r}: cannot resolve model {spec.model!r}: {exc}") from None
+        raise InputError(
+            f"reader {spec.name!r}: cannot resolve model {spec.model!r}: {exc}"
+        ) from None
     commit = Path(folder).name
     identity = {"kind": "hub", "id": spec.model, "revision": spec.revision, "commit": commit}
     return ModelSource("hub", identity, path=Path(folder), hub_id=spec.model, commit=commit)

@@ -78,8 +78,12 @@ def build_messages(
     if system:
         messages.append({"role": "system", "content": system})
     for ex in examples:
-        messages.append({"role": "user", "content": render_template(template, ex.question, ex.passage)})
-        messages.append({"role": "assistant", "content": f"{spec.answer_prefix} {ex.answer}".strip()})
+        messages.append(
+            {"role": "user", "content": render_template(template, ex.question, ex.passage)}
+        )
+        messages.append(
+            {"role": "assistant", "content": f"{spec.answer_prefix} {ex.answer}".strip()}
+        )
     messages.append({"role": "user", "content": render_template(template, question, passage)})
     return messages
 

@@ -114,7 +114,9 @@ class ReaderSpec:
         ``None`` values mean "use the default" (YAML ``key:`` with no value).
         """
         if not isinstance(data, Mapping):
-            raise InputError(f"reader {name!r}: config must be a mapping, got {type(data).__name__}")
+            raise InputError(
+                f"reader {name!r}: config must be a mapping, got {type(data).__name__}"
+            )
         raw = {k: v for k, v in data.items() if v is not None}
         label = name or raw.get("name") or "?"
         if "trust_remote_code" in raw:
@@ -163,11 +165,15 @@ class ReaderSpec:
         if not self.name or not isinstance(self.name, str):
             raise InputError("reader name must be a non-empty string")
         if self.backend not in BACKENDS:
-            raise InputError(f"{where}: backend {self.backend!r} unknown; use {', '.join(BACKENDS)}")
+            raise InputError(
+                f"{where}: backend {self.backend!r} unknown; use {', '.join(BACKENDS)}"
+            )
         if not self.model or not isinstance(self.model, str):
             raise InputError(f"{where}: 'model' must be a non-empty string")
         if not _DEVICE_RE.match(str(self.device).strip().lower()):
-            raise InputError(f"{where}: device {self.device!r} unknown; use auto, cpu, cuda, cuda:N")
+            raise InputError(
+                f"{where}: device {self.device!r} unknown; use auto, cpu, cuda, cuda:N"
+            )
         if self.dtype not in DTYPE_NAMES:
             raise InputError(f"{where}: dtype {self.dtype!r} unknown; use {', '.join(DTYPE_NAMES)}")
         if self.do_sample:
