@@ -1,6 +1,5 @@
 """The one ``Definitions`` object: assets, resources, jobs, schedules and sensors."""
 
-from __future__ import annotations
 
 import dagster as dg
 

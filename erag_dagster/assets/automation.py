@@ -12,7 +12,6 @@
 * ``full_reevaluation`` is an explicit audit: every partition of every asset, re-run.
 """
 
-from __future__ import annotations
 
 import dagster as dg
 
@@ -37,10 +36,10 @@ DEFAULT_CRON = "0 3 * * *"
 
 
 def reader_digest(name: str, config: dict) -> str:
-    """Content hash of a reader's model file(s) and its config."""
-    from erag_dagster.readers.fingerprint import model_identity_digest
+    """The reader fingerprint: model file hash, libraries, prompt, decoding (no model load)."""
+    from erag_dagster.readers.transformers_reader import reader_from_config
 
-    return model_identity_digest(name, config)
+    return reader_from_config(name, config).fingerprint
 
 
 def current_input_versions(dataset_spec: str, registry_path: str | None = None) -> dict[str, str]:
@@ -73,7 +72,7 @@ def reader_models(context) -> dg.DataVersion:
 
 
 observe_inputs_job = dg.define_asset_job(
-    "observe_inputs", selection=dg.AssetSelection.assets(dataset_files, reader_models)
+    "observe_inputs", selection=dg.AssetSelection.keys("dataset_files", "reader_models")
 )
 
 

@@ -1,6 +1,5 @@
 """corpus, queries, qrels: the dataset named by the settings' spec, as three polars tables."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

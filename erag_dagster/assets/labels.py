@@ -1,6 +1,5 @@
 """eRAG labels (paper §2, eq. 1) per reader x retriever, and the list-metric report on them."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

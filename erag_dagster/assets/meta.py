@@ -1,7 +1,6 @@
 """Meta-evaluation assets: end-to-end RAG, baseline labels, correlation (Table 1, Figure 1),
 efficiency (Table 2)."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

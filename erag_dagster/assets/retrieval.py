@@ -1,6 +1,5 @@
 """Indexes (BM25, dense) and retrieval runs, one partition per registry retriever config."""
 
-from __future__ import annotations
 
 import time
 
