@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 
-from erag_dagster.definitions import ALL_ASSETS, SOURCE_ASSETS, build_resources
+from erag_dagster.definitions import SOURCE_ASSETS, build_assets, build_resources
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
 
@@ -28,9 +28,9 @@ def _instance() -> dg.DagsterInstance:
     )
 
 
-def _keys_in_graph() -> set[str]:
+def _keys_in_graph(assets: Sequence[dg.AssetsDefinition]) -> set[str]:
     keys: set[str] = set()
-    for asset in ALL_ASSETS:
+    for asset in assets:
         keys |= {k.to_user_string() for k in asset.keys}
     return keys
 
@@ -40,6 +40,7 @@ def materialize_all(
     instance: dg.DagsterInstance | None = None,
     log: Log = print,
     stages: Sequence[str] | None = None,
+    log_level: str = "INFO",
 ) -> None:
     """Materialise the whole graph: dataset → indexes → runs → labels → reports.
 
@@ -47,11 +48,12 @@ def materialize_all(
     the reports read every partition of their upstream.
     """
     settings = settings or EvalSettings()
-    resources = build_resources()
+    resources = build_resources(settings.registry_path)
     resources["settings"] = settings
     instance = instance or _instance()
     registry = load_registry(settings.registry_path or None)
-    present = _keys_in_graph()
+    assets = build_assets(registry)
+    present = _keys_in_graph(assets)
 
     def run(selection: list[str], partition_key: str | None = None) -> None:
         selection = [s for s in selection if s in present]
@@ -60,11 +62,12 @@ def materialize_all(
         label = f"{', '.join(selection)}" + (f" [{partition_key}]" if partition_key else "")
         log(f"materialising {label}")
         dg.materialize(
-            [*SOURCE_ASSETS, *ALL_ASSETS],
+            [*SOURCE_ASSETS, *assets],
             selection=selection,
             partition_key=partition_key,
             resources=resources,
             instance=instance,
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
         )
 
     wanted = set(stages) if stages else None
@@ -90,29 +93,36 @@ def materialize_all(
         run(["efficiency_report"])
 
 
-def load_asset_value(key: str, instance: dg.DagsterInstance | None = None):
+def load_asset_value(key: str, instance: dg.DagsterInstance | None = None, registry_path: str = ""):
     """Read a materialised unpartitioned asset's value through the IO manager."""
-    from erag_dagster.definitions import defs
+    from erag_dagster.definitions import build_defs
 
+    defs = build_defs(registry_path or None)
     with defs.get_asset_value_loader(instance=instance or _instance()) as loader:
         return loader.load_asset_value(key)
 
 
-def print_reports(instance: dg.DagsterInstance | None = None) -> None:
+def print_reports(instance: dg.DagsterInstance | None = None, registry_path: str = "") -> None:
     """Print the report assets that exist, as terminal tables."""
     from erag_dagster.report import format_table
 
     titles = {
         "retrieval_report": "Retrieval quality against human/provenance judgments (pytrec_eval)",
-        "erag_report": "eRAG: list metrics on per-document reader labels",
+        "erag_report": "eRAG: list metrics on per-document reader labels, per retriever",
+        "correlation_report": "Meta-evaluation: Kendall tau-b with end-to-end quality "
+        "(bootstrap 95% CI; * = best per column)",
+        "efficiency_report": "Efficiency: end-to-end vs eRAG (query- / document-level batching)",
     }
     for key, title in titles.items():
-        if key not in _keys_in_graph():
-            continue
         try:
-            frame = load_asset_value(key, instance)
+            frame = load_asset_value(key, instance, registry_path)
         except Exception as exc:  # a report not materialised yet is not an error here
             print(f"\n{title}: not available ({type(exc).__name__})")
             continue
         print(f"\n== {title} ==")
-        print(format_table(frame))
+        if key == "correlation_report" and frame.height:
+            from erag_dagster.report import format_table1
+
+            print(format_table1(frame, statistic="kendall_tau"))
+        else:
+            print(format_table(frame))

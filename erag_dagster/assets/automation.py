@@ -12,7 +12,6 @@
 * ``full_reevaluation`` is an explicit audit: every partition of every asset, re-run.
 """
 
-
 import dagster as dg
 
 from erag_dagster.inputs import dataset_digest

@@ -1,6 +1,5 @@
 """Helpers shared by the asset modules: partitions from the registry, data versions, metadata."""
 
-
 import hashlib
 
 import dagster as dg

@@ -1,6 +1,5 @@
 """corpus, queries, qrels: the dataset named by the settings' spec, as three polars tables."""
 
-
 import dagster as dg
 import polars as pl
 

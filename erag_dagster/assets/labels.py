@@ -1,6 +1,5 @@
 """eRAG labels (paper §2, eq. 1) per reader x retriever, and the list-metric report on them."""
 
-
 import dagster as dg
 import polars as pl
 
@@ -11,13 +10,12 @@ from erag_dagster.assets.common import (
     reader_retriever_partitions,
     table_md,
 )
-from erag_dagster.assets.retrieval import REGISTRY, retrieval_run
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
+from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.retrieval.runs import top_k
 
-READER_X_RETRIEVER = reader_retriever_partitions(REGISTRY)
 GPU_POOL = "gpu"
 #: On Kubernetes (deploy/production), reader-bound steps ask for one GPU.
 GPU_OP_TAGS = {
@@ -28,23 +26,7 @@ GPU_OP_TAGS = {
 }
 
 
-@dg.asset(
-    group_name="labels",
-    partitions_def=READER_X_RETRIEVER,
-    code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
-    pool=GPU_POOL,
-    deps=[reader_models],
-    op_tags=GPU_OP_TAGS,
-    ins={
-        "retrieval_run": dg.AssetIn(
-            partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
-                partition_dimension_name="retriever"
-            )
-        )
-    },
-)
-def doc_labels(
+def _doc_labels(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     reader: ReaderResource,
@@ -135,4 +117,24 @@ def _split_multi_key(partition: str) -> tuple[str, str]:
     return reader_key, retriever_key
 
 
-__all__ = ["doc_labels", "erag_report", "retrieval_run"]
+RUN_BY_RETRIEVER = dg.AssetIn(
+    "retrieval_run",
+    partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
+        partition_dimension_name="retriever"
+    ),
+)
+
+
+def build_doc_labels(registry: Registry) -> dg.AssetsDefinition:
+    """``doc_labels`` partitioned by reader x retriever (registry configs)."""
+    return dg.asset(
+        name="doc_labels",
+        group_name="labels",
+        partitions_def=reader_retriever_partitions(registry),
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        pool=GPU_POOL,
+        deps=[reader_models],
+        op_tags=GPU_OP_TAGS,
+        ins={"retrieval_run": RUN_BY_RETRIEVER},
+    )(_doc_labels)

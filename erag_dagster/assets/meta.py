@@ -1,13 +1,17 @@
 """Meta-evaluation assets: end-to-end RAG, baseline labels, correlation (Table 1, Figure 1),
 efficiency (Table 2)."""
 
-
 import dagster as dg
 import polars as pl
 
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, reader_models
-from erag_dagster.assets.common import CODE_VERSION, frame_version, table_md
-from erag_dagster.assets.labels import GPU_OP_TAGS, GPU_POOL, READER_X_RETRIEVER, _split_multi_key
+from erag_dagster.assets.common import (
+    CODE_VERSION,
+    frame_version,
+    reader_retriever_partitions,
+    table_md,
+)
+from erag_dagster.assets.labels import GPU_OP_TAGS, GPU_POOL, RUN_BY_RETRIEVER, _split_multi_key
 from erag_dagster.meta.baselines import (
     containment_labels,
     llm_annotation_labels,
@@ -20,29 +24,13 @@ from erag_dagster.meta.end_to_end import context_lists, evaluate_end_to_end
 from erag_dagster.meta.plots import plot_correlation_vs_k
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 from erag_dagster.paths import storage_dir
+from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, ReaderResource
 from erag_dagster.retrieval.runs import top_k
 from erag_dagster.retrieval.service import encoder_from_config
 
-RUN_BY_RETRIEVER = dg.AssetIn(
-    "retrieval_run",
-    partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
-        partition_dimension_name="retriever"
-    ),
-)
 
-
-@dg.asset(
-    group_name="meta_evaluation",
-    partitions_def=READER_X_RETRIEVER,
-    code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
-    pool=GPU_POOL,
-    deps=[reader_models],
-    op_tags=GPU_OP_TAGS,
-    ins={"retrieval_run": RUN_BY_RETRIEVER},
-)
-def end_to_end(
+def _end_to_end(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     reader: ReaderResource,
@@ -75,17 +63,7 @@ def end_to_end(
     )
 
 
-@dg.asset(
-    group_name="meta_evaluation",
-    partitions_def=READER_X_RETRIEVER,
-    code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
-    pool=GPU_POOL,
-    deps=[reader_models],
-    op_tags=GPU_OP_TAGS,
-    ins={"retrieval_run": RUN_BY_RETRIEVER},
-)
-def baseline_labels(
+def _baseline_labels(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     reader: ReaderResource,
@@ -277,3 +255,24 @@ def efficiency_report(
         data_version=frame_version(table),
         metadata={"report": table_md(table), "retriever": first, "ks": ks},
     )
+
+
+def build_meta_partitioned(registry: Registry) -> list[dg.AssetsDefinition]:
+    """``end_to_end`` and ``baseline_labels``, partitioned by reader x retriever."""
+    common = {
+        "group_name": "meta_evaluation",
+        "code_version": CODE_VERSION,
+        "automation_condition": RECOMPUTE_WHEN_STALE,
+        "pool": GPU_POOL,
+        "deps": [reader_models],
+        "op_tags": GPU_OP_TAGS,
+        "ins": {"retrieval_run": RUN_BY_RETRIEVER},
+    }
+    return [
+        dg.asset(name="end_to_end", partitions_def=reader_retriever_partitions(registry), **common)(
+            _end_to_end
+        ),
+        dg.asset(
+            name="baseline_labels", partitions_def=reader_retriever_partitions(registry), **common
+        )(_baseline_labels),
+    ]

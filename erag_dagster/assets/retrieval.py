@@ -1,6 +1,5 @@
 """Indexes (BM25, dense) and retrieval runs, one partition per registry retriever config."""
 
-
 import time
 
 import dagster as dg
@@ -10,11 +9,11 @@ from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import (
     CODE_VERSION,
     frame_version,
-    registry_at_load,
     retriever_partitions,
     table_md,
 )
 from erag_dagster.metrics.human import evaluate_run
+from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings
 from erag_dagster.retrieval.service import (
     RetrievalTiming,
@@ -23,9 +22,6 @@ from erag_dagster.retrieval.service import (
     encoder_from_config,
     run_retriever,
 )
-
-REGISTRY = registry_at_load()
-RETRIEVERS = retriever_partitions(REGISTRY)
 
 
 @dg.asset(
@@ -73,14 +69,7 @@ def dense_index(
     )
 
 
-@dg.asset(
-    group_name="retrieval",
-    partitions_def=RETRIEVERS,
-    code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
-    deps=[bm25_index, dense_index],
-)
-def retrieval_run(
+def _retrieval_run(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     corpus: pl.DataFrame,
@@ -128,3 +117,15 @@ def retrieval_report(
         data_version=frame_version(table),
         metadata={"report": table_md(table), "metrics": metrics},
     )
+
+
+def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
+    """``retrieval_run`` partitioned by the registry's retriever configs."""
+    return dg.asset(
+        name="retrieval_run",
+        group_name="retrieval",
+        partitions_def=retriever_partitions(registry),
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        deps=[bm25_index, dense_index],
+    )(_retrieval_run)

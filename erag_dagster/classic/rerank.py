@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -80,15 +80,23 @@ class ReaderScorer:
         return f"ReaderScorer({self.reader!r})"
 
 
-def default_scorer(registry: Any | None = None, reader: str | None = None) -> ReaderScorer:
-    """:class:`ReaderScorer` over a registry reader (``reader`` name or partition key; the
-    registry's first reader when None; the packaged registry when ``registry`` is None)."""
+def default_scorer(
+    registry: Any | None = None,
+    reader: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ReaderScorer:
+    """:class:`ReaderScorer` over a registry reader.
+
+    ``reader`` is a name or partition key (the registry's first reader when None); ``registry``
+    defaults to the packaged one; ``overrides`` replace keys of the reader's config (e.g.
+    ``{"dtype": "float32", "device": "cpu"}``).
+    """
     from erag_dagster.readers.transformers_reader import reader_from_config
     from erag_dagster.registry import load_registry
 
     registry = registry or load_registry()
     entry = registry.reader(reader) if reader else next(iter(registry.readers.values()))
-    return ReaderScorer(reader_from_config(entry.name, entry.config))
+    return ReaderScorer(reader_from_config(entry.name, {**entry.config, **(overrides or {})}))
 
 
 class CrossEncoderScorer:

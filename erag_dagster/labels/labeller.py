@@ -121,12 +121,22 @@ def label_run(
         raise RuntimeError(
             f"{store.path}: {pairs.height - answers.height} generations missing after writing"
         )
-    rows = rows.join(answers, on="generation_key", how="left")
+    rows = rows.join(answers, on="generation_key", how="left", maintain_order="left")
+    rows = rows.with_columns(
+        pl.Series(
+            "score_key",
+            [
+                score_key(g, h, metric)
+                for g, h in rows.select("generation_key", "gold_hash").iter_rows()
+            ],
+            dtype=pl.String,
+        )
+    )
     scores, scored_now = _score(rows, metric, score_fn, store, dagster_run_id)
     if scored_now:
         say(f"scored {scored_now} new answers with {metric}")
     labels = (
-        rows.join(scores, on="score_key", how="left")
+        rows.join(scores, on="score_key", how="left", maintain_order="left")
         .with_columns(
             pl.col("score").alias("label"),
             pl.lit(fingerprint).alias("reader_fingerprint"),
@@ -180,7 +190,9 @@ def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> p
         maintain_order="left",
     )
     require_answers(used, "labelling")
-    empty_q = used.filter(pl.col("question").is_null() | (pl.col("question").str.strip_chars() == ""))
+    empty_q = used.filter(
+        pl.col("question").is_null() | (pl.col("question").str.strip_chars() == "")
+    )
     if empty_q.height:
         raise InputError(f"labelling: query {empty_q.get_column('query_id')[0]!r} has no question")
     docs = (
@@ -272,36 +284,28 @@ def _score(
     store: LabelStore,
     dagster_run_id: str | None,
 ) -> tuple[pl.DataFrame, int]:
-    """Scores for every row (``score_key, score``) and how many were computed now."""
-    keys = [
-        score_key(g, h, metric)
-        for g, h in zip(rows.get_column("generation_key"), rows.get_column("gold_hash"), strict=True)
-    ]
-    rows = rows.with_columns(pl.Series("score_key", keys, dtype=pl.String))
+    """``(score_key, score)`` for every distinct score key of ``rows``, and how many of them
+    were computed now (the others come from the store)."""
     distinct = rows.unique("score_key", keep="first", maintain_order=True)
     stored = store.lookup_scores(distinct.get_column("score_key"))
     missing = distinct.join(stored.select("score_key"), on="score_key", how="anti")
-    values: list[float] = []
-    for qid, did, answer, golds in missing.select("query_id", "doc_id", "answer", "answers").rows():
-        values.append(_checked(score_fn(answer, golds), metric, qid, did))
+    values = [
+        _checked(score_fn(answer, golds), metric, qid, did)
+        for qid, did, answer, golds in missing.select(
+            "query_id", "doc_id", "answer", "answers"
+        ).rows()
+    ]
+    fresh = missing.select("score_key").with_columns(pl.Series("score", values, dtype=pl.Float64))
     if missing.height:
         store.put_scores(
-            missing.select("score_key", "generation_key", "gold_hash", "answers").with_columns(
+            missing.select("score_key", "generation_key", "gold_hash").with_columns(
                 pl.lit(metric).alias("metric"),
-                pl.Series("score", values, dtype=pl.Float64),
+                fresh.get_column("score"),
                 pl.lit(dagster_run_id, dtype=pl.String).alias("dagster_run_id"),
-                pl.col("answers").alias("gold_answers"),
+                missing.get_column("answers").alias("gold_answers"),
             )
         )
-    scores = pl.concat(
-        [
-            stored.select("score_key", "score"),
-            missing.select("score_key").with_columns(pl.Series("score", values, dtype=pl.Float64)),
-        ]
-    )
-    return rows.select(
-        "query_id", "doc_id", "rank", "answer", "score_key"
-    ).join(scores, on="score_key", how="left").select("query_id", "doc_id", "rank", "answer", "score_key"), missing.height  # noqa: E501
+    return pl.concat([stored.select("score_key", "score"), fresh]), missing.height
 
 
 def _checked(value: Any, metric: str, query_id: str, doc_id: str) -> float:

@@ -25,6 +25,7 @@ import gc
 import inspect
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -96,6 +97,7 @@ class _Loaded:
 
 _LOADED: dict[tuple[str, str], _Loaded] = {}
 _LOADED_LOCK = threading.Lock()
+_READERS: weakref.WeakSet[TransformersReader] = weakref.WeakSet()
 
 
 def reader_from_config(name: str, config: Mapping[str, Any]) -> TransformersReader:
@@ -108,6 +110,8 @@ def close_all_readers() -> None:
     with _LOADED_LOCK:
         cuda = any(entry.device.type == "cuda" for entry in _LOADED.values())
         _LOADED.clear()
+        for reader in list(_READERS):
+            reader._loaded = None
     gc.collect()
     if cuda and torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -179,6 +183,7 @@ class TransformersReader:
             if loaded is None:
                 loaded = self._load()
                 _LOADED[key] = loaded
+            _READERS.add(self)
         self._loaded = loaded
         return loaded
 

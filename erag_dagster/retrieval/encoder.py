@@ -91,7 +91,9 @@ class TextEncoder:
     @cached_property
     def _loaded(self) -> tuple[object, torch.nn.Module]:
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()
         try:
             tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
             model = AutoModel.from_pretrained(self.path, local_files_only=True, dtype=self.dtype)
