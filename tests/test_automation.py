@@ -1,0 +1,137 @@
+"""Declarative automation and the re-evaluation schedule on a materialised instance.
+
+Proves with ``dagster.evaluate_automation_conditions`` that: nothing changed → nothing runs; a
+changed retriever config → only that retriever's partitions; a changed reader → only that
+reader's partitions; and that the schedule requests nothing while its inputs are unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from erag_dagster.assets.automation import reevaluation_schedule
+from erag_dagster.definitions import build_defs
+from erag_dagster.pipeline import materialize_all
+from erag_dagster.registry import load_registry
+from erag_dagster.resources import EvalSettings
+from tests.pipeline_fixtures import small_registry, write_instance_yaml
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
+    root = tmp_path_factory.mktemp("automation")
+    home = write_instance_yaml(root / "dagster_home")
+    old = {k: os.environ.get(k) for k in ("ERAG_STORAGE", "DAGSTER_HOME")}
+    os.environ["ERAG_STORAGE"] = str(root / "storage")
+    os.environ["DAGSTER_HOME"] = str(home)
+    # a dataset in files we can edit: 4 SQuAD questions as generic jsonl tables
+    from erag_dagster.data.loaders import load_dataset
+
+    ds = load_dataset("sample?max_questions=4")
+    data_dir = root / "data"
+    data_dir.mkdir()
+    ds.corpus.write_ndjson(data_dir / "corpus.jsonl")
+    ds.queries.write_ndjson(data_dir / "queries.jsonl")
+    ds.qrels.write_ndjson(data_dir / "qrels.jsonl")
+    registry = small_registry(root / "base", dataset=f"jsonl:{data_dir}")
+    instance = dg.DagsterInstance.from_config(str(home))
+    settings = EvalSettings(registry_path=str(registry))
+    materialize_all(settings, instance=instance, stages=["labels"], log=lambda m: None)
+    yield {"root": root, "registry": registry, "instance": instance, "data": data_dir}
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def requested(result) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for key in result._requested_partitions_by_asset_key:
+        parts = result.get_requested_partitions(key)
+        out[key.to_user_string()] = {str(p) for p in parts}
+    return {k: v for k, v in out.items() if v}
+
+
+def test_nothing_changed_requests_nothing(world) -> None:
+    defs = build_defs(str(world["registry"]))
+    first = dg.evaluate_automation_conditions(defs=defs, instance=world["instance"])
+    second = dg.evaluate_automation_conditions(
+        defs=defs, instance=world["instance"], cursor=first.cursor
+    )
+    assert requested(first) == {}
+    assert requested(second) == {}
+
+
+def test_changed_retriever_requests_only_its_partitions(world) -> None:
+    base = build_defs(str(world["registry"]))
+    tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
+    edited = small_registry(
+        world["root"] / "bm25-edit", dataset=load_registry(world["registry"]).evaluation["dataset"],
+        **{"retrievers.bm25.k1": 1.2},
+    )  # fmt: skip
+    new_bm25 = load_registry(edited).retriever("bm25").partition_key
+    assert new_bm25 != load_registry(world["registry"]).retriever("bm25").partition_key
+    result = dg.evaluate_automation_conditions(
+        defs=build_defs(str(edited)), instance=world["instance"], cursor=tick.cursor
+    )
+    # only the new bm25 partition runs now; its labels wait for it (their input is missing),
+    # and the unchanged dense retriever and its labels are not touched.
+    assert requested(result) == {"retrieval_run": {new_bm25}}
+
+
+def test_changed_reader_requests_only_its_partitions(world) -> None:
+    base = build_defs(str(world["registry"]))
+    tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
+    edited = small_registry(
+        world["root"] / "reader-edit",
+        dataset=load_registry(world["registry"]).evaluation["dataset"],
+        **{"readers.smollm2-135m.max_new_tokens": 12},
+    )
+    registry = load_registry(edited)
+    new_reader = registry.reader("smollm2-135m").partition_key
+    result = dg.evaluate_automation_conditions(
+        defs=build_defs(str(edited)), instance=world["instance"], cursor=tick.cursor
+    )
+    expected = {f"{new_reader}|{r}" for r in registry.retriever_partitions}
+    got = requested(result)
+    assert got.get("doc_labels") == expected
+    assert set(got) <= {"doc_labels", "end_to_end", "baseline_labels"}
+    assert "retrieval_run" not in got
+
+
+def _schedule_result(world):
+    settings = EvalSettings(registry_path=str(world["registry"]))
+    context = dg.build_schedule_context(
+        instance=world["instance"], resources={"settings": settings}
+    )
+    return reevaluation_schedule(context)
+
+
+def test_schedule_observes_only_when_inputs_change(world) -> None:
+    defs = build_defs(str(world["registry"]))
+    job = defs.resolve_job_def("observe_inputs")
+    # no observation yet: the schedule asks for one
+    first = _schedule_result(world)
+    assert isinstance(first, dg.RunRequest)
+    assert job.execute_in_process(instance=world["instance"]).success
+    # inputs unchanged since that observation: nothing requested
+    assert isinstance(_schedule_result(world), dg.SkipReason)
+    assert isinstance(_schedule_result(world), dg.SkipReason)
+    # a dataset file changes: the schedule requests an observation naming it
+    queries = world["data"] / "queries.jsonl"
+    backup = world["root"] / "queries.backup"
+    shutil.copy(queries, backup)
+    try:
+        queries.write_text(queries.read_text().replace("?", " ?", 1))
+        changed = _schedule_result(world)
+        assert isinstance(changed, dg.RunRequest)
+        assert changed.tags["erag/changed_inputs"] == "dataset_files"
+    finally:
+        shutil.copy(backup, queries)
+    assert isinstance(_schedule_result(world), dg.SkipReason)
