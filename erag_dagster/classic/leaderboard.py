@@ -180,10 +180,10 @@ def format_leaderboard(board: pl.DataFrame, digits: int = 4, alpha: float = 0.05
     """A compact all-text version of a leaderboard for terminals and markdown.
 
     One row per retriever: ``retriever``, ``queries`` and one column per metric whose cell reads
-    ``mean [low, high]``, followed for non-baseline rows by ``diff p=p_perm`` and a ``*`` when
-    ``p_perm < alpha`` (e.g. ``0.6912 [0.655, 0.725] +0.0123 p=0.012*``). The baseline's name
-    carries ``(baseline)``. Render with :func:`erag_dagster.report.format_table` or
-    :func:`~erag_dagster.report.to_markdown`.
+    ``mean [low, high]``, followed for non-baseline rows by ``diff p=p_perm`` (``p<0.001`` below
+    that) and a ``*`` when ``p_perm < alpha`` (e.g. ``0.6912 [0.655, 0.725] +0.0123 p=0.012*``).
+    The baseline's name carries ``(baseline)``. Render with
+    :func:`erag_dagster.report.format_table` or :func:`~erag_dagster.report.to_markdown`.
     """
     exprs: list[pl.Expr] = [
         pl.when(pl.col("baseline"))
@@ -199,11 +199,21 @@ def format_leaderboard(board: pl.DataFrame, digits: int = 4, alpha: float = 0.05
             _fmt(pl.col(f"{m}_low"), f"{{:.{digits - 1}f}}"),
             _fmt(pl.col(f"{m}_high"), f"{{:.{digits - 1}f}}"),
         )
+        p_perm = pl.col(f"{m}_p_perm")
+        p_text = (
+            pl.when(p_perm < 0.001)
+            .then(pl.lit("<0.001"))
+            .otherwise(pl.concat_str([pl.lit("="), _fmt(p_perm, "{:.3f}")]))
+        )
+        # round first, then + 0.0 turns -0.0 into 0.0: no "-0.0000" for a zero difference
+        diff = pl.col(f"{m}_diff").map_elements(
+            lambda v: f"{round(v, digits) + 0.0:+.{digits}f}", return_dtype=pl.String
+        )
         versus = pl.format(
-            " {} p={}{}",
-            _fmt(pl.col(f"{m}_diff"), f"{{:+.{digits}f}}"),
-            _fmt(pl.col(f"{m}_p_perm"), "{:.3f}"),
-            pl.when(pl.col(f"{m}_p_perm") < alpha).then(pl.lit("*")).otherwise(pl.lit("")),
+            " {} p{}{}",
+            diff,
+            p_text,
+            pl.when(p_perm < alpha).then(pl.lit("*")).otherwise(pl.lit("")),
         )
         exprs.append(
             pl.when(pl.col("baseline")).then(ci).otherwise(pl.concat_str([ci, versus])).alias(m)
