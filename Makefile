@@ -16,6 +16,7 @@ run: setup
 	.venv/bin/erag-dagster run $(ARGS)
 
 test: setup
+	@scripts/ensure-chromium.sh
 	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
 
 dev: setup
