@@ -62,8 +62,10 @@ def main() -> None:
         ds.qrels, first, result, metrics=metrics, relevance_level=args.relevance_level
     )
     reader = scorer.reader
+    data = Path(args.data)
+    name = data.parent.name if data.name == "beir" else data.name  # scifact/beir -> scifact
     print(
-        f"\n{Path(args.data).name}: {result.queries} queries, BM25 top-{args.top_n} -> "
+        f"\n{name}: {result.queries} queries, BM25 top-{args.top_n} -> "
         f"reranked top-{args.k} by {reader.name} ({str(reader.dtype).removeprefix('torch.')}, "
         f"{reader.device}, {reader.spec.num_threads} threads, batch {reader.spec.batch_size}); "
         f"relevance level {args.relevance_level}; first stage cut to depth {args.k}"

@@ -207,6 +207,90 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rerank(args: argparse.Namespace) -> int:
+    from erag_dagster.classic.rerank import CrossEncoderScorer, default_scorer, lift_report, rerank
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.registry import load_registry
+    from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
+
+    metrics = _metrics_arg(args.metrics)
+    ds = load_dataset(args.dataset)
+    run = read_trec_run(args.run)
+    if args.cross_encoder:
+        scorer = CrossEncoderScorer(args.cross_encoder, device=args.device or "auto")
+        tag = f"rerank-{Path(args.cross_encoder).name}"
+    else:
+        overrides = {"device": args.device} if args.device else None
+        scorer = default_scorer(load_registry(args.registry), args.reader, overrides)
+        tag = f"rerank-{scorer.reader.name}"
+    log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
+    result = rerank(run, ds.queries, ds.corpus, scorer, top_n=args.top_n, k=args.k, log=log)
+    write_trec_run(result.run, args.output, tag=tag)
+    print(
+        f"wrote {result.run.height} lines ({result.queries} queries, top-{args.top_n} -> "
+        f"top-{args.k}) to {args.output}; {result.seconds_per_query:.3f} s/query, "
+        f"{result.docs_per_second:.1f} docs/s",
+        file=sys.stderr,
+    )
+    if ds.qrels.height and not args.no_report:
+        report = lift_report(
+            ds.qrels, run, result, metrics=metrics, relevance_level=args.relevance_level
+        )
+        _print_table(
+            report.select("metric", "depth", "before", "after", "difference", "p_perm", "p_t")
+        )
+    return 0
+
+
+def cmd_correlate(args: argparse.Namespace) -> int:
+    from erag_dagster.pipeline import materialize_all, print_reports
+    from erag_dagster.registry import load_registry
+    from erag_dagster.resources import EvalSettings
+
+    registry = load_registry(args.registry)
+    wanted = [r.strip() for r in args.retrievers.split(",") if r.strip()]
+    for name in wanted:
+        registry.retriever(name)  # unknown names fail here, with the known ones listed
+    if args.reader:
+        registry.reader(args.reader)
+    path = _narrowed_registry(registry, wanted, args.reader)
+    settings = EvalSettings(
+        dataset=args.dataset,
+        registry_path=str(path),
+        k=max(args.k, int(registry.evaluation.get("k", args.k))),
+        label_k=args.k,
+        e2e_ks=sorted({1, args.k} | ({3} if args.k > 3 else set())),
+    )
+    materialize_all(
+        settings,
+        stages=["labels", "meta"],
+        log=lambda m: print(f"[erag-dagster] {m}", file=sys.stderr),
+    )
+    print_reports(registry_path=str(path), only=("correlation_report",))
+    return 0
+
+
+def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> Path:
+    """A registry file holding only the chosen retrievers (and what hybrids fuse) and reader."""
+    import yaml
+
+    from erag_dagster.paths import storage_dir
+
+    raw = yaml.safe_load(Path(registry.path).read_text(encoding="utf-8"))
+    keep = set(retrievers)
+    for name in retrievers:
+        keep |= set(registry.retriever(name).config.get("fuse", []))
+    raw["retrievers"] = {k: v for k, v in raw["retrievers"].items() if k in keep}
+    if reader:
+        name = registry.reader(reader).name
+        raw["readers"] = {name: raw["readers"][name]}
+    target = storage_dir("registries") / f"correlate-{'-'.join(sorted(keep))}.yaml"
+    from erag_dagster.paths import atomic_write_text
+
+    atomic_write_text(target, yaml.safe_dump(raw, sort_keys=False))
+    return target
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="erag-dagster",
@@ -256,6 +340,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compat", choices=["erag"], help="reproduce the reference erag 0.0.1")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("rerank", help="rerank a run's top-N with the reader (or a cross-encoder)")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--run", required=True, help="first-stage TREC run")
+    p.add_argument("--top-n", type=int, default=100, help="first-stage documents rescored")
+    p.add_argument("--k", type=int, default=10, help="documents kept per query")
+    p.add_argument("--output", required=True, help="reranked TREC run")
+    p.add_argument("--reader", help="registry reader name or partition key (default: first)")
+    p.add_argument("--cross-encoder", help="a local Hugging Face cross-encoder folder instead")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default: the config's)")
+    p.add_argument("--metrics", default="nDCG@10,AP,R@10", help="metrics of the lift report")
+    p.add_argument("--relevance-level", type=int, default=1, help="binary measures: label >= N")
+    p.add_argument("--no-report", action="store_true", help="skip the before/after report")
+    p.add_argument("--registry")
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(func=cmd_rerank)
+
+    p = sub.add_parser("correlate", help="Table-1 report: labelling methods vs end-to-end")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--retrievers", required=True, help="comma-separated registry retrievers")
+    p.add_argument("--reader", help="registry reader (default: every registry reader)")
+    p.add_argument("--k", type=int, default=5, help="documents labelled / given end-to-end")
+    p.add_argument("--registry")
+    p.set_defaults(func=cmd_correlate)
 
     p = sub.add_parser("audit", help="every stored label of a (query, document) pair")
     p.add_argument("--query", required=True)

@@ -102,7 +102,11 @@ def load_asset_value(key: str, instance: dg.DagsterInstance | None = None, regis
         return loader.load_asset_value(key)
 
 
-def print_reports(instance: dg.DagsterInstance | None = None, registry_path: str = "") -> None:
+def print_reports(
+    instance: dg.DagsterInstance | None = None,
+    registry_path: str = "",
+    only: Sequence[str] | None = None,
+) -> None:
     """Print the report assets that exist, as terminal tables."""
     from erag_dagster.report import format_table
 
@@ -114,6 +118,8 @@ def print_reports(instance: dg.DagsterInstance | None = None, registry_path: str
         "efficiency_report": "Efficiency: end-to-end vs eRAG (query- / document-level batching)",
     }
     for key, title in titles.items():
+        if only is not None and key not in only:
+            continue
         try:
             frame = load_asset_value(key, instance, registry_path)
         except Exception as exc:  # a report not materialised yet is not an error here

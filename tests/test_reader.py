@@ -300,3 +300,15 @@ def test_conversion_cache_converts_once_under_concurrency(
     assert not [p for p in folder.parent.iterdir() if p.name.endswith(".tmp")]
     (folder / models.CONVERSION_MARKER).unlink()  # simulate a folder left by a crash
     assert models.converted_folder(gguf) == folder and len(calls) == 2
+
+
+def test_cpu_batches_cap_size_and_padding() -> None:
+    cpu = reader_from_config("b", {**FP32, "batch_size": 4})  # batching needs no model
+    prompts = [[0] * n for n in (10, 10, 11, 12, 30, 31, 100)]
+    order = list(range(len(prompts)))
+    assert list(cpu._batches(order, prompts)) == [[0, 1, 2, 3], [4, 5], [6]]
+    # padded positions never exceed 1.25 x real tokens (a singleton pads nothing)
+    for batch in cpu._batches(order, prompts):
+        width = max(len(prompts[i]) for i in batch)
+        real = sum(len(prompts[i]) for i in batch)
+        assert width * len(batch) <= 1.25 * real

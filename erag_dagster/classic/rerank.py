@@ -26,6 +26,11 @@ the output: within a group of ``g`` equal scores ``s`` the ``j``-th (``j = 0..g-
 float64 — far below the float32 resolution of a model's output — and makes the run evaluate in
 exactly its rank order.
 
+Reproducibility: in bfloat16 the reader's ``P("yes")`` depends slightly on which prompts share
+a padded batch (up to ~0.03 for SmolLM2-135M on CPU, as large as its typical margin between an
+answering and an off-topic passage); float32 scores do not depend on batching. Pass
+``overrides={"dtype": "float32"}`` to :func:`default_scorer` when rankings must be reproducible.
+
 Cost: ``seconds_per_query`` = wall time of scoring + reordering / queries, ``docs_per_second``
 = scored pairs / that time (model loading excluded).
 """

@@ -11,7 +11,8 @@
 The model loads lazily on first use and once per process: loaded models are cached by
 (fingerprint, device), so readers that differ only in batch size or threads share one copy.
 Prompts are tokenised once, sorted by length and batched (left padding for decoder-only models)
-so padding stays small; results come back in input order. Causal LMs and encoder-decoder models
+so padding stays small; on CPU a batch is closed early rather than pad more than
+:data:`CPU_PAD_SLACK`. Results come back in input order. Causal LMs and encoder-decoder models
 (T5, BART: ``config.is_encoder_decoder``) are supported; remote code is never trusted.
 
 Every batch appends a :class:`BatchTiming` to :attr:`TransformersReader.timings` (prompt and
@@ -59,6 +60,8 @@ __all__ = [
     "reader_from_config",
 ]
 
+#: On CPU, a batch's padded positions stay within (1 + this) x its real prompt tokens.
+CPU_PAD_SLACK = 0.25
 _YES_WORDS = ("yes", "Yes", " yes", " Yes", "YES")
 _NO_WORDS = ("no", "No", " no", " No", "NO")
 
@@ -355,6 +358,31 @@ class TransformersReader:
 
     # -- generation ----------------------------------------------------------------------------
 
+    def _batches(self, order: list[int], prompts: list[list[int]]) -> Iterator[list[int]]:
+        """Consecutive runs of ``order`` (prompt indices sorted by length) forming batches.
+
+        At most ``batch_size`` prompts each; on CPU a batch is also closed before a prompt
+        whose length would make padded positions exceed ``1 + CPU_PAD_SLACK`` times the real
+        tokens (prefill compute is the CPU bottleneck, so padding costs time 1:1; on a GPU
+        padding is nearly free and only ``batch_size`` applies).
+        """
+        slack = CPU_PAD_SLACK if self.device.type == "cpu" else None
+        batch: list[int] = []
+        real = 0
+        for i in order:
+            n = len(prompts[i])
+            full = len(batch) >= self.spec.batch_size
+            too_padded = (
+                slack is not None and batch and n * (len(batch) + 1) > (1 + slack) * (real + n)
+            )
+            if batch and (full or too_padded):
+                yield batch
+                batch, real = [], 0
+            batch.append(i)
+            real += n
+        if batch:
+            yield batch
+
     def answer(self, items: Sequence[tuple[str, str]]) -> list[str]:
         """Answer each ``(question, passage)`` from that passage alone; input order kept.
 
@@ -389,8 +417,7 @@ class TransformersReader:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         answers: list[str] = [""] * len(prompts)
         with self._threads(), loaded.lock, torch.inference_mode():
-            for start in range(0, len(order), self.spec.batch_size):
-                chunk = order[start : start + self.spec.batch_size]
+            for chunk in self._batches(order, prompts):
                 rows = [prompts[i] for i in chunk]
                 input_ids, mask = _pad(rows, pad, left=not loaded.is_seq2seq, device=loaded.device)
                 began = time.perf_counter()
@@ -443,8 +470,7 @@ class TransformersReader:
         model = loaded.model
         accepts = inspect.signature(model.forward).parameters
         with self._threads(), loaded.lock, torch.inference_mode():
-            for start in range(0, len(order), self.spec.batch_size):
-                chunk = order[start : start + self.spec.batch_size]
+            for chunk in self._batches(order, prompts):
                 rows = [prompts[i] for i in chunk]
                 left = not loaded.is_seq2seq
                 ids, mask = _pad(
