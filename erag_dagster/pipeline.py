@@ -130,5 +130,12 @@ def print_reports(
             from erag_dagster.report import format_table1
 
             print(format_table1(frame, statistic="kendall_tau"))
+        elif key == "retrieval_report" and frame.height:
+            from erag_dagster.classic.leaderboard import format_leaderboard
+
+            print(format_table(format_leaderboard(frame)))
+            print(
+                "(mean [95% bootstrap CI]; vs the first retriever: difference, permutation p)"
+            )
         else:
             print(format_table(frame))

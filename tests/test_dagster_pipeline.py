@@ -102,7 +102,7 @@ def test_reports_cover_every_retriever(env) -> None:
         values = report.get_column(metric)
         assert ((values >= 0) & (values <= 1)).all()
     human = load_asset_value("retrieval_report", env["instance"], str(env["registry"]))
-    assert human.height == 3 and "nDCG@10" in human.columns
+    assert human.height == 3 and "nDCG@10" in human.columns and "nDCG@10_low" in human.columns
     corr = load_asset_value("correlation_report", env["instance"], str(env["registry"]))
     methods = set(corr.get_column("method").to_list())
     assert {"eRAG", "provenance", "containment", "llm_annotation"} <= methods

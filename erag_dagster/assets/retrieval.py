@@ -12,7 +12,7 @@ from erag_dagster.assets.common import (
     retriever_partitions,
     table_md,
 )
-from erag_dagster.metrics.human import evaluate_run
+from erag_dagster.classic.leaderboard import format_leaderboard, leaderboard
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings
 from erag_dagster.retrieval.service import (
@@ -105,17 +105,25 @@ def retrieval_report(
     qrels: pl.DataFrame,
     retrieval_run: dict[str, pl.DataFrame],
 ) -> dg.Output[pl.DataFrame]:
-    """Human-judgment metrics (pytrec_eval, trec_eval conventions) for every retriever."""
+    """Human-judgment leaderboard (pytrec_eval, trec_eval conventions): per retriever the mean
+    of each metric with a bootstrap 95% CI, and a paired comparison (randomisation test and
+    t-test) with the first retriever of the registry."""
     metrics = settings.eval_human_metrics
-    rows = []
-    for partition, run in sorted(retrieval_run.items()):
-        report = evaluate_run(qrels, run, metrics)
-        rows.append({"retriever": partition, **{m: report.aggregate[m] for m in metrics}})
-    table = pl.DataFrame(rows)
+    if qrels.height == 0:
+        context.log.warning("the dataset has no judgments: no human-judgment report")
+        return dg.Output(pl.DataFrame(), metadata={"metrics": metrics})
+    registry = settings.registry()
+    order = [p for p in registry.retriever_partitions if p in retrieval_run]
+    runs = {p: retrieval_run[p] for p in order}
+    board = leaderboard(qrels, runs, metrics, n_resamples=settings.bootstrap_resamples)
     return dg.Output(
-        table,
-        data_version=frame_version(table),
-        metadata={"report": table_md(table), "metrics": metrics},
+        board,
+        data_version=frame_version(board),
+        metadata={
+            "report": table_md(format_leaderboard(board)),
+            "metrics": metrics,
+            "baseline": order[0],
+        },
     )
 
 
