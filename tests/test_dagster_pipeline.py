@@ -3,6 +3,7 @@ eRAG labels → reports, plus re-runs that take labels from the store."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -130,3 +131,31 @@ def test_labels_frame_carries_reader_fingerprint(env) -> None:
     assert isinstance(labels, pl.DataFrame)
     assert labels.get_column("reader_fingerprint").n_unique() == 1
     assert labels.filter(pl.col("label").is_nan() | (pl.col("label") > 1)).height == 0
+
+
+def test_audit_prints_every_stored_label_of_a_pair(env, capsys) -> None:
+    from erag_dagster.cli import main
+
+    defs = build_defs(str(env["registry"]))
+    registry = load_registry(env["registry"])
+    part = f"{registry.reader_partitions[0]}|{registry.retriever_partitions[0]}"
+    with defs.get_asset_value_loader(instance=env["instance"]) as loader:
+        labels = loader.load_asset_value("doc_labels", partition_key=part)
+    row = labels.row(0, named=True)
+    store = Path(os.environ["ERAG_STORAGE"]) / "labels.sqlite"
+    code = main(
+        ["audit", "--query", row["query_id"], "--doc", row["doc_id"], "--store", str(store),
+         "--json"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    records = json.loads(out)
+    em = [r for r in records if r["metric"] == "em"]
+    assert em, records
+    assert em[0]["reader_fingerprint"] == row["reader_fingerprint"]
+    assert em[0]["reader_name"] == "smollm2-135m"
+    assert em[0]["answer"] == row["answer"]
+    assert em[0]["score"] == row["label"]
+    assert em[0]["generation_dagster_run_id"]
+    assert json.loads(em[0]["decoding"])["max_new_tokens"] == 16
+    assert main(["audit", "--query", "nope", "--doc", "nope", "--store", str(store)]) == 2
