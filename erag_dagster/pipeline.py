@@ -8,6 +8,7 @@ instance is used.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 
 import dagster as dg
@@ -15,6 +16,10 @@ import dagster as dg
 from erag_dagster.definitions import SOURCE_ASSETS, build_assets, build_resources
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
+
+# Beta/preview notices (data versions, partition mappings) are for developers, not run output.
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 UNPARTITIONED_INPUTS = ["corpus", "queries", "qrels", "bm25_index", "dense_index"]
 Log = Callable[[str], None]
