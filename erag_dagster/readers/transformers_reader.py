@@ -408,6 +408,18 @@ class TransformersReader:
         limit = self._input_limit(max_input_tokens)
         return self._generate([self._fitted_ids(question, list(passages), limit)])[0]
 
+    def answer_with_contexts(
+        self,
+        items: Sequence[tuple[str, Sequence[str]]],
+        max_input_tokens: int | None = None,
+    ) -> list[str]:
+        """Batched :meth:`answer_with_context` for ``(question, passages)`` items (order kept);
+        same prompts and truncation policy, so the answers are the same up to batching."""
+        if not items:
+            return []
+        limit = self._input_limit(max_input_tokens)
+        return self._generate([self._fitted_ids(q, list(ps), limit) for q, ps in items])
+
     def _generate(self, prompts: list[list[int]]) -> list[str]:
         loaded = self._ensure()
         tok = loaded.tokenizer
