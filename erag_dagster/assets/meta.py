@@ -220,6 +220,8 @@ def correlation_report(
     code_version=CODE_VERSION,
     automation_condition=RECOMPUTE_WHEN_STALE,
     pool=GPU_POOL,
+    deps=[reader_models],
+    op_tags=GPU_OP_TAGS,
 )
 def efficiency_report(
     context: dg.AssetExecutionContext,
