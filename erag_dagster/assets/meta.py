@@ -25,7 +25,7 @@ from erag_dagster.meta.plots import plot_correlation_vs_k
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Registry
-from erag_dagster.resources import EvalSettings, ReaderResource
+from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.retrieval.runs import top_k
 from erag_dagster.retrieval.service import encoder_from_config
 
@@ -67,6 +67,7 @@ def _baseline_labels(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     reader: ReaderResource,
+    label_store: LabelStoreResource,
     retrieval_run: pl.DataFrame,
     corpus: pl.DataFrame,
     queries: pl.DataFrame,
@@ -85,7 +86,9 @@ def _baseline_labels(
     }
     model = reader.get(registry, keys["reader"])
     context.log.info(f"LLM annotation of {run.height} (question, document) pairs")
-    parts["llm_annotation"] = llm_annotation_labels(run, queries, corpus, model)
+    parts["llm_annotation"] = llm_annotation_labels(
+        run, queries, corpus, model, store=label_store.open(), dagster_run_id=context.run_id
+    )
     labels = pl.concat(
         [
             frame.select("query_id", "doc_id", "rank", "label").with_columns(method=pl.lit(name))

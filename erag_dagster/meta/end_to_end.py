@@ -19,6 +19,7 @@ import polars as pl
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.metrics.downstream import get_downstream_metric
+from erag_dagster.readers.prompts import reader_passage
 
 Log = Callable[[str], None]
 
@@ -36,8 +37,10 @@ def context_lists(
 ) -> pl.DataFrame:
     """``query_id, question, answers, passages`` with the top-``k`` passage texts in rank order.
 
-    Passage text is ``title + " " + text``. Queries with no retrieved document get an empty
-    list (the reader then answers from the question alone). Unknown doc ids are an error.
+    Passage text is what the reader sees for one document (:func:`reader_passage`), so at
+    k = 1 the end-to-end prompt is the eRAG prompt of the top document. Queries with no
+    retrieved document get an empty list (the reader then answers from the question alone).
+    Unknown doc ids are an error.
     """
     if k < 1:
         raise InputError(f"end-to-end k must be >= 1, got {k}")
@@ -48,11 +51,11 @@ def context_lists(
         raise InputError(
             f"run names unknown document {row['doc_id']!r} for query {row['query_id']!r}"
         )
-    texts = corpus.select(
-        "doc_id",
-        passage=pl.concat_str(
-            [pl.col("title").fill_null(""), pl.col("text").fill_null("")], separator=" "
-        ).str.strip_chars(),
+    texts = corpus.select("doc_id").with_columns(
+        passage=pl.Series(
+            [reader_passage(t, x) for t, x in corpus.select("title", "text").rows()],
+            dtype=pl.String,
+        )
     )
     lists = (
         top.join(texts, on="doc_id", how="left")
