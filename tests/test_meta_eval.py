@@ -1,0 +1,97 @@
+"""End-to-end evaluation, baseline labellers and the efficiency table with the real reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.labels.store import LabelStore
+from erag_dagster.meta.baselines import (
+    containment_labels,
+    llm_annotation_labels,
+    provenance_labels,
+)
+from erag_dagster.meta.efficiency import MODES, measure_efficiency
+from erag_dagster.meta.end_to_end import context_lists, evaluate_end_to_end
+from erag_dagster.readers.prompts import reader_passage
+from erag_dagster.readers.transformers_reader import reader_from_config
+from erag_dagster.registry import load_registry
+from erag_dagster.retrieval.service import run_retriever
+
+
+@pytest.fixture(scope="module")
+def small():
+    return load_dataset("sample?max_questions=4")
+
+
+@pytest.fixture(scope="module")
+def run(small, tmp_path_factory):
+    import os
+
+    os.environ.setdefault("ERAG_STORAGE", str(tmp_path_factory.mktemp("storage")))
+    return run_retriever(load_registry(), "bm25", small.corpus, small.queries, 5)
+
+
+@pytest.fixture(scope="module")
+def reader():
+    entry = load_registry().reader("smollm2-135m")
+    return reader_from_config(entry.name, {**entry.config, "dtype": "float32"})
+
+
+def test_end_to_end_batched_equals_one_by_one_and_k1_is_the_erag_prompt(small, run, reader) -> None:
+    result = evaluate_end_to_end(run, small.queries, small.corpus, reader, "f1", k=2)
+    scores = result.scores
+    assert scores.height == 4 and scores.get_column("k").unique().to_list() == [2]
+    assert ((scores["score"] >= 0) & (scores["score"] <= 1)).all()
+    contexts = context_lists(run, small.queries, small.corpus, 2)
+    for row, answer in zip(contexts.rows(named=True), scores["answer"], strict=True):
+        assert reader.answer_with_context(row["question"], row["passages"]) == answer
+    # at k = 1 the end-to-end prompt is the eRAG prompt of the top document
+    top = (
+        run.filter(pl.col("rank") == 1)
+        .join(small.corpus, on="doc_id")
+        .join(small.queries, on="query_id")
+    )
+    k1 = evaluate_end_to_end(run, small.queries, small.corpus, reader, "em", k=1).scores
+    singles = reader.answer(
+        [(q, reader_passage(t, x)) for q, t, x in top.select("question", "title", "text").rows()]
+    )
+    expected = dict(zip(top["query_id"], singles, strict=True))
+    assert dict(zip(k1["query_id"], k1["answer"], strict=True)) == expected
+
+
+def test_baseline_labels(small, run, reader, tmp_path: Path) -> None:
+    prov = provenance_labels(run, small.qrels)
+    judged = run.join(small.qrels, on=["query_id", "doc_id"], how="semi")
+    assert prov.get_column("label").sum() == judged.height
+    contains = containment_labels(run, small.queries, small.corpus)
+    assert set(contains.get_column("label").unique().to_list()) <= {0.0, 1.0}
+    # the gold paragraph contains the answer in SQuAD (when it is retrieved)
+    gold_rows = contains.join(small.qrels, on=["query_id", "doc_id"], how="semi")
+    assert gold_rows.get_column("label").min() == 1.0
+    store = LabelStore(tmp_path / "labels.sqlite")
+    first = llm_annotation_labels(run, small.queries, small.corpus, reader, store=store)
+    assert ((first["p_yes"] >= 0) & (first["p_yes"] <= 1)).all()
+    stored = store.count_generations()
+    assert stored == run.height
+    again = llm_annotation_labels(run, small.queries, small.corpus, reader, store=store)
+    assert store.count_generations() == stored  # nothing asked twice
+    assert again["p_yes"].to_list() == first["p_yes"].to_list()
+
+
+def test_efficiency_table_has_every_mode(small, run) -> None:
+    entry = load_registry().reader("smollm2-135m")
+    contexts = context_lists(run, small.queries.head(1), small.corpus, 3)
+    items = list(zip(contexts["question"], contexts["passages"], strict=True))
+    table = measure_efficiency(entry.name, {**entry.config, "num_threads": 1}, items, ks=(2, 3))
+    assert table.height == 2 * len(MODES)
+    assert set(table.get_column("mode").to_list()) == set(MODES)
+    assert (table.get_column("seconds") > 0).all()
+    assert (table.get_column("peak_memory_mib") > 100).all()
+    e2e = table.filter(pl.col("mode") == "end_to_end")
+    assert e2e.get_column("time_vs_end_to_end").to_list() == [1.0, 1.0]
+    docs = dict(zip(table["mode"] + table["k"].cast(str), table["documents"], strict=True))
+    assert docs["erag_doc_batch3"] == 3 and docs["end_to_end2"] == 2
