@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             ref_a_s,
             ref_a_tok,
             run_a.height,
-        ),  # fmt: skip
+        ),
         ("project labeller, run A", run_a.height, ours_a_s, ours_a_tok, ours_a.judged_now),
         ("reference erag loop, run B", run_b.height, ref_b_s, ref_b_tok, run_b.height),
         ("project labeller, run B", run_b.height, ours_b_s, ours_b_tok, ours_b.judged_now),
