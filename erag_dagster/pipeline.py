@@ -80,6 +80,7 @@ def materialize_all(
     def stage(name: str) -> bool:
         return wanted is None or name in wanted
 
+    observe_inputs(settings, instance, resources, log)
     run(UNPARTITIONED_INPUTS)
     for retriever in registry.retriever_partitions:
         run(["retrieval_run"], retriever)
@@ -96,6 +97,18 @@ def materialize_all(
         run(["correlation_report"])
     if stage("efficiency"):
         run(["efficiency_report"])
+
+
+def observe_inputs(
+    settings: EvalSettings, instance: dg.DagsterInstance, resources: dict, log: Log = print
+) -> None:
+    """Record the data versions (content hashes) of the dataset and reader model files, so the
+    automation and the schedule start from what this run used."""
+    from erag_dagster.definitions import build_defs
+
+    log("observing dataset_files, reader_models")
+    job = build_defs(settings.registry_path or None).resolve_job_def("observe_inputs")
+    job.execute_in_process(instance=instance, resources=resources)
 
 
 def load_asset_value(key: str, instance: dg.DagsterInstance | None = None, registry_path: str = ""):

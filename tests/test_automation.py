@@ -8,14 +8,13 @@ reader's partitions; and that the schedule requests nothing while its inputs are
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from erag_dagster.assets.automation import reevaluation_schedule
-from erag_dagster.definitions import build_defs
+from erag_dagster.definitions import SOURCE_ASSETS, build_defs, build_resources
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
@@ -41,7 +40,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
     registry = small_registry(root / "base", dataset=f"jsonl:{data_dir}")
     instance = dg.DagsterInstance.from_config(str(home))
     settings = EvalSettings(registry_path=str(registry))
-    materialize_all(settings, instance=instance, stages=["labels"], log=lambda m: None)
+    materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
     yield {"root": root, "registry": registry, "instance": instance, "data": data_dir}
     for key, value in old.items():
         if value is None:
@@ -76,13 +75,39 @@ def test_changed_retriever_requests_only_its_partitions(world) -> None:
         **{"retrievers.bm25.k1": 1.2},
     )  # fmt: skip
     new_bm25 = load_registry(edited).retriever("bm25").partition_key
-    assert new_bm25 != load_registry(world["registry"]).retriever("bm25").partition_key
+    new_hybrid = load_registry(edited).retriever("hybrid").partition_key
+    old = load_registry(world["registry"])
+    assert new_bm25 != old.retriever("bm25").partition_key
+    assert load_registry(edited).retriever("dense").partition_key == (
+        old.retriever("dense").partition_key
+    )
     result = dg.evaluate_automation_conditions(
         defs=build_defs(str(edited)), instance=world["instance"], cursor=tick.cursor
     )
-    # only the new bm25 partition runs now; its labels wait for it (their input is missing),
-    # and the unchanged dense retriever and its labels are not touched.
-    assert requested(result) == {"retrieval_run": {new_bm25}}
+    # the new bm25 partition runs, and so does the hybrid that fuses bm25 (its config hash
+    # covers bm25's, so it is a new partition too); their labels wait for them (input missing);
+    # the unchanged dense retriever and every existing label partition are not touched.
+    assert requested(result) == {"retrieval_run": {new_bm25, new_hybrid}}
+
+    # run what was requested; the next tick asks for exactly those retrievers' labels and the
+    # reports that read every retriever, and nothing for dense
+    edited_defs = build_defs(str(edited))
+    assets = [a for a in edited_defs.assets if isinstance(a, dg.AssetsDefinition)]
+    settings = EvalSettings(registry_path=str(edited))
+    resources = {**build_resources(str(edited)), "settings": settings}
+    for part in (new_bm25, new_hybrid):
+        dg.materialize(
+            [*SOURCE_ASSETS, *assets], selection=["retrieval_run"], partition_key=part,
+            resources=resources, instance=world["instance"],
+        )  # fmt: skip
+    after = dg.evaluate_automation_conditions(
+        defs=edited_defs, instance=world["instance"], cursor=result.cursor
+    )
+    reader = load_registry(edited).reader_partitions[0]
+    got = requested(after)
+    assert got["doc_labels"] == {f"{reader}|{new_bm25}", f"{reader}|{new_hybrid}"}
+    assert "retrieval_run" not in got
+    assert set(got) <= {"doc_labels", "end_to_end", "baseline_labels", "retrieval_report"}
 
 
 def test_changed_reader_requests_only_its_partitions(world) -> None:
@@ -116,22 +141,24 @@ def _schedule_result(world):
 def test_schedule_observes_only_when_inputs_change(world) -> None:
     defs = build_defs(str(world["registry"]))
     job = defs.resolve_job_def("observe_inputs")
-    # no observation yet: the schedule asks for one
-    first = _schedule_result(world)
-    assert isinstance(first, dg.RunRequest)
-    assert job.execute_in_process(instance=world["instance"]).success
-    # inputs unchanged since that observation: nothing requested
+    # the main job observed its inputs: unchanged since, so nothing is requested
     assert isinstance(_schedule_result(world), dg.SkipReason)
     assert isinstance(_schedule_result(world), dg.SkipReason)
-    # a dataset file changes: the schedule requests an observation naming it
     queries = world["data"] / "queries.jsonl"
-    backup = world["root"] / "queries.backup"
-    shutil.copy(queries, backup)
+    original = queries.read_text()
     try:
-        queries.write_text(queries.read_text().replace("?", " ?", 1))
+        # a dataset file changes: the schedule requests an observation naming it
+        queries.write_text(original.replace("?", " ?", 1))
         changed = _schedule_result(world)
         assert isinstance(changed, dg.RunRequest)
         assert changed.tags["erag/changed_inputs"] == "dataset_files"
+        settings = EvalSettings(registry_path=str(world["registry"]))
+        assert job.execute_in_process(
+            instance=world["instance"], resources={"settings": settings}
+        ).success
+        # observed: nothing more to request
+        assert isinstance(_schedule_result(world), dg.SkipReason)
     finally:
-        shutil.copy(backup, queries)
-    assert isinstance(_schedule_result(world), dg.SkipReason)
+        queries.write_text(original)
+    # back to the original content: a change again, relative to the last observation
+    assert isinstance(_schedule_result(world), dg.RunRequest)

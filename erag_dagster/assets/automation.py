@@ -1,9 +1,12 @@
 """Declarative automation, observed external inputs, the re-evaluation schedule and jobs.
 
-* Every asset carries :data:`RECOMPUTE_WHEN_STALE`: run when a partition is newly missing (a new
-  registry config = a new partition key), when an upstream *data version* changed (a
-  re-materialisation that yields identical data changes nothing downstream), or when the
-  asset's own ``code_version`` changed. The automation condition sensor runs by default.
+* Every asset carries :data:`RECOMPUTE_WHEN_STALE`: run when a partition is missing (a new
+  registry config = a new partition key; ``missing`` rather than ``newly_missing``, because a
+  changed partitions definition resets the sensor's memory of what was missing), when an
+  upstream *data version* changed (a re-materialisation that yields identical data changes
+  nothing downstream), or when the asset's own ``code_version`` changed — and never while an
+  input is missing or in progress. The automation condition sensor runs by default. The
+  efficiency report (a benchmark) is not automated.
 * ``dataset_files`` and ``reader_models`` are observable source assets whose data versions are
   content hashes of the dataset files and the readers' model files.
 * ``reevaluation_schedule`` (cron from the registry's ``evaluation.schedule``) observes them only
@@ -16,6 +19,7 @@ import dagster as dg
 
 from erag_dagster.inputs import dataset_digest
 from erag_dagster.registry import load_registry
+from erag_dagster.resources import EvalSettings
 
 AC = dg.AutomationCondition
 
@@ -25,7 +29,7 @@ ANY_DEP_DATA_CHANGED = AC.any_deps_match(
 ).with_label("any_dep_data_version_changed")
 
 RECOMPUTE_WHEN_STALE = (
-    (AC.newly_missing() | ANY_DEP_DATA_CHANGED | AC.code_version_changed()).since_last_handled()
+    (AC.missing() | ANY_DEP_DATA_CHANGED | AC.code_version_changed()).since_last_handled()
     & ~AC.any_deps_missing()
     & ~AC.any_deps_in_progress()
     & ~AC.in_progress()
@@ -94,11 +98,9 @@ def _observed_version(record) -> str | None:
     cron_schedule=_schedule_cron(),
     job=observe_inputs_job,
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    required_resource_keys={"settings"},
 )
-def reevaluation_schedule(context: dg.ScheduleEvaluationContext):
+def reevaluation_schedule(context: dg.ScheduleEvaluationContext, settings: EvalSettings):
     """Observe the inputs when one changed; request nothing when all are unchanged."""
-    settings = context.resources.settings
     now = current_input_versions(settings.dataset_spec, settings.registry_path or None)
     changed = []
     for key, version in now.items():

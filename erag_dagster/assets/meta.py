@@ -221,7 +221,6 @@ def correlation_report(
 @dg.asset(
     group_name="reports",
     code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
     pool=GPU_POOL,
     deps=[reader_models],
     op_tags=GPU_OP_TAGS,
