@@ -608,3 +608,13 @@ def test_sample_with_max_questions() -> None:
     data = load_dataset("sample?max_questions=10")
     assert (data.corpus.height, data.queries.height, data.qrels.height) == (364, 10, 10)
     assert data.qrels["query_id"].to_list() == data.queries["query_id"].to_list()
+
+
+def test_spread_questions_covers_the_whole_file(shared_data: Path) -> None:
+    spec = f"squad:{shared_data / 'squad-v1.1-dev' / 'dev-v1.1.json.zip'}?spread_questions=200"
+    ds = load_dataset(spec)
+    assert ds.queries.height == 200 and ds.qrels.height == 200
+    assert ds.corpus.height == 2067
+    articles = ds.qrels.get_column("doc_id").str.replace(r"_\d+$", "").n_unique()
+    assert articles == 48  # every article of SQuAD dev, not only the first ones
+    assert load_dataset("sample?spread_questions=500").queries.height == 120

@@ -14,7 +14,9 @@ Spec grammar (the same string is used in config files and on the command line)::
 
 Options every kind accepts: ``max_questions=N`` keeps the first *N* queries in file order (after
 the kind's own filtering, e.g. BEIR's judged-only rule) and the qrels of those queries; the
-corpus is kept whole. ``passages=W`` then splits every document into *W*-word passages
+corpus is kept whole. ``spread_questions=N`` keeps *N* queries evenly spaced over the file
+instead (a deterministic sample covering all of it, e.g. every SQuAD article).
+``passages=W`` then splits every document into *W*-word passages
 (:func:`erag_dagster.data.chunking.split_dataset`).
 
 Error policy: every problem is one :class:`~erag_dagster.errors.InputError` whose message names the
@@ -75,7 +77,7 @@ CANONICAL_COLUMNS: tuple[str, ...] = (
 )
 """Column names of the three tables; ``jsonl:``/``parquet:`` options may rename any of them."""
 
-COMMON_OPTIONS: tuple[str, ...] = ("max_questions", "passages")
+COMMON_OPTIONS: tuple[str, ...] = ("max_questions", "spread_questions", "passages")
 KIND_OPTIONS: dict[str, tuple[str, ...]] = {
     "sample": (),
     "squad": (),
@@ -180,6 +182,8 @@ def load_dataset(spec: str) -> Dataset:
         dataset = load_tables(_path(parsed), parsed.kind, rename, spec)
     if "max_questions" in options:
         dataset = take_questions(dataset, int(options["max_questions"]))
+    if "spread_questions" in options:
+        dataset = spread_questions(dataset, int(options["spread_questions"]))
     if "passages" in options:
         dataset = split_dataset(dataset, int(options["passages"]))
     return dataset.validate()
@@ -188,6 +192,19 @@ def load_dataset(spec: str) -> Dataset:
 def take_questions(dataset: Dataset, n: int) -> Dataset:
     """The first ``n`` queries (table order), their qrels, and the whole corpus."""
     queries = dataset.queries.head(n)
+    qrels = dataset.qrels.join(queries.select("query_id"), on="query_id", how="semi")
+    return Dataset(dataset.spec, dataset.corpus, queries, qrels)
+
+
+def spread_questions(dataset: Dataset, n: int) -> Dataset:
+    """``n`` queries evenly spaced over the table (rows ``i * height // n``), their qrels and
+    the whole corpus: a deterministic sample that covers every part of the file (e.g. every
+    SQuAD article) rather than its first articles only. ``n >= height`` keeps every query."""
+    height = dataset.queries.height
+    if n >= height:
+        return dataset
+    rows = [i * height // n for i in range(n)]
+    queries = dataset.queries[rows]
     qrels = dataset.qrels.join(queries.select("query_id"), on="query_id", how="semi")
     return Dataset(dataset.spec, dataset.corpus, queries, qrels)
 
