@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -43,3 +46,18 @@ def write_instance_yaml(home: Path) -> Path:
     repo = Path(__file__).resolve().parents[1]
     (home / "dagster.yaml").write_text((repo / "deploy/local/dagster.yaml").read_text())
     return home
+
+
+@contextlib.contextmanager
+def scoped_env(**values: str) -> Iterator[None]:
+    """Set environment variables for a block (module-scoped fixtures cannot use monkeypatch)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

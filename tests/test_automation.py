@@ -7,7 +7,6 @@ reader's partitions; and that the schedule requests nothing while its inputs are
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
@@ -18,35 +17,28 @@ from erag_dagster.definitions import SOURCE_ASSETS, build_defs, build_resources
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
-from tests.pipeline_fixtures import small_registry, write_instance_yaml
+from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
     root = tmp_path_factory.mktemp("automation")
     home = write_instance_yaml(root / "dagster_home")
-    old = {k: os.environ.get(k) for k in ("ERAG_STORAGE", "DAGSTER_HOME")}
-    os.environ["ERAG_STORAGE"] = str(root / "storage")
-    os.environ["DAGSTER_HOME"] = str(home)
-    # a dataset in files we can edit: 4 SQuAD questions as generic jsonl tables
-    from erag_dagster.data.loaders import load_dataset
+    with scoped_env(ERAG_STORAGE=str(root / "storage"), DAGSTER_HOME=str(home)):
+        # a dataset in files we can edit: 4 SQuAD questions as generic jsonl tables
+        from erag_dagster.data.loaders import load_dataset
 
-    ds = load_dataset("sample?max_questions=4")
-    data_dir = root / "data"
-    data_dir.mkdir()
-    ds.corpus.write_ndjson(data_dir / "corpus.jsonl")
-    ds.queries.write_ndjson(data_dir / "queries.jsonl")
-    ds.qrels.write_ndjson(data_dir / "qrels.jsonl")
-    registry = small_registry(root / "base", dataset=f"jsonl:{data_dir}")
-    instance = dg.DagsterInstance.from_config(str(home))
-    settings = EvalSettings(registry_path=str(registry))
-    materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
-    yield {"root": root, "registry": registry, "instance": instance, "data": data_dir}
-    for key, value in old.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+        ds = load_dataset("sample?max_questions=4")
+        data_dir = root / "data"
+        data_dir.mkdir()
+        ds.corpus.write_ndjson(data_dir / "corpus.jsonl")
+        ds.queries.write_ndjson(data_dir / "queries.jsonl")
+        ds.qrels.write_ndjson(data_dir / "qrels.jsonl")
+        registry = small_registry(root / "base", dataset=f"jsonl:{data_dir}")
+        instance = dg.DagsterInstance.from_config(str(home))
+        settings = EvalSettings(registry_path=str(registry))
+        materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
+        yield {"root": root, "registry": registry, "instance": instance, "data": data_dir}
 
 
 def requested(result) -> dict[str, set[str]]:

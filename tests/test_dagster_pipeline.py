@@ -17,7 +17,7 @@ from erag_dagster.definitions import build_defs
 from erag_dagster.pipeline import load_asset_value, materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
-from tests.pipeline_fixtures import small_registry, write_instance_yaml
+from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,19 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 def env(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("pipeline")
     home = write_instance_yaml(root / "dagster_home")
-    old = {k: os.environ.get(k) for k in ("ERAG_STORAGE", "DAGSTER_HOME")}
-    os.environ["ERAG_STORAGE"] = str(root / "storage")
-    os.environ["DAGSTER_HOME"] = str(home)
-    registry = small_registry(root / "registry")
-    instance = dg.DagsterInstance.from_config(str(home))
-    settings = EvalSettings(registry_path=str(registry))
-    materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
-    yield {"root": root, "registry": registry, "instance": instance, "settings": settings}
-    for key, value in old.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with scoped_env(ERAG_STORAGE=str(root / "storage"), DAGSTER_HOME=str(home)):
+        registry = small_registry(root / "registry")
+        instance = dg.DagsterInstance.from_config(str(home))
+        settings = EvalSettings(registry_path=str(registry))
+        materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
+        yield {"root": root, "registry": registry, "instance": instance, "settings": settings}
 
 
 def _latest_metadata(instance: dg.DagsterInstance, key: str, partition: str) -> dict:

@@ -24,7 +24,7 @@ import pytest
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
-from tests.pipeline_fixtures import small_registry, write_instance_yaml
+from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
@@ -81,9 +81,7 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
         HF_HUB_OFFLINE="1",
     )
     # upstream of the partition we launch from the UI, materialised in the same instance
-    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", "ERAG_STORAGE", "ERAG_REGISTRY")}
-    os.environ.update({k: env[k] for k in saved})
-    try:
+    with scoped_env(**{k: env[k] for k in ("DAGSTER_HOME", "ERAG_STORAGE", "ERAG_REGISTRY")}):
         instance = dg.DagsterInstance.from_config(str(home))
         materialize_all(
             EvalSettings(registry_path=str(registry_path)),
@@ -91,12 +89,6 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
             stages=["none"],
             log=lambda m: None,
         )
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     port = _free_port()
     log = (root / "dagster-dev.log").open("w")
     dagster = str(Path(sys.executable).parent / "dagster")
