@@ -95,3 +95,29 @@ def test_efficiency_table_has_every_mode(small, run) -> None:
     assert e2e.get_column("time_vs_end_to_end").to_list() == [1.0, 1.0]
     docs = dict(zip(table["mode"] + table["k"].cast(str), table["documents"], strict=True))
     assert docs["erag_doc_batch3"] == 3 and docs["end_to_end2"] == 2
+
+
+def test_end_to_end_answers_are_stored_and_reused(small, run, reader, tmp_path: Path) -> None:
+    store = LabelStore(tmp_path / "labels.sqlite")
+    first = evaluate_end_to_end(run, small.queries, small.corpus, reader, "em", k=2, store=store)
+    assert store.count_generations() == 4
+    calls = []
+    original = reader.answer_with_contexts
+
+    def counting(items, *args, **kwargs):
+        calls.append(len(items))
+        return original(items, *args, **kwargs)
+
+    reader.answer_with_contexts = counting
+    try:
+        again = evaluate_end_to_end(
+            run, small.queries, small.corpus, reader, "em", k=2, store=store
+        )
+        deeper = evaluate_end_to_end(
+            run, small.queries, small.corpus, reader, "em", k=3, store=store
+        )
+    finally:
+        del reader.answer_with_contexts
+    assert again.scores.equals(first.scores)
+    assert calls == [4]  # only the k = 3 lists (new contexts) were generated
+    assert deeper.scores.height == 4 and store.count_generations() == 8

@@ -34,6 +34,7 @@ def _end_to_end(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     reader: ReaderResource,
+    label_store: LabelStoreResource,
     retrieval_run: pl.DataFrame,
     corpus: pl.DataFrame,
     queries: pl.DataFrame,
@@ -41,11 +42,13 @@ def _end_to_end(
     """The reader answers from the top-k documents together, for every k in ``e2e_ks``."""
     keys = context.partition_key.keys_by_dimension
     model = reader.get(settings.registry(), keys["reader"])
+    store = label_store.open()
     frames, seconds = [], 0.0
     for k in settings.end_to_end_ks:
         result = evaluate_end_to_end(
-            retrieval_run, queries, corpus, model, settings.downstream_metric, k, context.log.info
-        )
+            retrieval_run, queries, corpus, model, settings.downstream_metric, k,
+            context.log.info, store=store, dagster_run_id=context.run_id,
+        )  # fmt: skip
         frames.append(result.scores)
         seconds += result.seconds
     scores = pl.concat(frames)
