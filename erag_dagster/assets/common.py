@@ -5,15 +5,10 @@ import hashlib
 import dagster as dg
 import polars as pl
 
-from erag_dagster.registry import Registry, load_registry
+from erag_dagster.registry import Registry
 from erag_dagster.report import to_markdown
 
 CODE_VERSION = "1"
-
-
-def registry_at_load() -> Registry:
-    """The registry the definitions are built from (``$ERAG_REGISTRY`` or the packaged one)."""
-    return load_registry()
 
 
 def retriever_partitions(registry: Registry) -> dg.StaticPartitionsDefinition:

@@ -87,8 +87,8 @@ def erag_report(
 ) -> dg.Output[pl.DataFrame]:
     """Aggregate eRAG list metrics per (reader, retriever): the retriever comparison table.
 
-    Per-query values are kept in the ``erag_per_query`` metadata-linked value of each row's
-    mean; the asset value is the aggregate table (one row per reader x retriever).
+    One row per reader x retriever: the mean over queries of each list metric on the eRAG
+    labels of its top ``label_k`` documents (per-query values: ``erag-dagster score``).
     """
     metrics = settings.eval_list_metrics
     rows = []
