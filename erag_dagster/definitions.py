@@ -23,6 +23,7 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
         retrieval.build_retrieval_run(registry),
         retrieval.retrieval_report,
         labels.build_doc_labels(registry),
+        labels.erag_per_query,
         labels.erag_report,
         *meta.build_meta_partitioned(registry),
         meta.correlation_report,

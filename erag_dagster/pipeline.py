@@ -89,7 +89,7 @@ def materialize_all(
         for reader in registry.reader_partitions:
             for retriever in registry.retriever_partitions:
                 run(["doc_labels"], f"{reader}|{retriever}")
-        run(["erag_report"])
+        run(["erag_per_query", "erag_report"])
     if stage("meta"):
         for reader in registry.reader_partitions:
             for retriever in registry.retriever_partitions:

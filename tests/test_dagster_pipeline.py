@@ -53,6 +53,7 @@ def test_definitions_validate_and_graph_shape() -> None:
         "dataset_files", "reader_models", "corpus", "queries", "qrels", "bm25_index",
         "dense_index", "retrieval_run", "retrieval_report", "doc_labels", "erag_report",
         "end_to_end", "baseline_labels", "correlation_report", "efficiency_report",
+        "erag_per_query",
     } <= keys  # fmt: skip
     registry = load_registry()
     run_parts = graph.get(dg.AssetKey("retrieval_run")).partitions_def.get_partition_keys()
@@ -95,6 +96,10 @@ def test_reports_cover_every_retriever(env) -> None:
     for metric in ["P@2", "Success@2", "RR", "AP", "nDCG@2"]:
         values = report.get_column(metric)
         assert ((values >= 0) & (values <= 1)).all()
+    per_query = load_asset_value("erag_per_query", env["instance"], str(env["registry"]))
+    assert per_query.height == 3 * 6  # retrievers x queries
+    means = per_query.group_by("retriever").agg(pl.col("AP").mean()).sort("retriever")
+    assert means["AP"].to_list() == pytest.approx(report.sort("retriever")["AP"].to_list())
     human = load_asset_value("retrieval_report", env["instance"], str(env["registry"]))
     assert human.height == 3 and "nDCG@10" in human.columns and "nDCG@10_low" in human.columns
     corr = load_asset_value("correlation_report", env["instance"], str(env["registry"]))

@@ -80,30 +80,46 @@ def _doc_labels(
 @dg.asset(
     group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
 )
-def erag_report(
+def erag_per_query(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     doc_labels: dict[str, pl.DataFrame],
 ) -> dg.Output[pl.DataFrame]:
-    """Aggregate eRAG list metrics per (reader, retriever): the retriever comparison table.
-
-    One row per reader x retriever: the mean over queries of each list metric on the eRAG
-    labels of its top ``label_k`` documents (per-query values: ``erag-dagster score``).
-    """
+    """Per-query eRAG list metrics: ``reader, retriever, query_id`` + one column per metric,
+    computed on the eRAG labels of each run's top ``label_k`` documents."""
     metrics = settings.eval_list_metrics
     rows = []
     for partition, labels in sorted(doc_labels.items()):
         reader_key, retriever_key = _split_multi_key(partition)
         report = evaluate_labels(labels_from_frame(labels), metrics)
-        rows.append(
-            {
-                "reader": reader_key,
-                "retriever": retriever_key,
-                "queries": len(report.per_query),
-                **{m: report.aggregate[m] for m in metrics},
-            }
-        )
+        rows += [
+            {"reader": reader_key, "retriever": retriever_key, "query_id": qid, **values}
+            for qid, values in report.per_query.items()
+        ]
     table = pl.DataFrame(rows)
+    return dg.Output(
+        table,
+        data_version=frame_version(table),
+        metadata={"rows": table.height, "metrics": metrics, "preview": table_md(table.head(10))},
+    )
+
+
+@dg.asset(
+    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+)
+def erag_report(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    erag_per_query: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    """The retriever comparison table: per (reader, retriever), the mean over queries of each
+    eRAG list metric (the queries are those of ``erag_per_query``)."""
+    metrics = [m for m in settings.eval_list_metrics if m in erag_per_query.columns]
+    table = (
+        erag_per_query.group_by("reader", "retriever", maintain_order=True)
+        .agg(pl.len().alias("queries"), *[pl.col(m).mean() for m in metrics])
+        .sort("reader", "retriever")
+    )
     return dg.Output(
         table,
         data_version=frame_version(table),
