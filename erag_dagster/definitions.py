@@ -27,6 +27,7 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
         labels.erag_report,
         *meta.build_meta_partitioned(registry),
         meta.correlation_report,
+        meta.label_agreement,
         meta.efficiency_report,
     ]
 

@@ -94,7 +94,7 @@ def materialize_all(
         for reader in registry.reader_partitions:
             for retriever in registry.retriever_partitions:
                 run(["end_to_end", "baseline_labels"], f"{reader}|{retriever}")
-        run(["correlation_report"])
+        run(["correlation_report", "label_agreement"])
     if stage("efficiency"):
         run(["efficiency_report"])
 
@@ -133,6 +133,7 @@ def print_reports(
         "erag_report": "eRAG: list metrics on per-document reader labels, per retriever",
         "correlation_report": "Meta-evaluation: Kendall tau-b with end-to-end quality "
         "(bootstrap 95% CI; * = best per column)",
+        "label_agreement": "Agreement of automatic labels with the human judgments (Cohen's kappa)",
         "efficiency_report": "Efficiency: end-to-end vs eRAG (query- / document-level batching)",
     }
     for key, title in titles.items():
@@ -152,8 +153,6 @@ def print_reports(
             from erag_dagster.classic.leaderboard import format_leaderboard
 
             print(format_table(format_leaderboard(frame)))
-            print(
-                "(mean [95% bootstrap CI]; vs the first retriever: difference, permutation p)"
-            )
+            print("(mean [95% bootstrap CI]; vs the first retriever: difference, permutation p)")
         else:
             print(format_table(frame))

@@ -53,7 +53,7 @@ def test_definitions_validate_and_graph_shape() -> None:
         "dataset_files", "reader_models", "corpus", "queries", "qrels", "bm25_index",
         "dense_index", "retrieval_run", "retrieval_report", "doc_labels", "erag_report",
         "end_to_end", "baseline_labels", "correlation_report", "efficiency_report",
-        "erag_per_query",
+        "erag_per_query", "label_agreement",
     } <= keys  # fmt: skip
     registry = load_registry()
     run_parts = graph.get(dg.AssetKey("retrieval_run")).partitions_def.get_partition_keys()
@@ -106,6 +106,9 @@ def test_reports_cover_every_retriever(env) -> None:
     methods = set(corr.get_column("method").to_list())
     assert {"eRAG", "provenance", "containment", "llm_annotation"} <= methods
     assert corr.get_column("n_queries").max() == 6
+    agree = load_asset_value("label_agreement", env["instance"], str(env["registry"]))
+    assert {"eRAG", "containment", "semantic_answer", "llm_annotation"} <= set(agree["method"])
+    assert (agree.get_column("n") == 12).all()  # 6 queries x top-2 per retriever
 
 
 def test_second_run_takes_every_label_from_the_store(env) -> None:

@@ -283,3 +283,34 @@ def build_meta_partitioned(registry: Registry) -> list[dg.AssetsDefinition]:
             name="baseline_labels", partitions_def=reader_retriever_partitions(registry), **common
         )(_baseline_labels),
     ]
+
+
+@dg.asset(
+    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+)
+def label_agreement(
+    context: dg.AssetExecutionContext,
+    doc_labels: dict[str, pl.DataFrame],
+    baseline_labels: dict[str, pl.DataFrame],
+    qrels: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    """How each automatic labelling (eRAG, containment, semantic, LLM annotation) agrees with
+    the human/provenance judgments on the same retrieved documents: raw agreement and Cohen's
+    kappa per reader x retriever (unjudged documents count as non-relevant)."""
+    from erag_dagster.classic.semantic import agreement
+
+    rows = []
+    if qrels.height:
+        for partition in sorted(doc_labels):
+            reader_key, retriever = _split_multi_key(partition)
+            methods = {"eRAG": doc_labels[partition]}
+            if partition in baseline_labels:
+                for (method,), frame in baseline_labels[partition].group_by("method"):
+                    if method != "provenance":  # the judgments themselves
+                        methods[str(method)] = frame
+            for method, frame in sorted(methods.items()):
+                stats = agreement(frame.select("query_id", "doc_id", "label"), qrels)
+                rows.append({"reader": reader_key, "retriever": retriever, "method": method,
+                             **{k: stats[k] for k in ("n", "agreement", "kappa")}})  # fmt: skip
+    table = pl.DataFrame(rows)
+    return dg.Output(table, data_version=frame_version(table), metadata={"report": table_md(table)})
