@@ -20,7 +20,7 @@ test: setup
 	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
 
 dev: setup
-	.venv/bin/dagster dev -m erag_dagster.definitions -h 127.0.0.1 -p $${PORT:-3000}
+	.venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
 lint: setup
 	.venv/bin/ruff check erag_dagster tests bench scripts

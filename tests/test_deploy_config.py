@@ -58,3 +58,13 @@ def test_reader_steps_request_a_gpu_on_kubernetes() -> None:
         limits = k8s["container_config"]["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "1"
         assert node.pools == {"gpu"}
+
+
+def test_workspace_yaml_names_the_definitions_module() -> None:
+    import yaml
+
+    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    target = workspace["load_from"][0]["python_module"]
+    assert target["module_name"] == "erag_dagster.definitions"
+    module = importlib.import_module(target["module_name"])
+    assert isinstance(module.defs, dg.Definitions)
