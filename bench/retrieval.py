@@ -37,7 +37,7 @@ def timed(fn):
 def bare_bm25_index(corpus, folder: Path, threads: int) -> None:
     """What a user would write: JSONL by hand, then Anserini's IndexCollection."""
     docs = folder / "docs"
-    docs.mkdir()
+    docs.mkdir(parents=True)
     rows = corpus.select("doc_id", "title", "text").rows()
     per = -(-len(rows) // threads)
     for i in range(threads):
