@@ -16,12 +16,10 @@ given run, so every list metric applies to them exactly as to eRAG labels.
 
 from __future__ import annotations
 
-import time
-
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.labels.store import generation_key, sha256_text
+from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
 from erag_dagster.metrics.downstream import answer_containment
 from erag_dagster.readers.prompts import reader_passage
 
@@ -97,7 +95,7 @@ ANNOTATION_TASK = "relevance_yes_probability/v1"
 
 def annotation_fingerprint(reader) -> str:
     """Fingerprint of the LLM-annotation task: the reader's fingerprint + the task version."""
-    return sha256_text(f"{reader.fingerprint}|{ANNOTATION_TASK}")
+    return task_fingerprint(reader.fingerprint, ANNOTATION_TASK)
 
 
 def llm_annotation_labels(
@@ -116,53 +114,24 @@ def llm_annotation_labels(
     """
     joined = _with_text(run, queries, corpus)
     items = list(zip(joined["question"].to_list(), joined["passage"].to_list(), strict=True))
-    if store is None:
-        p_yes = reader.yes_probability(items) if items else []
-    else:
-        p_yes = _cached_yes_probability(joined, items, reader, store, dagster_run_id)
+    subjects = [
+        Subject(qid, question, did, passage)
+        for qid, did, (question, passage) in zip(
+            joined["query_id"].to_list(), joined["doc_id"].to_list(), items, strict=True
+        )
+    ]
+    outputs, _ = stored_or_generated(
+        subjects,
+        lambda part: [repr(float(v)) for v in reader.yes_probability([items[i] for i in part])],
+        store,
+        annotation_fingerprint(reader),
+        f"{reader.name}:annotation",
+        {"task": ANNOTATION_TASK, "reader": reader.identity()},
+        dagster_run_id=dagster_run_id,
+        chunk=max(1, len(subjects)),
+    )
+    p_yes = [float(v) for v in outputs]
     return joined.with_columns(
         p_yes=pl.Series(p_yes, dtype=pl.Float64),
         label=(pl.Series(p_yes, dtype=pl.Float64) >= 0.5).cast(pl.Float64),
     ).select([*LABEL_SCHEMA, "p_yes"])
-
-
-def _cached_yes_probability(joined, items, reader, store, dagster_run_id) -> list[float]:
-    fingerprint = annotation_fingerprint(reader)
-    store.register_reader(
-        fingerprint,
-        f"{reader.name}:annotation",
-        {"task": ANNOTATION_TASK, "reader": reader.identity()},
-    )
-    keys = [
-        generation_key(fingerprint, qid, sha256_text(q), did, sha256_text(p))
-        for qid, did, (q, p) in zip(
-            joined["query_id"].to_list(), joined["doc_id"].to_list(), items, strict=True
-        )
-    ]
-    stored = dict(store.lookup_generations(keys).select("generation_key", "answer").rows())
-    todo = sorted({i for i, k in enumerate(keys) if k not in stored}, key=lambda i: keys[i])
-    unique: dict[str, int] = {}
-    for i in todo:
-        unique.setdefault(keys[i], i)
-    if unique:
-        order = list(unique.values())
-        started = time.perf_counter()
-        values = reader.yes_probability([items[i] for i in order])
-        per_pair = (time.perf_counter() - started) / len(order)
-        rows = [
-            {
-                "generation_key": keys[i],
-                "reader_fingerprint": fingerprint,
-                "query_id": joined["query_id"][i],
-                "question_hash": sha256_text(items[i][0]),
-                "doc_id": joined["doc_id"][i],
-                "text_hash": sha256_text(items[i][1]),
-                "answer": repr(float(v)),
-                "gen_seconds": per_pair,
-                "dagster_run_id": dagster_run_id,
-            }
-            for i, v in zip(order, values, strict=True)
-        ]
-        store.put_generations(pl.DataFrame(rows))
-        stored.update({r["generation_key"]: r["answer"] for r in rows})
-    return [float(stored[k]) for k in keys]

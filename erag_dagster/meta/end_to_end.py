@@ -18,7 +18,7 @@ import polars as pl
 
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
-from erag_dagster.labels.store import generation_key, sha256_text
+from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.prompts import reader_passage
 
@@ -102,41 +102,37 @@ def evaluate_end_to_end(
     )
     ids_of = dict(doc_lists.rows())
     rows = contexts.rows(named=True)
-    keys: list[str] = []
-    stored: dict[str, str] = {}
-    if store is not None:
-        fingerprint = end_to_end_fingerprint(reader)
-        store.register_reader(
-            fingerprint,
-            f"{reader.name}:end_to_end",
-            {"task": E2E_TASK, "reader": reader.identity()},
+    subjects = [
+        Subject(
+            r["query_id"], r["question"], ids_of.get(r["query_id"], ""), "\n\n".join(r["passages"])
         )
-        keys = [
-            generation_key(
-                fingerprint, r["query_id"], sha256_text(r["question"]),
-                ids_of.get(r["query_id"], ""), sha256_text("\n\n".join(r["passages"])),
-            )
-            for r in rows
-        ]  # fmt: skip
-        stored = dict(store.lookup_generations(keys).select("generation_key", "answer").rows())
-    todo = [i for i in range(len(rows)) if not keys or keys[i] not in stored]
-    started = time.perf_counter()
-    fresh: dict[int, str] = {}
-    chunk = 32  # batched generation, logged per chunk
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        outs = reader.answer_with_contexts(
+        for r in rows
+    ]
+
+    def generate(part: list[int]) -> list[str]:
+        return reader.answer_with_contexts(
             [(rows[i]["question"], rows[i]["passages"]) for i in part]
         )
-        fresh.update(zip(part, outs, strict=True))
-        if store is not None:
-            _store_answers(store, rows, keys, part, outs, ids_of, reader, dagster_run_id, started)
+
+    def progress(done: int, total: int) -> None:
         if log:
-            log(f"end-to-end: answered {start + len(part)}/{len(todo)} queries, top-{k} documents")
+            log(f"end-to-end: answered {done}/{total} queries, top-{k} documents")
+
+    started = time.perf_counter()
+    answers, generated = stored_or_generated(
+        subjects,
+        generate,
+        store,
+        end_to_end_fingerprint(reader),
+        f"{reader.name}:end_to_end",
+        {"task": E2E_TASK, "reader": reader.identity()},
+        dagster_run_id=dagster_run_id,
+        chunk=32,
+        progress=progress,
+    )
     seconds = time.perf_counter() - started
-    if log and len(todo) < len(rows):
-        log(f"end-to-end: {len(rows) - len(todo)} of {len(rows)} answers taken from the store")
-    answers = [fresh[i] if i in fresh else stored[keys[i]] for i in range(len(rows))]
+    if log and generated < len(rows):
+        log(f"end-to-end: {len(rows) - generated} of {len(rows)} answers taken from the store")
     scores = [score_fn(answer, row["answers"]) for answer, row in zip(answers, rows, strict=True)]
     frame = pl.DataFrame(
         {
@@ -155,27 +151,4 @@ E2E_TASK = "end_to_end_concatenated/v1"
 
 def end_to_end_fingerprint(reader) -> str:
     """Fingerprint of end-to-end answering: the reader's fingerprint + the task version."""
-    return sha256_text(f"{reader.fingerprint}|{E2E_TASK}")
-
-
-def _store_answers(store, rows, keys, part, outs, ids_of, reader, run_id, started) -> None:
-    per_query = (time.perf_counter() - started) / max(1, len(part))
-    fingerprint = end_to_end_fingerprint(reader)
-    store.put_generations(
-        pl.DataFrame(
-            [
-                {
-                    "generation_key": keys[i],
-                    "reader_fingerprint": fingerprint,
-                    "query_id": rows[i]["query_id"],
-                    "question_hash": sha256_text(rows[i]["question"]),
-                    "doc_id": ids_of.get(rows[i]["query_id"], ""),
-                    "text_hash": sha256_text("\n\n".join(rows[i]["passages"])),
-                    "answer": answer,
-                    "gen_seconds": per_query,
-                    "dagster_run_id": run_id,
-                }
-                for i, answer in zip(part, outs, strict=True)
-            ]
-        )
-    )
+    return task_fingerprint(reader.fingerprint, E2E_TASK)

@@ -1,0 +1,82 @@
+"""Store-backed generation of other reader tasks (end-to-end answers, LLM annotations)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
+from erag_dagster.labels.store import LabelStore
+
+FP = task_fingerprint("r" * 64, "test-task/v1")
+SUBJECTS = [
+    Subject("q1", "Who?", "d1", "Alice wrote it."),
+    Subject("q1", "Who?", "d2", "Bob read it."),
+    Subject("q2", "When?", "d1", "Alice wrote it."),
+    Subject("q1", "Who?", "d1", "Alice wrote it."),  # the first subject again
+]
+
+
+class Recorder:
+    """A generator that answers with the subject's text upper-cased and records its calls."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.calls: list[list[int]] = []
+        self.fail_after = fail_after
+
+    def __call__(self, part: list[int]) -> list[str]:
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise RuntimeError("generator died")
+        self.calls.append(list(part))
+        return [SUBJECTS[i].text.upper() for i in part]
+
+
+def _run(store: LabelStore | None, generate: Recorder, chunk: int = 2) -> tuple[list[str], int]:
+    return stored_or_generated(
+        SUBJECTS, generate, store, FP, "reader:test", {"task": "test-task/v1"}, chunk=chunk
+    )
+
+
+def test_each_distinct_subject_is_generated_once_and_outputs_follow_input_order(
+    tmp_path: Path,
+) -> None:
+    generate = Recorder()
+    outputs, generated = _run(LabelStore(tmp_path / "s.sqlite"), generate)
+    assert outputs == [s.text.upper() for s in SUBJECTS]
+    assert generated == 3
+    assert sorted(i for part in generate.calls for i in part) == [0, 1, 2]
+
+
+def test_a_rerun_generates_nothing_and_rows_carry_the_task_fingerprint(tmp_path: Path) -> None:
+    store = LabelStore(tmp_path / "s.sqlite")
+    first, _ = _run(store, Recorder())
+    again = Recorder()
+    second, generated = _run(store, again)
+    assert (second, generated, again.calls) == (first, 0, [])
+    assert LabelStore(tmp_path / "s.sqlite").count_generations(FP) == 3
+    assert store.count_generations() == 3  # nothing under another fingerprint
+    assert store.reader_identity(FP) == {"task": "test-task/v1"}
+
+
+def test_a_crash_keeps_the_chunks_committed_before_it(tmp_path: Path) -> None:
+    store = LabelStore(tmp_path / "s.sqlite")
+    with pytest.raises(RuntimeError, match="generator died"):
+        _run(store, Recorder(fail_after=1), chunk=2)
+    resumed = Recorder()
+    outputs, generated = _run(store, resumed, chunk=2)
+    assert generated == 1  # only the subject of the lost chunk
+    assert outputs == [s.text.upper() for s in SUBJECTS]
+
+
+def test_without_a_store_everything_is_generated() -> None:
+    generate = Recorder()
+    outputs, generated = _run(None, generate, chunk=10)
+    assert generated == 3 and outputs[3] == outputs[0]
+
+
+def test_a_generator_returning_the_wrong_count_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="returned 1 outputs for 2 inputs"):
+        stored_or_generated(
+            SUBJECTS, lambda part: ["x"], LabelStore(tmp_path / "s.sqlite"), FP, "r", {}, chunk=2
+        )
