@@ -121,3 +121,21 @@ def test_end_to_end_answers_are_stored_and_reused(small, run, reader, tmp_path: 
     assert again.scores.equals(first.scores)
     assert calls == [4]  # only the k = 3 lists (new contexts) were generated
     assert deeper.scores.height == 4 and store.count_generations() == 8
+
+
+def test_end_to_end_at_k1_reuses_stored_erag_answers(small, run, reader, tmp_path: Path) -> None:
+    from erag_dagster.labels.labeller import label_run
+
+    store = LabelStore(tmp_path / "labels.sqlite")
+    top = run.filter(pl.col("rank") == 1)
+    labelled = label_run(top, small.queries, small.corpus, reader, "em", store)
+    stored = store.count_generations()
+    reader.reset_timings()
+    k1 = evaluate_end_to_end(run, small.queries, small.corpus, reader, "em", k=1, store=store)
+    assert reader.timings == []  # the reader was not called
+    assert store.count_generations() == stored
+    erag = dict(labelled.labels.select("query_id", "answer").rows())
+    assert dict(k1.scores.select("query_id", "answer").rows()) == erag
+    # k = 2 has no eRAG counterpart: generated (and stored) as end-to-end answers
+    evaluate_end_to_end(run, small.queries, small.corpus, reader, "em", k=2, store=store)
+    assert store.count_generations() == stored + small.queries.height

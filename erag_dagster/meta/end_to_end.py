@@ -19,6 +19,7 @@ import polars as pl
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
+from erag_dagster.labels.store import generation_key, sha256_text
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.prompts import reader_passage
 
@@ -119,9 +120,12 @@ def evaluate_end_to_end(
             log(f"end-to-end: answered {done}/{total} queries, top-{k} documents")
 
     started = time.perf_counter()
-    answers, generated = stored_or_generated(
-        subjects,
-        generate,
+    # At k = 1 the prompt is the eRAG prompt of the top document: reuse its stored answer.
+    reused = _erag_answers(store, reader, subjects, rows) if k == 1 and store is not None else {}
+    rest = [i for i in range(len(rows)) if i not in reused]
+    fresh, generated = stored_or_generated(
+        [subjects[i] for i in rest],
+        lambda part: generate([rest[j] for j in part]),
         store,
         end_to_end_fingerprint(reader),
         f"{reader.name}:end_to_end",
@@ -130,9 +134,15 @@ def evaluate_end_to_end(
         chunk=32,
         progress=progress,
     )
+    answers = [reused.get(i, "") for i in range(len(rows))]
+    for i, answer in zip(rest, fresh, strict=True):
+        answers[i] = answer
     seconds = time.perf_counter() - started
     if log and generated < len(rows):
-        log(f"end-to-end: {len(rows) - generated} of {len(rows)} answers taken from the store")
+        log(
+            f"end-to-end: {len(rows) - generated} of {len(rows)} answers taken from the store"
+            + (f" ({len(reused)} are eRAG answers of the top document)" if reused else "")
+        )
     scores = [score_fn(answer, row["answers"]) for answer, row in zip(answers, rows, strict=True)]
     frame = pl.DataFrame(
         {
@@ -152,3 +162,23 @@ E2E_TASK = "end_to_end_concatenated/v1"
 def end_to_end_fingerprint(reader) -> str:
     """Fingerprint of end-to-end answering: the reader's fingerprint + the task version."""
     return task_fingerprint(reader.fingerprint, E2E_TASK)
+
+
+def _erag_answers(store, reader, subjects: list[Subject], rows: list[dict]) -> dict[int, str]:
+    """Stored eRAG answers (same reader fingerprint) of the rows with exactly one passage,
+    keyed by row index: ``answer_with_context`` on one passage builds the same prompt as
+    ``answer``, so the answer is the same generation."""
+    keys = {
+        i: generation_key(
+            reader.fingerprint, s.query_id, sha256_text(s.question), s.subject_id,
+            sha256_text(s.text),
+        )
+        for i, (s, row) in enumerate(zip(subjects, rows, strict=True))
+        if len(row["passages"]) == 1
+    }  # fmt: skip
+    if not keys:
+        return {}
+    found = dict(
+        store.lookup_generations(list(keys.values())).select("generation_key", "answer").rows()
+    )
+    return {i: found[key] for i, key in keys.items() if key in found}
