@@ -19,6 +19,7 @@ import multiprocessing as mp
 import resource
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +114,11 @@ def measure_efficiency(
                 "config": reader_config,
                 "items": payload_items,
             }
-            with ctx.Pool(1) as pool:
-                rows.append(pool.apply(_child, (payload,)))
+            # A one-worker executor per cell: a fresh process each time. Its shutdown stops
+            # the worker with a sentinel, not a signal, so it also ends where SIGTERM is ignored
+            # (nohup'd or daemonised parents pass SIG_IGN on; Pool.terminate then hangs).
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                rows.append(pool.submit(_child, payload).result())
     table = pl.DataFrame(rows).with_columns(seconds_per_query=pl.col("seconds") / pl.col("queries"))
     e2e = table.filter(pl.col("mode") == "end_to_end").select(
         "k", e2e_seconds="seconds", e2e_memory="peak_memory_mib"
