@@ -52,7 +52,7 @@ def _doc_labels(
         model,
         settings.downstream_metric,
         store,
-        dagster_run_id=context.run_id,
+        dagster_run_id=context.run.run_id,
         log=context.log.info,
     )
     labels = result.labels

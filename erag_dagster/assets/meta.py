@@ -47,7 +47,7 @@ def _end_to_end(
     for k in settings.end_to_end_ks:
         result = evaluate_end_to_end(
             retrieval_run, queries, corpus, model, settings.downstream_metric, k,
-            context.log.info, store=store, dagster_run_id=context.run_id,
+            context.log.info, store=store, dagster_run_id=context.run.run_id,
         )  # fmt: skip
         frames.append(result.scores)
         seconds += result.seconds
@@ -90,7 +90,7 @@ def _baseline_labels(
     model = reader.get(registry, keys["reader"])
     context.log.info(f"LLM annotation of {run.height} (question, document) pairs")
     parts["llm_annotation"] = llm_annotation_labels(
-        run, queries, corpus, model, store=label_store.open(), dagster_run_id=context.run_id
+        run, queries, corpus, model, store=label_store.open(), dagster_run_id=context.run.run_id
     )
     labels = pl.concat(
         [
