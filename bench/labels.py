@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--squad", type=Path, default=SQUAD / "dev-v1.1.json.zip")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
 
     n_queries = max(1, args.pairs // args.depth)
     corpus, queries, run_a, run_b = load_squad(n_queries, args.depth, args.squad)

@@ -173,6 +173,8 @@ def main() -> None:
     parser.add_argument("--dense-repeats", type=int, default=1, help="timings per dense build")
     parser.add_argument("--stages", default="bm25,dense", help="which of bm25,dense to run")
     args = parser.parse_args()
+    if args.repeats < 1 or args.dense_repeats < 1:
+        parser.error("--repeats and --dense-repeats must be >= 1")
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(1)
     ds = load_dataset(f"beir:{args.data}")
