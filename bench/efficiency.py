@@ -20,7 +20,7 @@ from erag_dagster.data.loaders import load_dataset
 from erag_dagster.meta.efficiency import measure_efficiency
 from erag_dagster.meta.end_to_end import context_lists
 from erag_dagster.registry import load_registry
-from erag_dagster.report import format_table
+from erag_dagster.reports.tables import format_table
 from erag_dagster.retrieval.service import run_retriever
 
 

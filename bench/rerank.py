@@ -19,10 +19,10 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.classic.rerank import default_scorer, lift_report, rerank
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.registry import load_registry
-from erag_dagster.report import format_table
+from erag_dagster.reports.tables import format_table
+from erag_dagster.retrieval.rerank import default_scorer, lift_report, rerank
 from erag_dagster.retrieval.service import run_retriever
 
 

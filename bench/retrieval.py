@@ -24,7 +24,7 @@ import torch
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.java import ensure_jvm
-from erag_dagster.report import format_table
+from erag_dagster.reports.tables import format_table
 from erag_dagster.retrieval.bm25 import bm25_search, build_bm25_index
 from erag_dagster.retrieval.dense import build_dense_index, passage_texts
 from erag_dagster.retrieval.encoder import TextEncoder

@@ -23,7 +23,7 @@ def _metrics_arg(text: str) -> list[str]:
 
 
 def _print_table(frame, floatfmt: str = ".4f") -> None:
-    from erag_dagster.report import format_table
+    from erag_dagster.reports.tables import format_table
 
     print(format_table(frame, floatfmt=floatfmt))
 
@@ -208,9 +208,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
-    from erag_dagster.classic.rerank import CrossEncoderScorer, default_scorer, lift_report, rerank
     from erag_dagster.data.loaders import load_dataset
     from erag_dagster.registry import load_registry
+    from erag_dagster.retrieval.rerank import (
+        CrossEncoderScorer,
+        default_scorer,
+        lift_report,
+        rerank,
+    )
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
 
     metrics = _metrics_arg(args.metrics)

@@ -126,7 +126,7 @@ def print_reports(
     only: Sequence[str] | None = None,
 ) -> None:
     """Print the report assets that exist, as terminal tables."""
-    from erag_dagster.report import format_table
+    from erag_dagster.reports.tables import format_table
 
     titles = {
         "retrieval_report": "Retrieval quality against human/provenance judgments (pytrec_eval)",
@@ -146,11 +146,11 @@ def print_reports(
             continue
         print(f"\n== {title} ==")
         if key == "correlation_report" and frame.height:
-            from erag_dagster.report import format_table1
+            from erag_dagster.reports.tables import format_table1
 
             print(format_table1(frame, statistic="kendall_tau"))
         elif key == "retrieval_report" and frame.height:
-            from erag_dagster.classic.leaderboard import format_leaderboard
+            from erag_dagster.reports.leaderboard import format_leaderboard
 
             print(format_table(format_leaderboard(frame)))
             print("(mean [95% bootstrap CI]; vs the first retriever: difference, permutation p)")

@@ -8,15 +8,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from erag_dagster.classic.leaderboard import (
-    format_leaderboard,
-    leaderboard,
-    leaderboard_metrics,
-)
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.registry import load_registry
+from erag_dagster.reports.leaderboard import (
+    format_leaderboard,
+    leaderboard,
+    leaderboard_metrics,
+)
 from erag_dagster.retrieval.service import run_retriever
 
 HAND_METRICS = ["R@5", "P@5", "Success@1", "RR", "AP", "nDCG@5"]

@@ -15,7 +15,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from erag_dagster.classic.rerank import (
+from erag_dagster.errors import InputError
+from erag_dagster.readers.prompts import reader_passage
+from erag_dagster.retrieval.rerank import (
     LIFT_SCHEMA,
     ReaderScorer,
     RerankResult,
@@ -24,8 +26,6 @@ from erag_dagster.classic.rerank import (
     rerank,
     separate_ties,
 )
-from erag_dagster.errors import InputError
-from erag_dagster.readers.prompts import reader_passage
 from erag_dagster.retrieval.runs import rank_by_score
 
 CORPUS = pl.DataFrame(
@@ -174,8 +174,8 @@ def test_cross_encoder_path_runs_on_local_weights() -> None:
     """The cross-encoder code path on real local weights: the packaged MiniLM encoder loaded as
     a sequence classifier (its 2-way head is freshly initialised, so the scores mean nothing;
     this checks tokenising pairs, batching and the softmax, not relevance)."""
-    from erag_dagster.classic.rerank import CrossEncoderScorer
     from erag_dagster.retrieval.encoder import packaged_encoder_path
+    from erag_dagster.retrieval.rerank import CrossEncoderScorer
 
     scorer = CrossEncoderScorer(str(packaged_encoder_path()), device="cpu", batch_size=2)
     pairs = [(QUERIES["question"][0], text) for text in CORPUS["text"].to_list()]

@@ -10,14 +10,14 @@ import polars as pl
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from erag_dagster.classic.semantic import (
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.errors import InputError
+from erag_dagster.meta.semantic import (
     DEFAULT_THRESHOLDS,
     agreement,
     bertscore,
     semantic_labels,
 )
-from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
 from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.service import run_retriever

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.significance import (
+from erag_dagster.stats.significance import (
     PairedComparison,
     align,
     bootstrap_mean_ci,

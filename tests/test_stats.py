@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.stats import (
+from erag_dagster.stats.correlation import (
     CorrelationEstimate,
     bootstrap_ci,
     bootstrap_distribution,

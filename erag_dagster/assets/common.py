@@ -6,7 +6,7 @@ import dagster as dg
 import polars as pl
 
 from erag_dagster.registry import Registry
-from erag_dagster.report import to_markdown
+from erag_dagster.reports.tables import to_markdown
 
 CODE_VERSION = "1"
 

@@ -297,7 +297,7 @@ def label_agreement(
     """How each automatic labelling (eRAG, containment, semantic, LLM annotation) agrees with
     the human/provenance judgments on the same retrieved documents: raw agreement and Cohen's
     kappa per reader x retriever (unjudged documents count as non-relevant)."""
-    from erag_dagster.classic.semantic import agreement
+    from erag_dagster.meta.semantic import agreement
 
     rows = []
     if qrels.height:

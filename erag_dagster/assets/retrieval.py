@@ -12,8 +12,8 @@ from erag_dagster.assets.common import (
     retriever_partitions,
     table_md,
 )
-from erag_dagster.classic.leaderboard import format_leaderboard, leaderboard
 from erag_dagster.registry import Registry
+from erag_dagster.reports.leaderboard import format_leaderboard, leaderboard
 from erag_dagster.resources import EvalSettings
 from erag_dagster.retrieval.service import (
     RetrievalTiming,

@@ -85,9 +85,7 @@ def validate_qrels(
 
 def require_answers(queries: pl.DataFrame, source: str) -> None:
     """Raise ``InputError`` naming the first query whose ``answers`` list is null or empty."""
-    missing = queries.filter(
-        pl.col("answers").is_null() | (pl.col("answers").list.len() == 0)
-    )
+    missing = queries.filter(pl.col("answers").is_null() | (pl.col("answers").list.len() == 0))
     if missing.height:
         qid = missing.get_column("query_id")[0]
         raise InputError(

@@ -9,7 +9,7 @@ given run, so every list metric applies to them exactly as to eRAG labels.
   sequence match, :func:`~erag_dagster.metrics.downstream.answer_containment`).
 * ``semantic_answer`` — BERTScore-style greedy token matching between the document and the gold
   answers with the default encoder, thresholded; ``semantic_question`` — embedding cosine with
-  the question, thresholded (thresholds and their calibration: ``classic/semantic.py``).
+  the question, thresholded (thresholds and their calibration: ``meta/semantic.py``).
 * ``llm_annotation`` — the reader asked whether the document is relevant to the question;
   label 1 when P(yes) >= 0.5 (the paper's LLM-annotator baseline).
 """
@@ -81,10 +81,10 @@ def semantic_labels(
     encoder,
     against: str = "answer",
 ) -> pl.DataFrame:
-    """BERTScore-style labels from :mod:`erag_dagster.classic.semantic` with its calibrated
+    """BERTScore-style labels from :mod:`erag_dagster.meta.semantic` with its calibrated
     thresholds: greedy token matching (BERTScore recall) against the gold answers, embedding
     cosine against the question. Extra column ``similarity``."""
-    from erag_dagster.classic.semantic import semantic_labels as similarity_labels
+    from erag_dagster.meta.semantic import semantic_labels as similarity_labels
 
     method = "bertscore" if against == "answer" else "cosine"
     return similarity_labels(run, corpus, queries, encoder, method=method, against=against)

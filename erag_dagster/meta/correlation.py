@@ -11,7 +11,7 @@ Inputs are long polars frames of per-query scores:
 For every ``(dataset, retriever, method, metric)`` the correlation is taken **over queries**
 between the retrieval score and the end-to-end score of the same ``(dataset, retriever)``, as
 in the paper (§4.2): Kendall's tau-b and Spearman's rho with percentile bootstrap CIs (see
-:mod:`erag_dagster.meta.stats`). Queries present on one side only are left out (inner join on
+:mod:`erag_dagster.stats.correlation`). Queries present on one side only are left out (inner join on
 ``query_id``); ``n_queries`` counts the queries used and ``n_unmatched`` those left out from
 either side. A correlation that is undefined (a side constant over the matched queries, or
 fewer than two of them) is ``nan``, never an error.
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.stats import bootstrap_ci, kendall_tau_b, spearman_rho
+from erag_dagster.stats.correlation import bootstrap_ci, kendall_tau_b, spearman_rho
 
 PER_QUERY_COLUMNS = ("dataset", "retriever", "method", "metric", "query_id", "value")
 END_TO_END_COLUMNS = ("dataset", "retriever", "query_id", "value")

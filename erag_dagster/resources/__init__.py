@@ -4,7 +4,6 @@ Each resource is a thin configurable wrapper over a plain-Python object from the
 modules; per-deployment choices (device, storage paths) live here, not in the assets.
 """
 
-
 import os
 from typing import Any
 

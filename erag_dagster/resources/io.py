@@ -5,7 +5,6 @@ No pickling: asset values are data (``pl.DataFrame`` → ``.parquet``; dicts/lis
 Writes go to a temporary file that is renamed into place (atomic).
 """
 
-
 import json
 from pathlib import Path
 from typing import Any

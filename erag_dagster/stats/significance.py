@@ -16,7 +16,7 @@ intersection of their ids; ids only one side has are dropped and counted).
   ``p = (count + 1) / (n_permutations + 1)`` (Phipson & Smyth 2010), which is never 0.
   scipy's ``permutation_test(..., permutation_type="samples")`` follows the same two rules.
 - **Bootstrap CI of the mean difference**: percentile bootstrap over queries (see
-  :mod:`erag_dagster.meta.stats`).
+  :mod:`erag_dagster.stats.correlation`).
 
 Edge-case policy: ``n = 0`` (no shared query) raises :class:`InputError`; so do non-finite
 scores. When every difference is the same value ``c`` (zero variance) the t statistic is
@@ -36,7 +36,11 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import stats as sps
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.stats import check_bootstrap_args, percentile_interval, resample_blocks
+from erag_dagster.stats.correlation import (
+    check_bootstrap_args,
+    percentile_interval,
+    resample_blocks,
+)
 
 #: Tolerance (relative to ``sum(|d|)``) when comparing permuted statistics with the observed
 #: one, so that assignments equal to it up to floating-point rounding count as extreme.

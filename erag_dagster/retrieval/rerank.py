@@ -49,11 +49,11 @@ import polars as pl
 import torch
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.significance import compare_paired
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.readers.prompts import reader_passage
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score, top_k
+from erag_dagster.stats.significance import compare_paired
 
 Log = Callable[[str], None]
 Pairs = Sequence[tuple[str, str]]

@@ -22,7 +22,7 @@ trec_eval's conventions:
   ties by doc id *descending*; it ignores the run's rank column
   (:func:`erag_dagster.retrieval.runs.rank_by_score` ranks the same way).
 
-Uncertainty and comparisons (:mod:`erag_dagster.meta.significance`):
+Uncertainty and comparisons (:mod:`erag_dagster.stats.significance`):
 
 - ``{m}_low`` / ``{m}_high``: percentile bootstrap interval (``confidence``, 95% by default) of
   the mean, resampling the scored queries with replacement ``n_resamples`` times;
@@ -40,9 +40,9 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.significance import bootstrap_mean_ci, compare_paired
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.list_metrics import ListMetricReport
+from erag_dagster.stats.significance import bootstrap_mean_ci, compare_paired
 
 #: Per-metric columns of the leaderboard, as suffixes of the metric name (``nDCG@10_low``).
 STAT_SUFFIXES: tuple[str, ...] = ("_low", "_high", "_diff", "_p_perm", "_p_t")
@@ -183,7 +183,8 @@ def format_leaderboard(board: pl.DataFrame, digits: int = 4, alpha: float = 0.05
     ``mean [low, high]``, followed for non-baseline rows by ``diff p=p_perm`` (``p<0.001`` below
     that) and a ``*`` when ``p_perm < alpha`` (e.g. ``0.6912 [0.655, 0.725] +0.0123 p=0.012*``).
     The baseline's name carries ``(baseline)``. Render with
-    :func:`erag_dagster.report.format_table` or :func:`~erag_dagster.report.to_markdown`.
+    :func:`~erag_dagster.reports.tables.format_table` or
+    :func:`~erag_dagster.reports.tables.to_markdown`.
     """
     exprs: list[pl.Expr] = [
         pl.when(pl.col("baseline"))

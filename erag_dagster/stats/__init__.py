@@ -1,0 +1,6 @@
+"""Statistics used by every report (a leaf package: it imports only ``erag_dagster.errors``).
+
+- :mod:`~erag_dagster.stats.correlation` — Kendall tau-b, Spearman rho, bootstrap CIs;
+- :mod:`~erag_dagster.stats.significance` — paired t-test, randomisation test, bootstrap CI of a
+  difference, multiple-comparison correction.
+"""
