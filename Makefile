@@ -1,13 +1,16 @@
 # The README's two commands:
 #   make run    set up .venv if needed, materialise every asset on the embedded sample, print the report
-#   make test   set up .venv if needed, run the test suite
+#   make test   set up .venv if needed, lint (ruff check + ruff format --check), run every test
+# and for the edit loop / measurements:
+#   make test-quick  lint, then the tests not marked slow (pytest -m "not slow")
+#   make bench       the four benchmarks; tables on stdout, JSON rows in $(BENCH_OUT)/<bench>.json
 SHELL := /bin/bash
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test dev lint bench
+.PHONY: setup run test test-quick dev lint bench
 
 setup:
 	@scripts/setup.sh
@@ -15,16 +18,28 @@ setup:
 run: setup
 	.venv/bin/erag-dagster run $(ARGS)
 
-test: setup
+test: setup lint
 	@scripts/ensure-chromium.sh
 	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
+
+test-quick: setup lint
+	.venv/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 dev: setup
 	.venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
+LINT_PATHS := erag_dagster tests bench scripts
+
 lint: setup
-	.venv/bin/ruff check erag_dagster tests bench scripts
+	.venv/bin/ruff check $(LINT_PATHS)
+	.venv/bin/ruff format --check $(LINT_PATHS)
+
+# BENCH_ARGS is passed to every bench (e.g. BENCH_ARGS=--quick for a smoke run of each).
+BENCH_OUT ?= $(DAGSTER_HOME)/bench
 
 bench: setup
-	.venv/bin/python bench/retrieval.py
-	.venv/bin/python bench/labels.py
+	@mkdir -p $(BENCH_OUT)
+	.venv/bin/python bench/retrieval.py --json $(BENCH_OUT)/retrieval.json $(BENCH_ARGS)
+	.venv/bin/python bench/labels.py --json $(BENCH_OUT)/labels.json $(BENCH_ARGS)
+	.venv/bin/python bench/efficiency.py --json $(BENCH_OUT)/efficiency.json $(BENCH_ARGS)
+	.venv/bin/python bench/rerank.py --json $(BENCH_OUT)/rerank.json $(BENCH_ARGS)

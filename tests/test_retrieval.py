@@ -10,7 +10,6 @@ import pytest
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.errors import InputError
-from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.bm25 import build_bm25_index
 from erag_dagster.retrieval.dense import build_dense_index, passage_texts
@@ -25,15 +24,11 @@ def scifact(shared_data: Path):
     return load_dataset(f"beir:{shared_data / 'scifact' / 'beir'}")
 
 
-def test_bm25_scifact_reproduces_anserini_regression(scifact, tmp_path: Path) -> None:
-    """Anserini's published BEIR v1.0.0 SciFact flat BM25 figures, to 4 decimals."""
+def test_bm25_index_is_reused_for_the_same_corpus(scifact, tmp_path: Path) -> None:
+    """The second build of the same corpus reuses the index folder. (Anserini's SciFact BM25
+    figures are checked in reproductions/scifact.yaml by tests/test_reproductions.py.)"""
     index = build_bm25_index(scifact.corpus, tmp_path, threads=2)
-    run = index.search(scifact.queries, k=1000)
-    report = evaluate_run(scifact.qrels, run, ["nDCG@10", "R@100", "R@1000"])
-    assert round(report.aggregate["nDCG@10"], 4) == 0.6789
-    assert round(report.aggregate["R@100"], 4) == 0.9253
-    assert round(report.aggregate["R@1000"], 4) == 0.9767
-    # the second build of the same corpus reuses the index folder
+    assert index.search(scifact.queries.head(3), k=5).height == 15
     assert build_bm25_index(scifact.corpus, tmp_path).path == index.path
 
 

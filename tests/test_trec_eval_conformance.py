@@ -158,19 +158,19 @@ def test_interpolated_precision_by_hand() -> None:
     assert values == [1.0, 1.0, 2 / 3, 2 / 3, 0.0]
 
 
-def test_cacm_bm25_run(shared_data: Path) -> None:
+def test_cacm_bm25_run_names_agree(shared_data: Path) -> None:
+    """Both metric grammars give the same values on CACM (the trec_eval figures P_30 0.1942,
+    map 0.2744 and num_q 52 are reproductions/trec_eval.yaml)."""
     folder = shared_data / "cacm"
     report = evaluate_run(
         read_trec_qrels(folder / "qrels.cacm.txt"),
         read_trec_run(folder / "run.cacm-bm25.anserini.txt"),
         ["P_30", "map", "P@30", "AP", "num_q"],
     )
-    assert f"{report.aggregate['P_30']:.4f}" == "0.1942"
-    assert f"{report.aggregate['map']:.4f}" == "0.2744"
     assert report.aggregate["P@30"] == report.aggregate["P_30"]
     assert report.aggregate["AP"] == report.aggregate["map"]
-    assert report.aggregate["num_q"] == 52
-    assert len(report.per_query) == 52 and len(report.dropped_queries) == 12
+    assert len(report.per_query) == report.aggregate["num_q"]
+    assert len(report.dropped_queries) == 64 - report.aggregate["num_q"]
 
 
 # --- evaluate_run conventions -----------------------------------------------------------------

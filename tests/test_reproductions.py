@@ -1,0 +1,119 @@
+"""Every figure in ``reproductions/*.yaml``, recomputed by the project's code and compared.
+
+One parametrised test, one case per entry (id = the entry's id); ``slow: true`` entries carry
+the ``slow`` marker. Conditions are computed by :class:`tests.reproductions.Conditions`, kept for
+the session, so entries sharing a run (SciFact BM25's three figures) compute it once. Indexes go
+to a storage root private to this session. Default-run entries read the report assets of a real
+run (``$ERAG_REPRO_STORAGE``) and skip without it; see reproductions/default_run.yaml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.reproductions import (
+    README,
+    REPO_ROOT,
+    STORAGE_ENV,
+    Conditions,
+    Reproduction,
+    Skip,
+    load_reproductions,
+    readme_mismatches,
+)
+
+ENTRIES = load_reproductions()
+
+
+@pytest.fixture(scope="session")
+def conditions(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ERAG_STORAGE", str(tmp_path_factory.mktemp("repro-storage")))
+        yield Conditions(shared_data)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [pytest.param(e, id=e.id, marks=[pytest.mark.slow] if e.slow else []) for e in ENTRIES],
+)
+def test_reproduction(conditions: Conditions, entry: Reproduction) -> None:
+    try:
+        value = conditions.value(entry)
+    except Skip as reason:
+        pytest.skip(str(reason))
+    assert entry.passes(value), (
+        f"{entry.file}: {entry.id}: {entry.metric} on {entry.dataset} = {value!r}, expected "
+        f"{entry.expected} ± {entry.tolerance} ({entry.source})"
+    )
+
+
+def test_entries_cover_every_file_and_kind() -> None:
+    files = {p.name for p in (REPO_ROOT / "reproductions").glob("*.yaml")}
+    assert files == {e.file for e in ENTRIES}, "a reproductions file without entries"
+    assert {e.condition["kind"] for e in ENTRIES} <= set(Conditions.KINDS)
+
+
+def test_readme_quotes_every_figure_with_the_same_digits() -> None:
+    assert readme_mismatches(ENTRIES, README) == []
+
+
+def test_readme_check_reports_a_drifted_figure(tmp_path: Path) -> None:
+    quoted = next(e for e in ENTRIES if e.readme is not None)
+    printed = f"{quoted.expected:.{quoted.digits}f}"
+    drifted = tmp_path / "README.md"
+    drifted.write_text(README.read_text(encoding="utf-8").replace(printed, "9" * len(printed)))
+    problems = readme_mismatches([quoted], drifted)
+    assert len(problems) == 1 and quoted.id in problems[0]
+
+
+def test_check_readme_figures_script_exits_zero() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "check_readme_figures.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "figures" in done.stdout
+
+
+def test_report_asset_reads_the_matching_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How default-run entries read a stored report: a registry name matches its partition keys
+    and "<key> / <reader>" system names; ``only`` wants one row, ``max`` takes the largest."""
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    pl.DataFrame(
+        {
+            "retriever": ["bm25-1a2b3c4d / r-9", "bm25-1a2b3c4d / r-9", "dense-5e6f / r-9"],
+            "method": ["eRAG", "containment", "containment"],
+            "kendall_tau": [0.5, 0.1, 0.2],
+        }
+    ).write_parquet(assets / "correlation_report.parquet")
+    entry = next(e for e in ENTRIES if e.condition["kind"] == "report_asset")
+
+    def measured(**condition) -> float:
+        probe = dataclasses.replace(entry, condition={"kind": "report_asset", **condition})
+        return Conditions(tmp_path).value(probe)
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    with pytest.raises(Skip, match=STORAGE_ENV):
+        measured(asset="correlation_report", column="kendall_tau")
+    monkeypatch.setenv(STORAGE_ENV, str(tmp_path))
+    only = {"method": "eRAG", "retriever": "bm25"}
+    assert measured(asset="correlation_report", where=only, column="kendall_tau") == 0.5
+    most = {"method": ["containment", "x"]}
+    assert measured(
+        asset="correlation_report", where=most, column="kendall_tau", aggregate="max"
+    ) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="2 rows"):
+        measured(asset="correlation_report", where={"retriever": "bm25"}, column="kendall_tau")
+    with pytest.raises(FileNotFoundError, match="erag_report"):
+        measured(asset="erag_report", column="P@3")
