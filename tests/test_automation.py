@@ -49,6 +49,7 @@ def requested(result) -> dict[str, set[str]]:
     return {k: v for k, v in out.items() if v}
 
 
+@pytest.mark.slow
 def test_nothing_changed_requests_nothing(world) -> None:
     defs = build_defs(str(world["registry"]))
     first = dg.evaluate_automation_conditions(defs=defs, instance=world["instance"])
@@ -59,6 +60,7 @@ def test_nothing_changed_requests_nothing(world) -> None:
     assert requested(second) == {}
 
 
+@pytest.mark.slow
 def test_changed_retriever_requests_only_its_partitions(world) -> None:
     base = build_defs(str(world["registry"]))
     tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
@@ -102,6 +104,7 @@ def test_changed_retriever_requests_only_its_partitions(world) -> None:
     assert set(got) <= {"doc_labels", "end_to_end", "baseline_labels", "retrieval_report"}
 
 
+@pytest.mark.slow
 def test_changed_reader_requests_only_its_partitions(world) -> None:
     base = build_defs(str(world["registry"]))
     tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
@@ -130,6 +133,7 @@ def _schedule_result(world):
     return reevaluation_schedule(context)
 
 
+@pytest.mark.slow
 def test_schedule_observes_only_when_inputs_change(world) -> None:
     defs = build_defs(str(world["registry"]))
     job = defs.resolve_job_def("observe_inputs")

@@ -75,6 +75,7 @@ def test_dg_check_defs_passes() -> None:
     assert "All definitions loaded successfully" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_materialised_runs_and_labels(env) -> None:
     registry = load_registry(env["registry"])
     instance = env["instance"]
@@ -89,6 +90,7 @@ def test_materialised_runs_and_labels(env) -> None:
     assert meta["pairs_judged_now"].value + meta["pairs_from_store"].value == 12  # 6 x top-2
 
 
+@pytest.mark.slow
 def test_reports_cover_every_retriever(env) -> None:
     registry = load_registry(env["registry"])
     report = load_asset_value("erag_report", env["instance"], str(env["registry"]))
@@ -111,6 +113,7 @@ def test_reports_cover_every_retriever(env) -> None:
     assert (agree.get_column("n") == 12).all()  # 6 queries x top-2 per retriever
 
 
+@pytest.mark.slow
 def test_second_run_takes_every_label_from_the_store(env) -> None:
     materialize_all(
         env["settings"], instance=env["instance"], stages=["labels"], log=lambda m: None
@@ -123,6 +126,7 @@ def test_second_run_takes_every_label_from_the_store(env) -> None:
         assert meta["pairs_from_store"].value == 12
 
 
+@pytest.mark.slow
 def test_labels_frame_carries_reader_fingerprint(env) -> None:
     defs = build_defs(str(env["registry"]))
     registry = load_registry(env["registry"])
@@ -134,6 +138,7 @@ def test_labels_frame_carries_reader_fingerprint(env) -> None:
     assert labels.filter(pl.col("label").is_nan() | (pl.col("label") > 1)).height == 0
 
 
+@pytest.mark.slow
 def test_audit_prints_every_stored_label_of_a_pair(env, capsys) -> None:
     from erag_dagster.cli import main
 

@@ -41,6 +41,7 @@ def reader():
     return reader_from_config(entry.name, {**entry.config, "dtype": "float32"})
 
 
+@pytest.mark.slow
 def test_end_to_end_batched_equals_one_by_one_and_k1_is_the_erag_prompt(small, run, reader) -> None:
     result = evaluate_end_to_end(run, small.queries, small.corpus, reader, "f1", k=2)
     scores = result.scores
@@ -82,6 +83,7 @@ def test_baseline_labels(small, run, reader, tmp_path: Path) -> None:
     assert again["p_yes"].to_list() == first["p_yes"].to_list()
 
 
+@pytest.mark.slow
 def test_efficiency_table_has_every_mode(small, run) -> None:
     entry = load_registry().reader("smollm2-135m")
     contexts = context_lists(run, small.queries.head(1), small.corpus, 3)

@@ -24,12 +24,12 @@ def scifact(shared_data: Path):
     return load_dataset(f"beir:{shared_data / 'scifact' / 'beir'}")
 
 
-def test_bm25_index_is_reused_for_the_same_corpus(scifact, tmp_path: Path) -> None:
+def test_bm25_index_is_reused_for_the_same_corpus(small_corpus, scifact, tmp_path: Path) -> None:
     """The second build of the same corpus reuses the index folder. (Anserini's SciFact BM25
     figures are checked in reproductions/scifact.yaml by tests/test_reproductions.py.)"""
-    index = build_bm25_index(scifact.corpus, tmp_path, threads=2)
+    index = build_bm25_index(small_corpus, tmp_path, threads=2)
     assert index.search(scifact.queries.head(3), k=5).height == 15
-    assert build_bm25_index(scifact.corpus, tmp_path).path == index.path
+    assert build_bm25_index(small_corpus, tmp_path).path == index.path
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,7 @@ def encoder() -> TextEncoder:
     return TextEncoder(dtype="float32", batch_size=32)
 
 
+@pytest.mark.slow
 def test_dense_search_is_exact_cosine(small_corpus, encoder, tmp_path: Path, scifact) -> None:
     """faiss IndexFlatIP on normalised vectors = brute-force cosine ranking with numpy."""
     index = build_dense_index(small_corpus, encoder, tmp_path)

@@ -157,6 +157,7 @@ def scifact_top10(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
     return ds, run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["cosine", "bertscore"])
 def test_scifact_relevant_documents_are_more_similar(scifact_top10, encoder, method) -> None:
     ds, run = scifact_top10
