@@ -15,7 +15,13 @@ plus new ones) — and, in one process with one loaded reader, measures:
 * peak RSS (``resource.getrusage``).
 
     python bench/labels.py [--pairs 96] [--depth 4] [--dtype auto] [--threads N] [--batch 16]
-                           [--rounds 2]
+                           [--rounds 2] [--quick] [--json PATH]
+
+``--quick`` is a smoke run (8 pairs, one round); its ratios mean little. ``--json PATH`` also
+writes both tables as JSON rows (``-`` = stdout, the tables then go to stderr): ``{"bench":
+"labels", "settings": {...}, "tables": {"methods": [{"method", "pairs", "generated", "seconds",
+"pairs/s", "tokens", "GFLOP/s"}, ...], "summary": [{"measure", "value"}, ...]}}`` (see
+``bench/benchjson.py``).
 
 Run A is timed ``--rounds`` times alternating which side goes first (best time of each kept),
 and the matmul rate is measured just before and just after those rounds: on a shared machine
@@ -28,18 +34,18 @@ measured; on a shared 2-core machine they are noisy.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 import polars as pl
 import torch
+from benchjson import add_json_argument, text_stream, write_json
 
+from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.metrics.downstream import get_downstream_metric
@@ -53,29 +59,24 @@ SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad-v1.1-de
 def load_squad(
     n_queries: int, depth: int, path: Path
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """``corpus, queries, run_a, run_b`` for ``n_queries`` questions (one per paragraph,
-    unique question texts), ``depth`` documents each."""
-    with zipfile.ZipFile(path) as z:
-        data = json.loads(z.read("dev-v1.1.json"))
-    docs: dict[str, tuple[str, str]] = {}
-    queries: list[tuple[str, str, list[str], str, str]] = []  # qid, question, golds, doc, article
-    seen: set[str] = set()
-    for article in data["data"]:
-        title = article["title"]
-        for p_index, paragraph in enumerate(article["paragraphs"]):
-            doc_id = f"{title}_{p_index}"
-            docs[doc_id] = (title.replace("_", " "), paragraph["context"])
-            qa = paragraph["qas"][0]
-            if qa["question"] not in seen and len(queries) < n_queries:
-                seen.add(qa["question"])
-                golds = sorted({a["text"] for a in qa["answers"]})
-                queries.append((qa["id"], qa["question"], golds, doc_id, title))
+    """``corpus, queries, run_a, run_b`` for ``n_queries`` questions (the first question of each
+    paragraph, unique question texts, file order), ``depth`` documents each.
+
+    The data comes from the project's loader (``load_dataset("squad:PATH")``: doc ids
+    ``<article title>_<paragraph index>``, each question's qrel is its own paragraph)."""
+    ds = load_dataset(f"squad:{path}")
+    chosen = (
+        ds.qrels.join(ds.queries, on="query_id", how="left", maintain_order="left")
+        .unique(subset="doc_id", keep="first", maintain_order=True)  # first question per paragraph
+        .unique(subset="question", keep="first", maintain_order=True)
+        .head(n_queries)
+    )
     by_article: dict[str, list[str]] = {}
-    for doc_id in docs:
+    for doc_id in ds.corpus.get_column("doc_id").to_list():
         by_article.setdefault(doc_id.rsplit("_", 1)[0], []).append(doc_id)
     run_a, run_b = [], []
-    for qid, _q, _g, own, title in queries:
-        others = [d for d in by_article[title] if d != own]
+    for qid, own in chosen.select("query_id", "doc_id").rows():
+        others = [d for d in by_article[own.rsplit("_", 1)[0]] if d != own]
         list_a = [own, *others[: depth - 1]]
         # run B: half of A's documents (reordered) and new ones further down the article
         keep = list_a[: depth // 2][::-1]
@@ -83,25 +84,12 @@ def load_squad(
         list_b = keep + new
         run_a += [(qid, d, r) for r, d in enumerate(list_a, start=1)]
         run_b += [(qid, d, r) for r, d in enumerate(list_b, start=1)]
-    corpus = pl.DataFrame(
-        {
-            "doc_id": list(docs),
-            "title": [t for t, _ in docs.values()],
-            "text": [x for _, x in docs.values()],
-        }
-    )
-    qframe = pl.DataFrame(
-        {
-            "query_id": [q[0] for q in queries],
-            "question": [q[1] for q in queries],
-            "answers": [q[2] for q in queries],
-        },
-        schema={"query_id": pl.String, "question": pl.String, "answers": pl.List(pl.String)},
-    )
+    queries = ds.queries.join(chosen.select("query_id"), on="query_id", how="semi")
+    queries = chosen.select("query_id").join(queries, on="query_id", how="left")
     schema = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64}
     frame_a = pl.DataFrame(run_a, schema=schema, orient="row").with_columns(score=-pl.col("rank"))
     frame_b = pl.DataFrame(run_b, schema=schema, orient="row").with_columns(score=-pl.col("rank"))
-    return corpus, qframe, frame_a, frame_b
+    return ds.corpus, queries, frame_a, frame_b
 
 
 def fuse(run_a: pl.DataFrame, run_b: pl.DataFrame, depth: int) -> pl.DataFrame:
@@ -208,7 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds", type=int, default=2, help="alternating timings of run A (best kept)"
     )
     parser.add_argument("--squad", type=Path, default=SQUAD / "dev-v1.1.json.zip")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8 pairs, one round")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.pairs, args.rounds = 8, 1
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
 
@@ -345,11 +337,13 @@ def main(argv: list[str] | None = None) -> int:
             "GFLOP/s": [gflops(r[3], r[2]) for r in rows],
         }
     )
+    out = text_stream(args)
     print(
         f"\nSQuAD v1.1 dev: {queries.height} queries x {args.depth} docs; reader {reader.dtype}, "
-        f"{threads} threads, batch {args.batch}"
+        f"{threads} threads, batch {args.batch}",
+        file=out,
     )
-    print(format_table(table, floatfmt=".2f"))
+    print(format_table(table, floatfmt=".2f"), file=out)
     hit_rate = ours_b.from_store / max(1, ours_b.from_store + ours_b.judged_now)
     summary = pl.DataFrame(
         {
@@ -393,11 +387,13 @@ def main(argv: list[str] | None = None) -> int:
             ],
         }
     )
-    print(format_table(summary, floatfmt=".3f"))
+    print(format_table(summary, floatfmt=".3f"), file=out)
     print(
         f"(torch {torch.__version__}, {os.cpu_count()} CPUs visible; targets: speed-up >= 2, "
-        "GFLOP/s ratio >= 0.5)"
+        "GFLOP/s ratio >= 0.5)",
+        file=out,
     )
+    write_json(args, "labels", {"methods": table, "summary": summary})
     return 0
 
 

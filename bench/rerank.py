@@ -7,8 +7,13 @@ p-values, then the cost: model load, seconds per query, documents (pairs) per se
 
     python bench/rerank.py [--data ../shared/data/scifact/beir] [--queries 10] [--top-n 20]
                            [--k 10] [--relevance-level 1] [--dtype auto] [--threads 2]
+                           [--quick] [--json PATH]
 
 Use ``--data ../shared/data/beir-msmarco-dl19-subset --relevance-level 2`` for TREC DL 2019.
+``--quick`` is a smoke run (2 queries, top 5 reranked into a top 5). ``--json PATH`` also writes
+both tables as JSON rows (``-`` = stdout, the tables then go to stderr): ``{"bench": "rerank",
+"settings": {...}, "tables": {"quality": [{"metric", "before", "after", "difference", "p_perm",
+"p_t", "queries"}, ...], "cost": [{"cost", "value"}, ...]}}`` (see ``bench/benchjson.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+from benchjson import add_json_argument, text_stream, write_json
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.registry import load_registry
@@ -38,7 +44,13 @@ def main() -> None:
     parser.add_argument("--dtype", default=None, help="reader dtype (default: registry's)")
     parser.add_argument("--device", default=None, help="reader device (default: registry's)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the reader")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 2 queries, top 5 reranked into top 5"
+    )
+    add_json_argument(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.queries, args.top_n, args.k = 2, 5, 5
 
     ds = load_dataset(f"beir:{args.data}?max_questions={args.queries}")
     registry = load_registry()
@@ -64,17 +76,16 @@ def main() -> None:
     reader = scorer.reader
     data = Path(args.data)
     name = data.parent.name if data.name == "beir" else data.name  # scifact/beir -> scifact
+    out = text_stream(args)
+    quality = report.select("metric", "before", "after", "difference", "p_perm", "p_t", "queries")
     print(
         f"\n{name}: {result.queries} queries, BM25 top-{args.top_n} -> "
         f"reranked top-{args.k} by {reader.name} ({str(reader.dtype).removeprefix('torch.')}, "
         f"{reader.device}, {reader.spec.num_threads} threads, batch {reader.spec.batch_size}); "
-        f"relevance level {args.relevance_level}; first stage cut to depth {args.k}"
+        f"relevance level {args.relevance_level}; first stage cut to depth {args.k}",
+        file=out,
     )
-    print(
-        format_table(
-            report.select("metric", "before", "after", "difference", "p_perm", "p_t", "queries")
-        )
-    )
+    print(format_table(quality), file=out)
     cost = pl.DataFrame(
         {
             "cost": ["model load (s)", "seconds per query", "documents per second", "pairs"],
@@ -86,8 +97,9 @@ def main() -> None:
             ],
         }
     )
-    print()
-    print(format_table(cost, floatfmt=".3f"))
+    print(file=out)
+    print(format_table(cost, floatfmt=".3f"), file=out)
+    write_json(args, "rerank", {"quality": quality, "cost": cost})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,13 @@ project's overhead (target < 1.1x). The JVM and both encoders are warmed first, 
 sides are timed alternately (best of ``--repeats``), so neither gains from running second.
 
     python bench/retrieval.py [--data ../shared/data/scifact/beir] [--k 100] [--docs N]
-                              [--repeats 5] [--dense-repeats 1] [--stages bm25,dense]
+                              [--queries N] [--repeats 5] [--dense-repeats 1]
+                              [--stages bm25,dense] [--quick] [--json PATH]
+
+``--quick`` is a smoke run (300 documents, 20 queries, one timing each); its ratios mean little.
+``--json PATH`` also writes the table as JSON rows (``-`` = stdout, the table then goes to
+stderr): ``{"bench": "retrieval", "settings": {...}, "tables": {"rows": [{"stage", "unit",
+"bare library", "erag-dagster", "time ratio (ours/bare)"}, ...]}}`` (see ``bench/benchjson.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import torch
+from benchjson import add_json_argument, text_stream, write_json
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.java import ensure_jvm
@@ -172,14 +179,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timings per BM25/search stage")
     parser.add_argument("--dense-repeats", type=int, default=1, help="timings per dense build")
     parser.add_argument("--stages", default="bm25,dense", help="which of bm25,dense to run")
+    parser.add_argument("--queries", type=int, default=0, help="use only the first N queries")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 300 docs, 20 queries, one timing each"
+    )
+    add_json_argument(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.docs, args.queries, args.repeats, args.dense_repeats = 300, 20, 1, 1
     if args.repeats < 1 or args.dense_repeats < 1:
         parser.error("--repeats and --dense-repeats must be >= 1")
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(1)
     ds = load_dataset(f"beir:{args.data}")
     corpus = ds.corpus.head(args.docs) if args.docs else ds.corpus
-    queries = ds.queries
+    queries = ds.queries.head(args.queries) if args.queries else ds.queries
     ensure_jvm()
     work = Path(tempfile.mkdtemp(prefix="erag-bench-"))
     rows = []
@@ -211,11 +225,17 @@ def main() -> None:
             for s, u, b, o in rows
         ]
     )
+    out = text_stream(args)
     print(f"\nSciFact: {corpus.height} documents, {queries.height} queries, k={args.k}, "
           f"{args.threads} threads; best of {args.repeats} alternating timings "
-          f"({args.dense_repeats} for dense builds), JVM and models warmed first")  # fmt: skip
-    print(format_table(table, floatfmt=".2f"))
-    print("time ratio = the project's overhead over the bare call (target < 1.1; < 1 = faster)")
+          f"({args.dense_repeats} for dense builds), JVM and models warmed first",
+          file=out)  # fmt: skip
+    print(format_table(table, floatfmt=".2f"), file=out)
+    print(
+        "time ratio = the project's overhead over the bare call (target < 1.1; < 1 = faster)",
+        file=out,
+    )
+    write_json(args, "retrieval", {"rows": table})
 
 
 if __name__ == "__main__":
