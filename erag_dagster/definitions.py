@@ -1,7 +1,10 @@
 """The one ``Definitions`` object: assets, resources, jobs, schedules and sensors.
 
 Partitions come from the registry (``$ERAG_REGISTRY`` or the packaged ``registry.yaml``), so the
-asset graph is built by :func:`build_defs`; ``defs`` is the graph of the default registry.
+asset graph is built by :func:`build_defs`, which parses the registry once and hands it to the
+partitioned assets, the schedule and the settings resource; ``defs`` is the graph of the
+default registry. A full re-evaluation (every partition of every asset) is an asset backfill
+over this graph: see :func:`erag_dagster.pipeline.request_full_reevaluation`.
 """
 
 import dagster as dg
@@ -15,7 +18,11 @@ SOURCE_ASSETS = [automation.dataset_files, automation.reader_models]
 
 
 def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
-    """Every materialisable asset, with partitions named by the registry's configs."""
+    """Every materialisable asset, with partitions named by the registry's configs.
+
+    The order is the order of the main job (:func:`erag_dagster.pipeline.materialize_all`)
+    among assets that do not depend on each other.
+    """
     return [
         data.dataset_tables,
         retrieval.bm25_index,
@@ -32,38 +39,31 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     ]
 
 
-def build_resources(registry_path: str = "") -> dict[str, object]:
-    """Single-machine defaults; everything is overridable through run config or env vars."""
+def build_resources(registry: Registry, settings: EvalSettings | None = None) -> dict[str, object]:
+    """Single-machine defaults; everything is overridable through run config or env vars.
+
+    ``settings`` (default: all from the registry) is bound to ``registry``, so run config
+    cannot point it at another registry file than the one the partitions came from.
+    """
     return {
-        "settings": EvalSettings(registry_path=registry_path),
+        "settings": (settings or EvalSettings()).bound_to(registry),
         "reader": ReaderResource(),
         "label_store": LabelStoreResource(),
         "io_manager": PolarsJsonIOManagerFactory(),
     }
 
 
-@dg.op(required_resource_keys={"settings"})
-def materialize_everything(context: dg.OpExecutionContext) -> None:
-    """Re-run every asset and partition in order (the same path as ``erag-dagster run``)."""
-    from erag_dagster.pipeline import materialize_all
-
-    materialize_all(context.resources.settings, instance=context.instance, log=context.log.info)
-
-
-@dg.job(description="Explicit full re-evaluation for audits: every asset, every partition.")
-def full_reevaluation() -> None:
-    materialize_everything()
-
-
-def build_defs(registry_path: str | None = None) -> dg.Definitions:
+def build_defs(
+    registry_path: str | None = None, settings: EvalSettings | None = None
+) -> dg.Definitions:
     """The Definitions for a registry file (default: ``$ERAG_REGISTRY`` or the packaged one)."""
-    registry = load_registry(registry_path)
+    registry = load_registry(registry_path or (settings.registry_path if settings else None))
     return dg.Definitions(
         assets=[*SOURCE_ASSETS, *build_assets(registry)],
-        jobs=[automation.observe_inputs_job, full_reevaluation],
-        schedules=[automation.reevaluation_schedule],
+        jobs=[automation.observe_inputs_job],
+        schedules=[automation.build_reevaluation_schedule(registry)],
         sensors=[automation.automation_sensor],
-        resources=build_resources(registry_path or ""),
+        resources=build_resources(registry, settings),
     )
 
 

@@ -1,28 +1,104 @@
 """The main job: materialise every asset through Dagster, in process, partition by partition.
 
-Used by ``erag-dagster run`` (the README's run command). With ``DAGSTER_HOME`` set, runs are
-recorded in that instance, so ``dagster dev`` shows them afterwards; otherwise an ephemeral
-instance is used.
+Used by ``erag-dagster run`` (the README's run command). The order comes from the Definitions'
+own asset graph (:func:`plan`): a topological order of its assets, declaration order breaking
+ties, with every partition of each partitioned asset; a new asset needs no edit here. With
+``DAGSTER_HOME`` set, runs are recorded in that instance, so ``dagster dev`` shows them
+afterwards; otherwise an ephemeral instance is used.
+
+A full re-evaluation through the run queue, pools and run launcher (instead of in process) is an
+asset backfill of every partition: :func:`request_full_reevaluation`, or in the UI "Materialize
+all" on the asset lineage, then "All partitions" and "Launch backfill". (An asset job over every
+asset is not possible: Dagster's asset jobs need one partitions definition, and this graph has
+three: none, retriever, reader x retriever.)
 """
 
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import dagster as dg
 
-from erag_dagster.definitions import SOURCE_ASSETS, build_assets, build_resources
-from erag_dagster.registry import load_registry
+from erag_dagster.definitions import build_defs
 from erag_dagster.resources import EvalSettings
 
 # Beta/preview notices (data versions, partition mappings) are for developers, not run output.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
-UNPARTITIONED_INPUTS = ["corpus", "queries", "qrels", "bm25_index", "dense_index"]
 Log = Callable[[str], None]
+
+#: The optional stages of the main job (``stages=`` of :func:`materialize_all`), by asset group:
+#: the assets of a stage's group and everything downstream of them that is not in a later stage.
+_META = dg.AssetSelection.groups("meta_evaluation").downstream()
+STAGES: dict[str, dg.AssetSelection] = {
+    "labels": dg.AssetSelection.groups("labels").downstream() - _META,
+    "meta": _META,
+    "efficiency": dg.AssetSelection.groups("efficiency"),
+}
+
+
+def stage_selection(stages: Sequence[str] | None = None) -> dg.AssetSelection:
+    """Every asset, less the :data:`STAGES` not named in ``stages`` (``None``: every stage)."""
+    selection = dg.AssetSelection.all()
+    for name, stage in STAGES.items():
+        if stages is not None and name not in stages:
+            selection = selection - stage
+    return selection
+
+
+@dataclass(frozen=True)
+class Step:
+    """Assets materialised together: one run per partition of their partitions definition
+    (one run when unpartitioned)."""
+
+    keys: tuple[dg.AssetKey, ...]
+    partitions_def: dg.PartitionsDefinition | None
+
+    def partition_keys(self) -> list[str | None]:
+        if self.partitions_def is None:
+            return [None]
+        return list(self.partitions_def.get_partition_keys())
+
+
+def plan(defs: dg.Definitions, selection: dg.AssetSelection | None = None) -> list[Step]:
+    """The selected materialisable assets of ``defs`` in topological order (ties: the order of
+    ``defs.assets``), consecutive assets with the same partitions definition in one step.
+
+    The assets of one definition (a multi-asset) stay together.
+    """
+    graph = defs.resolve_asset_graph()
+    wanted = (selection or dg.AssetSelection.all()).resolve(graph)
+    nodes = []
+    for assets_def in defs.assets or []:
+        if isinstance(assets_def, dg.AssetsDefinition) and assets_def.is_materializable:
+            keys = tuple(k for k in assets_def.keys if k in wanted)
+            if keys:
+                nodes.append(keys)
+    planned = {k for node in nodes for k in node}
+    parents = {
+        node: {p for k in node for p in graph.get(k).parent_keys if p in planned} - set(node)
+        for node in nodes
+    }
+    done: set[dg.AssetKey] = set()
+    steps: list[Step] = []
+    pending = list(nodes)
+    while pending:
+        node = next((n for n in pending if parents[n] <= done), None)
+        if node is None:
+            raise RuntimeError(f"asset graph has a cycle among {pending}")
+        pending.remove(node)
+        done |= set(node)
+        partitions_def = graph.get(node[0]).partitions_def
+        if steps and steps[-1].partitions_def == partitions_def:
+            steps[-1] = Step((*steps[-1].keys, *node), partitions_def)
+        else:
+            steps.append(Step(node, partitions_def))
+    return steps
 
 
 def _instance() -> dg.DagsterInstance:
@@ -33,13 +109,6 @@ def _instance() -> dg.DagsterInstance:
     )
 
 
-def _keys_in_graph(assets: Sequence[dg.AssetsDefinition]) -> set[str]:
-    keys: set[str] = set()
-    for asset in assets:
-        keys |= {k.to_user_string() for k in asset.keys}
-    return keys
-
-
 def materialize_all(
     settings: EvalSettings | None = None,
     instance: dg.DagsterInstance | None = None,
@@ -47,74 +116,64 @@ def materialize_all(
     stages: Sequence[str] | None = None,
     log_level: str = "INFO",
 ) -> None:
-    """Materialise the whole graph: dataset → indexes → runs → labels → reports.
+    """Observe the inputs, then materialise the graph step by step (:func:`plan`).
 
     Partitioned assets are materialised one partition per run (as a user would from the UI);
-    the reports read every partition of their upstream.
+    the reports read every partition of their upstream. ``stages`` keeps only the named
+    optional stages (:data:`STAGES`); ``None`` runs everything.
     """
     settings = settings or EvalSettings()
-    resources = build_resources(settings.registry_path)
-    resources["settings"] = settings
+    defs = build_defs(settings.registry_path or None, settings)
     instance = instance or _instance()
-    registry = load_registry(settings.registry_path or None)
-    assets = build_assets(registry)
-    present = _keys_in_graph(assets)
-
-    def run(selection: list[str], partition_key: str | None = None) -> None:
-        selection = [s for s in selection if s in present]
-        if not selection:
-            return
-        label = f"{', '.join(selection)}" + (f" [{partition_key}]" if partition_key else "")
-        log(f"materialising {label}")
-        dg.materialize(
-            [*SOURCE_ASSETS, *assets],
-            selection=selection,
-            partition_key=partition_key,
-            resources=resources,
-            instance=instance,
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        )
-
-    wanted = set(stages) if stages else None
-
-    def stage(name: str) -> bool:
-        return wanted is None or name in wanted
-
-    observe_inputs(settings, instance, resources, log)
-    run(UNPARTITIONED_INPUTS)
-    for retriever in registry.retriever_partitions:
-        run(["retrieval_run"], retriever)
-    run(["retrieval_report"])
-    if stage("labels"):
-        for reader in registry.reader_partitions:
-            for retriever in registry.retriever_partitions:
-                run(["doc_labels"], f"{reader}|{retriever}")
-        run(["erag_per_query", "erag_report"])
-    if stage("meta"):
-        for reader in registry.reader_partitions:
-            for retriever in registry.retriever_partitions:
-                run(["end_to_end", "baseline_labels"], f"{reader}|{retriever}")
-        run(["correlation_report", "label_agreement"])
-    if stage("efficiency"):
-        run(["efficiency_report"])
-
-
-def observe_inputs(
-    settings: EvalSettings, instance: dg.DagsterInstance, resources: dict, log: Log = print
-) -> None:
-    """Record the data versions (content hashes) of the dataset and reader model files, so the
-    automation and the schedule start from what this run used."""
-    from erag_dagster.definitions import build_defs
-
     log("observing dataset_files, reader_models")
-    job = build_defs(settings.registry_path or None).resolve_job_def("observe_inputs")
-    job.execute_in_process(instance=instance, resources=resources)
+    defs.resolve_job_def("observe_inputs").execute_in_process(instance=instance)
+    assets = list(defs.assets or [])
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    for step in plan(defs, stage_selection(stages)):
+        names = ", ".join(k.to_user_string() for k in step.keys)
+        for partition_key in step.partition_keys():
+            log(f"materialising {names}" + (f" [{partition_key}]" if partition_key else ""))
+            dg.materialize(
+                assets,
+                selection=list(step.keys),
+                partition_key=partition_key,
+                resources=dict(defs.resources or {}),
+                instance=instance,
+                run_config=run_config,
+            )
+
+
+def request_full_reevaluation(
+    instance: dg.DagsterInstance,
+    registry_path: str | None = None,
+    title: str = "full re-evaluation",
+) -> str:
+    """Request an asset backfill of every partition of every materialisable asset (what "Materialize
+    all" does in the UI); the daemon runs it through the run queue, pools and launcher, in
+    dependency order across the partitions definitions. Returns the backfill id."""
+    from dagster._core.execution.backfill import PartitionBackfill
+    from dagster._core.utils import make_new_backfill_id
+
+    graph = build_defs(registry_path).resolve_asset_graph()
+    backfill = PartitionBackfill.from_asset_partitions(
+        backfill_id=make_new_backfill_id(),
+        asset_graph=graph,
+        partition_names=None,
+        asset_selection=sorted(graph.materializable_asset_keys),
+        backfill_timestamp=time.time(),
+        tags={},
+        dynamic_partitions_store=instance,
+        all_partitions=True,
+        title=title,
+        description="every partition of every asset",
+        run_config=None,
+    )
+    instance.add_backfill(backfill)
+    return backfill.backfill_id
 
 
 def load_asset_value(key: str, instance: dg.DagsterInstance | None = None, registry_path: str = ""):
     """Read a materialised unpartitioned asset's value through the IO manager."""
-    from erag_dagster.definitions import build_defs
-
     defs = build_defs(registry_path or None)
     with defs.get_asset_value_loader(instance=instance or _instance()) as loader:
         return loader.load_asset_value(key)

@@ -77,6 +77,10 @@ class Registry:
             return entry
         raise InputError(f"{self.path}: unknown {what} {key!r}; known: {', '.join(table)}")
 
+    def first_config(self, kind: str) -> dict[str, Any]:
+        """The config of the first retriever of ``kind`` (registry order); ``{}`` if none."""
+        return next((e.config for e in self.retrievers.values() if e.config["kind"] == kind), {})
+
     @property
     def retriever_partitions(self) -> list[str]:
         return [e.partition_key for e in self.retrievers.values()]

@@ -12,8 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from erag_dagster.assets.automation import reevaluation_schedule
-from erag_dagster.definitions import SOURCE_ASSETS, build_defs, build_resources
+from erag_dagster.definitions import build_defs
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
@@ -39,6 +38,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
         settings = EvalSettings(registry_path=str(registry))
         materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
         yield {"root": root, "registry": registry, "instance": instance, "data": data_dir}
+
+
+def _pair(reader: str, retriever: str) -> str:
+    return str(dg.MultiPartitionKey({"reader": reader, "retriever": retriever}))
 
 
 def requested(result) -> dict[str, set[str]]:
@@ -86,20 +89,17 @@ def test_changed_retriever_requests_only_its_partitions(world) -> None:
     # run what was requested; the next tick asks for exactly those retrievers' labels and the
     # reports that read every retriever, and nothing for dense
     edited_defs = build_defs(str(edited))
-    assets = [a for a in edited_defs.assets if isinstance(a, dg.AssetsDefinition)]
-    settings = EvalSettings(registry_path=str(edited))
-    resources = {**build_resources(str(edited)), "settings": settings}
     for part in (new_bm25, new_hybrid):
         dg.materialize(
-            [*SOURCE_ASSETS, *assets], selection=["retrieval_run"], partition_key=part,
-            resources=resources, instance=world["instance"],
+            list(edited_defs.assets), selection=["retrieval_run"], partition_key=part,
+            resources=dict(edited_defs.resources), instance=world["instance"],
         )  # fmt: skip
     after = dg.evaluate_automation_conditions(
         defs=edited_defs, instance=world["instance"], cursor=result.cursor
     )
     reader = load_registry(edited).reader_partitions[0]
     got = requested(after)
-    assert got["doc_labels"] == {f"{reader}|{new_bm25}", f"{reader}|{new_hybrid}"}
+    assert got["doc_labels"] == {_pair(reader, new_bm25), _pair(reader, new_hybrid)}
     assert "retrieval_run" not in got
     assert set(got) <= {"doc_labels", "end_to_end", "baseline_labels", "retrieval_report"}
 
@@ -118,7 +118,7 @@ def test_changed_reader_requests_only_its_partitions(world) -> None:
     result = dg.evaluate_automation_conditions(
         defs=build_defs(str(edited)), instance=world["instance"], cursor=tick.cursor
     )
-    expected = {f"{new_reader}|{r}" for r in registry.retriever_partitions}
+    expected = {_pair(new_reader, r) for r in registry.retriever_partitions}
     got = requested(result)
     assert got.get("doc_labels") == expected
     assert set(got) <= {"doc_labels", "end_to_end", "baseline_labels"}
@@ -126,11 +126,11 @@ def test_changed_reader_requests_only_its_partitions(world) -> None:
 
 
 def _schedule_result(world):
-    settings = EvalSettings(registry_path=str(world["registry"]))
+    defs = build_defs(str(world["registry"]))
     context = dg.build_schedule_context(
-        instance=world["instance"], resources={"settings": settings}
+        instance=world["instance"], resources={"settings": defs.resources["settings"]}
     )
-    return reevaluation_schedule(context)
+    return defs.resolve_schedule_def("reevaluation_schedule")(context)
 
 
 @pytest.mark.slow
@@ -148,13 +148,23 @@ def test_schedule_observes_only_when_inputs_change(world) -> None:
         changed = _schedule_result(world)
         assert isinstance(changed, dg.RunRequest)
         assert changed.tags["erag/changed_inputs"] == "dataset_files"
-        settings = EvalSettings(registry_path=str(world["registry"]))
-        assert job.execute_in_process(
-            instance=world["instance"], resources={"settings": settings}
-        ).success
+        assert job.execute_in_process(instance=world["instance"]).success
         # observed: nothing more to request
         assert isinstance(_schedule_result(world), dg.SkipReason)
     finally:
         queries.write_text(original)
     # back to the original content: a change again, relative to the last observation
     assert isinstance(_schedule_result(world), dg.RunRequest)
+
+
+def test_schedule_cron_comes_from_the_definitions_registry(tmp_path: Path) -> None:
+    from erag_dagster.errors import InputError
+
+    packaged = build_defs().resolve_schedule_def("reevaluation_schedule")
+    assert packaged.cron_schedule == load_registry().evaluation["schedule"]
+    weekly = small_registry(tmp_path / "weekly", **{"evaluation.schedule": "15 4 * * 1"})
+    schedule = build_defs(str(weekly)).resolve_schedule_def("reevaluation_schedule")
+    assert schedule.cron_schedule == "15 4 * * 1"
+    broken = small_registry(tmp_path / "broken", **{"evaluation.schedule": "every night"})
+    with pytest.raises(InputError, match=r"evaluation\.schedule 'every night' is not a cron"):
+        build_defs(str(broken))

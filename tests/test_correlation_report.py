@@ -227,3 +227,61 @@ def test_plot_rejects_bad_frames(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="empty"):
         plot_correlation_vs_k(frame.clear(), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def _labels(rows: list[tuple[str, int, float]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=["query_id", "rank", "label"], orient="row").with_columns(
+        doc_id=pl.format("d-{}-{}", "query_id", "rank")
+    )
+
+
+def test_per_system_tables_from_label_frames(tmp_path: Path) -> None:
+    from erag_dagster.meta.correlation_report import correlation_report
+    from erag_dagster.meta.per_query import correlation_inputs, erag_per_query, erag_summary
+
+    # query a: relevant at rank 2 only; query b: relevant at rank 1 (graded 0.5 at rank 2)
+    doc = {
+        ("r1", "bm25"): _labels([("a", 1, 0.0), ("a", 2, 1.0), ("b", 1, 1.0), ("b", 2, 0.5)]),
+        ("r1", "dense"): _labels([("a", 1, 1.0), ("a", 2, 0.0), ("b", 1, 0.0), ("b", 2, 0.0)]),
+    }
+    wide = erag_per_query(doc, ["P@1", "RR"])
+    assert wide.columns == ["reader", "retriever", "query_id", "P@1", "RR"]
+    assert wide.rows() == [
+        ("r1", "bm25", "a", 0.0, 0.5), ("r1", "bm25", "b", 1.0, 1.0),
+        ("r1", "dense", "a", 1.0, 1.0), ("r1", "dense", "b", 0.0, 0.0),
+    ]  # fmt: skip
+    summary = erag_summary(wide, ["P@1", "RR", "nDCG@5"])  # absent metrics are left out
+    assert summary.rows() == [("r1", "bm25", 2, 0.5, 0.75), ("r1", "dense", 2, 0.5, 0.5)]
+
+    baselines = {("r1", "bm25"): doc[("r1", "bm25")].with_columns(method=pl.lit("containment"))}
+    e2e = {
+        system: pl.DataFrame({"query_id": ["a", "b", "a", "b"], "k": [1, 1, 2, 2],
+                              "score": [0.0, 1.0, 1.0, 1.0]})
+        for system in doc
+    }  # fmt: skip
+    per_query, end_to_end = correlation_inputs(doc, baselines, e2e, ["P@1"], "nq", k=1)
+    assert per_query.columns == list(PER_QUERY_COLUMNS)
+    assert per_query.select("retriever", "method", "query_id", "value").rows() == [
+        ("bm25 / r1", "eRAG", "a", 0.0), ("bm25 / r1", "eRAG", "b", 1.0),
+        ("bm25 / r1", "containment", "a", 0.0), ("bm25 / r1", "containment", "b", 1.0),
+        ("dense / r1", "eRAG", "a", 1.0), ("dense / r1", "eRAG", "b", 0.0),
+    ]  # fmt: skip
+    assert end_to_end.rows() == [
+        ("nq", "bm25 / r1", "a", 0.0), ("nq", "bm25 / r1", "b", 1.0),
+        ("nq", "dense / r1", "a", 0.0), ("nq", "dense / r1", "b", 1.0),
+    ]  # fmt: skip
+
+    report = correlation_report(
+        doc, baselines, e2e, dataset="nq", metrics=["P@1"], label_k=1, e2e_ks=[1, 2],
+        n_resamples=50, folder=tmp_path / "reports",
+    )  # fmt: skip
+    assert report.table.equals(correlation_table(per_query, end_to_end, n_resamples=50))
+    assert report.by_k["k"].unique().sort().to_list() == [1, 2]
+    assert set(report.by_k["metric"]) == {"P@1", "Success@1", "nDCG@1", "P@2", "Success@2",
+                                          "nDCG@2"}  # fmt: skip
+    assert report.plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    stored = pl.read_parquet(tmp_path / "reports" / "correlation_table.parquet")
+    assert stored.equals(report.table)
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
+        "correlation_table.parquet", "correlation_vs_k.parquet", "correlation_vs_k.png"
+    ]  # fmt: skip

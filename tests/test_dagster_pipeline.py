@@ -14,7 +14,14 @@ import polars as pl
 import pytest
 
 from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import load_asset_value, materialize_all
+from erag_dagster.errors import InputError
+from erag_dagster.pipeline import (
+    load_asset_value,
+    materialize_all,
+    plan,
+    request_full_reevaluation,
+    stage_selection,
+)
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
@@ -32,6 +39,10 @@ def env(tmp_path_factory: pytest.TempPathFactory):
         settings = EvalSettings(registry_path=str(registry))
         materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
         yield {"root": root, "registry": registry, "instance": instance, "settings": settings}
+
+
+def _pair(reader: str, retriever: str) -> dg.MultiPartitionKey:
+    return dg.MultiPartitionKey({"reader": reader, "retriever": retriever})
 
 
 def _latest_metadata(instance: dg.DagsterInstance, key: str, partition: str) -> dict:
@@ -84,7 +95,7 @@ def test_materialised_runs_and_labels(env) -> None:
         assert meta["queries"].value == 6
         assert meta["rows"].value == 60  # k = 10 for 6 queries
     reader = registry.reader_partitions[0]
-    meta = _latest_metadata(instance, "doc_labels", f"{reader}|{registry.retriever_partitions[0]}")
+    meta = _latest_metadata(instance, "doc_labels", _pair(reader, registry.retriever_partitions[0]))
     assert len(meta["reader_fingerprint"].value) == 64
     assert meta["reader_spec"].value["backend"] == "transformers"
     assert meta["pairs_judged_now"].value + meta["pairs_from_store"].value == 12  # 6 x top-2
@@ -121,7 +132,7 @@ def test_second_run_takes_every_label_from_the_store(env) -> None:
     registry = load_registry(env["registry"])
     reader = registry.reader_partitions[0]
     for retriever in registry.retriever_partitions:
-        meta = _latest_metadata(env["instance"], "doc_labels", f"{reader}|{retriever}")
+        meta = _latest_metadata(env["instance"], "doc_labels", _pair(reader, retriever))
         assert meta["pairs_judged_now"].value == 0
         assert meta["pairs_from_store"].value == 12
 
@@ -130,7 +141,7 @@ def test_second_run_takes_every_label_from_the_store(env) -> None:
 def test_labels_frame_carries_reader_fingerprint(env) -> None:
     defs = build_defs(str(env["registry"]))
     registry = load_registry(env["registry"])
-    part = f"{registry.reader_partitions[0]}|{registry.retriever_partitions[0]}"
+    part = _pair(registry.reader_partitions[0], registry.retriever_partitions[0])
     with defs.get_asset_value_loader(instance=env["instance"]) as loader:
         labels = loader.load_asset_value("doc_labels", partition_key=part)
     assert isinstance(labels, pl.DataFrame)
@@ -144,7 +155,7 @@ def test_audit_prints_every_stored_label_of_a_pair(env, capsys) -> None:
 
     defs = build_defs(str(env["registry"]))
     registry = load_registry(env["registry"])
-    part = f"{registry.reader_partitions[0]}|{registry.retriever_partitions[0]}"
+    part = _pair(registry.reader_partitions[0], registry.retriever_partitions[0])
     with defs.get_asset_value_loader(instance=env["instance"]) as loader:
         labels = loader.load_asset_value("doc_labels", partition_key=part)
     row = labels.row(0, named=True)
@@ -165,3 +176,93 @@ def test_audit_prints_every_stored_label_of_a_pair(env, capsys) -> None:
     assert em[0]["generation_dagster_run_id"]
     assert json.loads(em[0]["decoding"])["max_new_tokens"] == 16
     assert main(["audit", "--query", "nope", "--doc", "nope", "--store", str(store)]) == 2
+
+
+def test_plan_follows_the_asset_graph_and_takes_a_new_asset_without_edits() -> None:
+    defs = build_defs()
+    registry = load_registry()
+    steps = plan(defs, stage_selection(None))
+    order = [k.to_user_string() for step in steps for k in step.keys]
+    graph = defs.resolve_asset_graph()
+    materialisable = {k.to_user_string() for k in graph.materializable_asset_keys}
+    assert sorted(order) == sorted(materialisable)
+    for key in graph.materializable_asset_keys:  # every parent comes first
+        for parent in graph.get(key).parent_keys & graph.materializable_asset_keys:
+            assert order.index(parent.to_user_string()) < order.index(key.to_user_string())
+    labels = next(s for s in steps if dg.AssetKey("doc_labels") in s.keys)
+    expected = {
+        dg.MultiPartitionKey({"reader": r, "retriever": t})
+        for r in registry.reader_partitions
+        for t in registry.retriever_partitions
+    }
+    assert set(labels.partition_keys()) == expected
+
+    @dg.asset(deps=["erag_report"])
+    def erag_digest() -> int:
+        return 1
+
+    extended = dg.Definitions(assets=[*defs.assets, erag_digest], resources=dict(defs.resources))
+    extended_order = [k.to_user_string() for s in plan(extended) for k in s.keys]
+    assert extended_order.index("erag_digest") > extended_order.index("erag_report")
+
+
+def test_stage_selection_keeps_the_cli_stages() -> None:
+    defs = build_defs()
+
+    def planned(stages):
+        return {k.to_user_string() for s in plan(defs, stage_selection(stages)) for k in s.keys}
+
+    base = {"corpus", "queries", "qrels", "bm25_index", "dense_index", "retrieval_run",
+            "retrieval_report"}  # fmt: skip
+    labels = {"doc_labels", "erag_per_query", "erag_report"}
+    meta = {"end_to_end", "baseline_labels", "correlation_report", "label_agreement"}
+    assert planned(["none"]) == base
+    assert planned(["labels"]) == base | labels
+    assert planned(["labels", "meta"]) == base | labels | meta
+    assert planned(None) == base | labels | meta | {"efficiency_report"}
+
+
+def test_full_reevaluation_is_a_backfill_of_every_partition() -> None:
+    defs = build_defs()
+    graph = defs.resolve_asset_graph()
+    instance = dg.DagsterInstance.ephemeral()
+    backfill = instance.get_backfill(request_full_reevaluation(instance))
+    target = backfill.asset_backfill_data.target_subset
+    assert target.asset_keys == set(graph.materializable_asset_keys)
+    for key in graph.materializable_asset_keys:
+        partitions_def = graph.get(key).partitions_def
+        if partitions_def is not None:
+            got = set(target.get_partitions_subset(key).get_partition_keys())
+            assert got == set(partitions_def.get_partition_keys()), key
+    assert "full_reevaluation" not in {job.name for job in defs.resolve_all_job_defs()}
+
+
+def test_run_config_cannot_point_settings_at_another_registry(tmp_path: Path) -> None:
+    other = small_registry(tmp_path / "other")
+    defs = build_defs()
+    job = defs.resolve_job_def("observe_inputs")
+    config = {"resources": {"settings": {"config": {"registry_path": str(other)}}}}
+    with pytest.raises(Exception) as caught:
+        job.execute_in_process(run_config=config, instance=dg.DagsterInstance.ephemeral())
+    chain, error = [], caught.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__
+    refused = [e for e in chain if isinstance(e, InputError)]
+    assert refused, chain
+    message = str(refused[0])
+    assert "\n" not in message
+    assert str(other) in message and load_registry().path in message
+    # the same file as the definitions' registry is accepted
+    same = {"resources": {"settings": {"config": {"registry_path": load_registry().path}}}}
+    assert job.execute_in_process(run_config=same, instance=dg.DagsterInstance.ephemeral()).success
+
+
+def test_settings_parse_the_registry_once(tmp_path: Path) -> None:
+    path = small_registry(tmp_path / "reg")
+    defs = build_defs(str(path))
+    settings = defs.resources["settings"]
+    first = settings.registry()
+    path.write_text("not: [a registry")  # a later edit is not re-read by these definitions
+    assert settings.resolve().label_k == 2
+    assert settings.registry() is first

@@ -141,3 +141,15 @@ def test_end_to_end_at_k1_reuses_stored_erag_answers(small, run, reader, tmp_pat
     # k = 2 has no eRAG counterpart: generated (and stored) as end-to-end answers
     evaluate_end_to_end(run, small.queries, small.corpus, reader, "em", k=2, store=store)
     assert store.count_generations() == stored + small.queries.height
+
+
+def test_efficiency_items_take_the_first_deep_enough_queries(small, run) -> None:
+    from erag_dagster.meta.efficiency import efficiency_items
+
+    shallow = run.filter(~((pl.col("query_id") == run["query_id"].min()) & (pl.col("rank") > 3)))
+    deep_ids = sorted(set(shallow["query_id"]) - {run["query_id"].min()})
+    items = efficiency_items(shallow, small.queries, small.corpus, depth=5, n_queries=2)
+    questions = dict(small.queries.select("query_id", "question").rows())
+    assert [q for q, _ in items] == [questions[qid] for qid in deep_ids[:2]]
+    assert all(len(passages) == 5 for _, passages in items)
+    assert efficiency_items(run, small.queries, small.corpus, depth=6, n_queries=2) == []

@@ -12,13 +12,19 @@
 * ``reevaluation_schedule`` (cron from the registry's ``evaluation.schedule``) observes them only
   when a hash differs from the last observed one, and requests nothing otherwise; automation
   then recomputes exactly what depends on the changed input.
-* ``full_reevaluation`` is an explicit audit: every partition of every asset, re-run.
+* A full re-evaluation (every partition of every asset) is an asset backfill:
+  :func:`erag_dagster.pipeline.request_full_reevaluation`, or "Materialize all" in the UI.
 """
 
-import dagster as dg
+import hashlib
+import json
 
+import dagster as dg
+from dagster._utils.schedules import is_valid_cron_string
+
+from erag_dagster.errors import InputError
 from erag_dagster.inputs import dataset_digest
-from erag_dagster.registry import load_registry
+from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings
 
 AC = dg.AutomationCondition
@@ -45,32 +51,26 @@ def reader_digest(name: str, config: dict) -> str:
     return reader_from_config(name, config).fingerprint
 
 
-def current_input_versions(dataset_spec: str, registry_path: str | None = None) -> dict[str, str]:
+def current_input_versions(dataset_spec: str, registry: Registry) -> dict[str, str]:
     """What the observable inputs would report now: ``{asset key: data version}``."""
-    registry = load_registry(registry_path)
     readers = {
         entry.partition_key: reader_digest(entry.name, entry.config)
         for entry in registry.readers.values()
     }
-    import hashlib
-    import json
-
     reader_version = hashlib.sha256(json.dumps(readers, sort_keys=True).encode()).hexdigest()[:16]
     return {"dataset_files": dataset_digest(dataset_spec), "reader_models": reader_version}
 
 
-@dg.observable_source_asset(group_name="inputs", required_resource_keys={"settings"})
-def dataset_files(context) -> dg.DataVersion:
+@dg.observable_source_asset(group_name="inputs")
+def dataset_files(settings: EvalSettings) -> dg.DataVersion:
     """The dataset's files (content hash); the embedded sample's file for ``sample``."""
-    spec = context.resources.settings.dataset_spec
-    return dg.DataVersion(dataset_digest(spec))
+    return dg.DataVersion(dataset_digest(settings.resolve().dataset))
 
 
-@dg.observable_source_asset(group_name="inputs", required_resource_keys={"settings"})
-def reader_models(context) -> dg.DataVersion:
+@dg.observable_source_asset(group_name="inputs")
+def reader_models(settings: EvalSettings) -> dg.DataVersion:
     """Every registry reader's model file(s) and config (content hash)."""
-    settings = context.resources.settings
-    versions = current_input_versions(settings.dataset_spec, settings.registry_path or None)
+    versions = current_input_versions(settings.resolve().dataset, settings.registry())
     return dg.DataVersion(versions["reader_models"])
 
 
@@ -79,11 +79,12 @@ observe_inputs_job = dg.define_asset_job(
 )
 
 
-def _schedule_cron() -> str:
-    try:
-        return str(load_registry().evaluation.get("schedule", DEFAULT_CRON))
-    except Exception:  # the registry is validated elsewhere; keep definitions loadable
-        return DEFAULT_CRON
+def schedule_cron(registry: Registry) -> str:
+    """The registry's ``evaluation.schedule`` (default :data:`DEFAULT_CRON`), validated."""
+    cron = str(registry.evaluation.get("schedule", DEFAULT_CRON))
+    if not is_valid_cron_string(cron):
+        raise InputError(f"{registry.path}: evaluation.schedule {cron!r} is not a cron string")
+    return cron
 
 
 def _observed_version(record) -> str | None:
@@ -94,14 +95,9 @@ def _observed_version(record) -> str | None:
     return (event.tags or {}).get("dagster/data_version") if event is not None else None
 
 
-@dg.schedule(
-    cron_schedule=_schedule_cron(),
-    job=observe_inputs_job,
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-)
-def reevaluation_schedule(context: dg.ScheduleEvaluationContext, settings: EvalSettings):
+def _reevaluation(context: dg.ScheduleEvaluationContext, settings: EvalSettings):
     """Observe the inputs when one changed; request nothing when all are unchanged."""
-    now = current_input_versions(settings.dataset_spec, settings.registry_path or None)
+    now = current_input_versions(settings.resolve().dataset, settings.registry())
     changed = []
     for key, version in now.items():
         record = context.instance.get_latest_data_version_record(dg.AssetKey(key), is_source=True)
@@ -112,6 +108,16 @@ def reevaluation_schedule(context: dg.ScheduleEvaluationContext, settings: EvalS
         return dg.SkipReason("dataset and reader model files unchanged since the last observation")
     return dg.RunRequest(run_key=f"inputs-{'-'.join(now[k] for k in sorted(now))}",
                          tags={"erag/changed_inputs": ",".join(changed)})  # fmt: skip
+
+
+def build_reevaluation_schedule(registry: Registry) -> dg.ScheduleDefinition:
+    """``reevaluation_schedule`` on the cron of ``registry`` (see :func:`schedule_cron`)."""
+    return dg.schedule(
+        name="reevaluation_schedule",
+        cron_schedule=schedule_cron(registry),
+        job=observe_inputs_job,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+    )(_reevaluation)
 
 
 automation_sensor = dg.AutomationConditionSensorDefinition(

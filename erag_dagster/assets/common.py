@@ -1,14 +1,18 @@
 """Helpers shared by the asset modules: partitions from the registry, data versions, metadata."""
 
 import hashlib
+from collections.abc import Mapping
+from typing import TypeVar
 
 import dagster as dg
 import polars as pl
 
+from erag_dagster.meta.per_query import System
 from erag_dagster.registry import Registry
 from erag_dagster.reports.tables import to_markdown
 
 CODE_VERSION = "1"
+T = TypeVar("T")
 
 
 def retriever_partitions(registry: Registry) -> dg.StaticPartitionsDefinition:
@@ -22,6 +26,17 @@ def reader_retriever_partitions(registry: Registry) -> dg.MultiPartitionsDefinit
             "retriever": dg.StaticPartitionsDefinition(registry.retriever_partitions),
         }
     )
+
+
+def system_of(key: dg.MultiPartitionKey) -> System:
+    """``(reader, retriever)`` of a reader x retriever partition key."""
+    dims = key.keys_by_dimension
+    return dims["reader"], dims["retriever"]
+
+
+def by_system(partitions: Mapping[dg.MultiPartitionKey, T]) -> dict[System, T]:
+    """Every partition of a reader x retriever input, keyed by ``(reader, retriever)``."""
+    return {system_of(key): value for key, value in partitions.items()}
 
 
 def frame_version(frame: pl.DataFrame) -> dg.DataVersion:

@@ -33,7 +33,7 @@ from erag_dagster.resources import EvalSettings
 )
 def dataset_tables(context: dg.AssetExecutionContext, settings: EvalSettings):
     """Load and validate the dataset (``settings.dataset``; default ``sample``)."""
-    spec = settings.dataset_spec
+    spec = settings.resolve().dataset
     ds = load_dataset(spec)
     context.log.info(
         f"{spec}: {ds.corpus.height} documents, {ds.queries.height} queries, "

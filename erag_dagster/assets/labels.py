@@ -6,12 +6,15 @@ import polars as pl
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, reader_models
 from erag_dagster.assets.common import (
     CODE_VERSION,
+    by_system,
     frame_version,
     reader_retriever_partitions,
+    system_of,
     table_md,
 )
 from erag_dagster.labels.labeller import label_run
-from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
+from erag_dagster.meta.per_query import erag_per_query as erag_per_query_table
+from erag_dagster.meta.per_query import erag_summary
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.retrieval.runs import top_k
@@ -40,21 +43,13 @@ def _doc_labels(
     Pairs already in the label store (same reader fingerprint, question, document text, gold
     answers and metric) are taken from it; only unseen pairs run the reader.
     """
-    keys = context.partition_key.keys_by_dimension
-    registry = settings.registry()
-    model = reader.get(registry, keys["reader"])
-    store = label_store.open()
-    run = top_k(retrieval_run, settings.labelling_k)
+    reader_key, retriever_key = system_of(context.partition_key)
+    params = settings.resolve()
+    model = reader.get(settings.registry(), reader_key)
     result = label_run(
-        run,
-        queries,
-        corpus,
-        model,
-        settings.downstream_metric,
-        store,
-        dagster_run_id=context.run.run_id,
-        log=context.log.info,
-    )
+        top_k(retrieval_run, params.label_k), queries, corpus, model, params.metric,
+        label_store.open(), dagster_run_id=context.run.run_id, log=context.log.info,
+    )  # fmt: skip
     labels = result.labels
     distribution = (
         labels.group_by(pl.col("label").round(2)).len().sort("label").rename({"len": "count"})
@@ -63,12 +58,12 @@ def _doc_labels(
         labels,
         data_version=frame_version(labels.drop("answer", strict=False)),
         metadata={
-            "reader": keys["reader"],
-            "retriever": keys["retriever"],
+            "reader": reader_key,
+            "retriever": retriever_key,
             "reader_fingerprint": model.fingerprint,
             "reader_spec": dg.MetadataValue.json(model.identity()),
-            "downstream_metric": settings.downstream_metric,
-            "label_k": settings.labelling_k,
+            "metric": params.metric,
+            "label_k": params.label_k,
             "pairs_judged_now": result.judged_now,
             "pairs_from_store": result.from_store,
             "mean_label": float(labels.get_column("label").mean() or 0.0),
@@ -81,22 +76,12 @@ def _doc_labels(
     group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
 )
 def erag_per_query(
-    context: dg.AssetExecutionContext,
-    settings: EvalSettings,
-    doc_labels: dict[str, pl.DataFrame],
+    settings: EvalSettings, doc_labels: dict[str, pl.DataFrame]
 ) -> dg.Output[pl.DataFrame]:
     """Per-query eRAG list metrics: ``reader, retriever, query_id`` + one column per metric,
     computed on the eRAG labels of each run's top ``label_k`` documents."""
-    metrics = settings.eval_list_metrics
-    rows = []
-    for partition, labels in sorted(doc_labels.items()):
-        reader_key, retriever_key = _split_multi_key(partition)
-        report = evaluate_labels(labels_from_frame(labels), metrics)
-        rows += [
-            {"reader": reader_key, "retriever": retriever_key, "query_id": qid, **values}
-            for qid, values in report.per_query.items()
-        ]
-    table = pl.DataFrame(rows)
+    metrics = settings.resolve().list_metrics
+    table = erag_per_query_table(by_system(doc_labels), metrics)
     return dg.Output(
         table,
         data_version=frame_version(table),
@@ -107,30 +92,16 @@ def erag_per_query(
 @dg.asset(
     group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
 )
-def erag_report(
-    context: dg.AssetExecutionContext,
-    settings: EvalSettings,
-    erag_per_query: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
+def erag_report(settings: EvalSettings, erag_per_query: pl.DataFrame) -> dg.Output[pl.DataFrame]:
     """The retriever comparison table: per (reader, retriever), the mean over queries of each
     eRAG list metric (the queries are those of ``erag_per_query``)."""
-    metrics = [m for m in settings.eval_list_metrics if m in erag_per_query.columns]
-    table = (
-        erag_per_query.group_by("reader", "retriever", maintain_order=True)
-        .agg(pl.len().alias("queries"), *[pl.col(m).mean() for m in metrics])
-        .sort("reader", "retriever")
-    )
+    metrics = [m for m in settings.resolve().list_metrics if m in erag_per_query.columns]
+    table = erag_summary(erag_per_query, metrics)
     return dg.Output(
         table,
         data_version=frame_version(table),
         metadata={"report": table_md(table), "metrics": metrics},
     )
-
-
-def _split_multi_key(partition: str) -> tuple[str, str]:
-    """Multi-partition keys are ``<reader>|<retriever>`` (dimensions in alphabetical order)."""
-    reader_key, _, retriever_key = partition.partition("|")
-    return reader_key, retriever_key
 
 
 RUN_BY_RETRIEVER = dg.AssetIn(

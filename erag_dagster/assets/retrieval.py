@@ -77,18 +77,17 @@ def _retrieval_run(
 ) -> dg.Output[pl.DataFrame]:
     """Top-k run ``(query_id, doc_id, rank, score)`` of one retriever config (the partition)."""
     registry = settings.registry()
+    k = settings.resolve().k
     entry = registry.retriever(context.partition_key)
     timing = RetrievalTiming()
-    run = run_retriever(
-        registry, entry.name, corpus, queries, settings.retrieval_k, context.log.info, timing
-    )
+    run = run_retriever(registry, entry.name, corpus, queries, k, context.log.info, timing)
     return dg.Output(
         run,
         data_version=frame_version(run),
         metadata={
             "retriever": entry.name,
             "config": dg.MetadataValue.json(entry.config),
-            "k": settings.retrieval_k,
+            "k": k,
             "queries": run.get_column("query_id").n_unique(),
             "rows": run.height,
             "search_seconds": round(timing.search_seconds, 3),
@@ -108,14 +107,15 @@ def retrieval_report(
     """Human-judgment leaderboard (pytrec_eval, trec_eval conventions): per retriever the mean
     of each metric with a bootstrap 95% CI, and a paired comparison (randomisation test and
     t-test) with the first retriever of the registry."""
-    metrics = settings.eval_human_metrics
+    params = settings.resolve()
+    metrics = params.human_metrics
     if qrels.height == 0:
         context.log.warning("the dataset has no judgments: no human-judgment report")
         return dg.Output(pl.DataFrame(), metadata={"metrics": metrics})
     registry = settings.registry()
     order = [p for p in registry.retriever_partitions if p in retrieval_run]
     runs = {p: retrieval_run[p] for p in order}
-    board = leaderboard(qrels, runs, metrics, n_resamples=settings.bootstrap_resamples)
+    board = leaderboard(qrels, runs, metrics, n_resamples=params.bootstrap_resamples)
     return dg.Output(
         board,
         data_version=frame_version(board),

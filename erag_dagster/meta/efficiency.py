@@ -133,3 +133,47 @@ def measure_efficiency(
             .drop("e2e_seconds", "e2e_memory")
         )
     return table
+
+
+def efficiency_items(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    depth: int,
+    n_queries: int,
+) -> list[tuple[str, list[str]]]:
+    """The timed workload: the first ``n_queries`` queries (by ``query_id``) with at least
+    ``depth`` retrieved documents in ``run``, as ``(question, top-depth passages)``.
+
+    Empty when no query is that deep (raise the retrieval depth to measure).
+    """
+    from erag_dagster.meta.end_to_end import context_lists
+
+    deep = run.group_by("query_id").agg(pl.len().alias("n")).filter(pl.col("n") >= depth)
+    chosen = deep.sort("query_id").head(n_queries).get_column("query_id").to_list()
+    if not chosen:
+        return []
+    contexts = context_lists(
+        run.filter(pl.col("query_id").is_in(chosen)),
+        queries.filter(pl.col("query_id").is_in(chosen)),
+        corpus,
+        depth,
+    )
+    return list(zip(contexts["question"].to_list(), contexts["passages"].to_list(), strict=True))
+
+
+def efficiency_report(
+    reader_name: str,
+    reader_config: dict[str, Any],
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    ks: Sequence[int],
+    n_queries: int,
+) -> pl.DataFrame:
+    """:func:`measure_efficiency` on :func:`efficiency_items` at ``max(ks)``; an empty frame
+    when no query has ``max(ks)`` retrieved documents."""
+    items = efficiency_items(run, queries, corpus, max(ks), n_queries)
+    if not items:
+        return pl.DataFrame()
+    return measure_efficiency(reader_name, reader_config, items, ks=ks)

@@ -4,19 +4,44 @@ Each resource is a thin configurable wrapper over a plain-Python object from the
 modules; per-deployment choices (device, storage paths) live here, not in the assets.
 """
 
+from __future__ import annotations
+
 import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
+from erag_dagster.errors import InputError
 from erag_dagster.registry import Registry, load_registry
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The resolved settings of one evaluation: each name is the registry ``evaluation`` key,
+    the :class:`EvalSettings` field and the ``erag-dagster run`` flag of the same setting."""
+
+    dataset: str
+    k: int  # retrieval depth per query
+    label_k: int  # eRAG labels for the top label_k documents (<= k)
+    metric: str  # downstream metric of the reader's answers
+    list_metrics: list[str]
+    human_metrics: list[str]
+    e2e_ks: list[int]  # end-to-end depths (sorted, unique, each <= k)
+    bootstrap_resamples: int
+    efficiency_ks: list[int]
+    efficiency_queries: int
 
 
 class EvalSettings(dg.ConfigurableResource):
     """What to evaluate: dataset spec, registry file, cut-offs, downstream and list metrics.
 
-    Empty values fall back to the registry's ``evaluation`` section.
+    Empty values fall back to the registry's ``evaluation`` section; :meth:`resolve` gives the
+    values in force. The registry is parsed once per Definitions (:meth:`bound_to`) and handed
+    on to every copy Dagster makes of this resource for a run; run config that points
+    ``registry_path`` at another file than the one the partitions came from is refused.
     """
 
     dataset: str = Field(default="", description="dataset spec, e.g. sample, beir:DIR, squad:PATH")
@@ -31,72 +56,106 @@ class EvalSettings(dg.ConfigurableResource):
     efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
     efficiency_queries: int = Field(default=0, description="queries timed for Table 2")
 
+    _registry: Registry | None = PrivateAttr(default=None)
+
+    def bound_to(self, registry: Registry) -> EvalSettings:
+        """A copy holding an already parsed ``registry`` (the one the Definitions' partitions
+        came from); refuses a ``registry_path`` naming another file."""
+        copy = self.model_copy()
+        copy._registry = registry
+        copy._check_registry_path()
+        return copy
+
+    def _with_updated_values(self, values):  # Dagster's per-run copy: keep the parsed registry
+        copy = super()._with_updated_values(values)
+        copy._registry = self._registry
+        return copy
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._check_registry_path()
+
+    def _check_registry_path(self) -> None:
+        bound = self._registry
+        if bound is None or not self.registry_path:
+            return
+        if Path(self.registry_path).resolve() != Path(bound.path).resolve():
+            raise InputError(
+                f"settings.registry_path {self.registry_path} is not the registry these "
+                f"definitions were built from ({bound.path}); set ERAG_REGISTRY to it instead"
+            )
+
     def registry(self) -> Registry:
-        return load_registry(self.registry_path or None)
+        """The registry (parsed at most once per settings object)."""
+        if self._registry is None:
+            self._registry = load_registry(self.registry_path or None)
+        self._check_registry_path()
+        return self._registry
 
-    def _default(self, key: str, fallback: Any) -> Any:
-        return self.registry().evaluation.get(key, fallback)
-
-    @property
-    def dataset_spec(self) -> str:
-        return self.dataset or os.environ.get("ERAG_DATASET") or self._default("dataset", "sample")
-
-    @property
-    def retrieval_k(self) -> int:
-        return self.k or int(self._default("k", 50))
-
-    @property
-    def labelling_k(self) -> int:
-        return min(self.label_k or int(self._default("label_k", 10)), self.retrieval_k)
-
-    @property
-    def downstream_metric(self) -> str:
-        return self.metric or str(self._default("metric", "em"))
-
-    @property
-    def eval_list_metrics(self) -> list[str]:
-        return list(self.list_metrics or self._default("list_metrics", ["P@5", "nDCG@5"]))
-
-    @property
-    def end_to_end_ks(self) -> list[int]:
-        ks = self.e2e_ks or self._default("e2e_ks", [self.labelling_k])
-        return sorted({min(int(k), self.retrieval_k) for k in ks})
-
-    @property
-    def eff_ks(self) -> list[int]:
-        return [int(k) for k in (self.efficiency_ks or self._default("efficiency_ks", [10, 50]))]
-
-    @property
-    def eff_queries(self) -> int:
-        return self.efficiency_queries or int(self._default("efficiency_queries", 3))
-
-    @property
-    def eval_human_metrics(self) -> list[str]:
-        return list(self.human_metrics or self._default("human_metrics", ["nDCG@10", "R@10"]))
+    def resolve(self) -> Evaluation:
+        """The settings in force: explicit values, else the registry's ``evaluation`` section,
+        else the built-in defaults; ``label_k`` and ``e2e_ks`` are capped at ``k``."""
+        defaults = self.registry().evaluation
+        k = self.k or int(defaults.get("k", 50))
+        label_k = min(self.label_k or int(defaults.get("label_k", 10)), k)
+        e2e_ks = self.e2e_ks or defaults.get("e2e_ks", [label_k])
+        return Evaluation(
+            dataset=self.dataset
+            or os.environ.get("ERAG_DATASET")
+            or str(defaults.get("dataset", "sample")),
+            k=k,
+            label_k=label_k,
+            metric=self.metric or str(defaults.get("metric", "em")),
+            list_metrics=list(self.list_metrics or defaults.get("list_metrics", ["P@5", "nDCG@5"])),
+            human_metrics=list(
+                self.human_metrics or defaults.get("human_metrics", ["nDCG@10", "R@10"])
+            ),
+            e2e_ks=sorted({min(int(x), k) for x in e2e_ks}),
+            bootstrap_resamples=self.bootstrap_resamples,
+            efficiency_ks=[
+                int(x) for x in (self.efficiency_ks or defaults.get("efficiency_ks", [10, 50]))
+            ],
+            efficiency_queries=self.efficiency_queries
+            or int(defaults.get("efficiency_queries", 3)),
+        )
 
 
 class ReaderResource(dg.ConfigurableResource):
-    """The reader model as a resource. ``device`` overrides the registry (auto|cpu|cuda:N)."""
+    """The reader model as a resource. ``device`` overrides the registry (auto|cpu|cuda:N).
+
+    The resource owns the readers it hands out: one per registry entry for the run, closed at
+    teardown; readers created elsewhere in the process (other resources, tests, the CLI) keep
+    their models.
+    """
 
     device: str = Field(default="", description="override the registry's device")
     num_threads: int = Field(default=0, description="torch CPU threads (0 = reader default)")
+
+    _readers: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def get(self, registry: Registry, reader: str):  # -> TransformersReader
         """The reader for a registry entry (name or partition key), loaded lazily, cached."""
         from erag_dagster.readers.transformers_reader import reader_from_config
 
         entry = registry.reader(reader)
-        overrides: dict[str, Any] = {}
-        if self.device:
-            overrides["device"] = self.device
-        if self.num_threads:
-            overrides["num_threads"] = self.num_threads
-        return reader_from_config(entry.name, {**entry.config, **overrides})
+        if entry.partition_key not in self._readers:
+            overrides: dict[str, Any] = {}
+            if self.device:
+                overrides["device"] = self.device
+            if self.num_threads:
+                overrides["num_threads"] = self.num_threads
+            self._readers[entry.partition_key] = reader_from_config(
+                entry.name, {**entry.config, **overrides}
+            )
+        return self._readers[entry.partition_key]
+
+    def close(self) -> None:
+        """Free the models of the readers this resource created (and only those)."""
+        readers, self._readers = list(self._readers.values()), {}
+        for model in readers:
+            model.close()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        from erag_dagster.readers.transformers_reader import close_all_readers
-
-        close_all_readers()
+        self.close()
 
 
 class LabelStoreResource(dg.ConfigurableResource):

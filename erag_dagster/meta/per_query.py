@@ -1,0 +1,111 @@
+"""Per-query list metrics on label frames, and the tables built from them for every system.
+
+A *system* is one (reader partition key, retriever partition key) pair: the reader judged (or
+answered from) the retriever's ranked lists. Label frames hold ``query_id, doc_id, rank,
+label`` rows (labels in [0, 1]); the metrics are those of
+:func:`erag_dagster.metrics.list_metrics.evaluate_labels`, computed on each query's labels in
+rank order. A query with no label rows does not appear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import polars as pl
+
+from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
+
+#: ``(reader partition key, retriever partition key)``.
+System = tuple[str, str]
+
+#: The list metrics of the correlation-vs-k figure (paper Figure 1) at depth ``k``.
+FIGURE1_METRICS = ("P@{k}", "Success@{k}", "nDCG@{k}")
+
+
+def per_query_metrics(labels: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
+    """``query_id`` plus one ``Float64`` column per metric, one row per labelled query."""
+    report = evaluate_labels(labels_from_frame(labels), list(metrics))
+    return pl.DataFrame(
+        [{"query_id": qid, **{m: values[m] for m in metrics}} for qid, values in
+         report.per_query.items()],
+        schema={"query_id": pl.String, **dict.fromkeys(metrics, pl.Float64)},
+    )  # fmt: skip
+
+
+def erag_per_query(
+    doc_labels: Mapping[System, pl.DataFrame], metrics: Sequence[str]
+) -> pl.DataFrame:
+    """``reader, retriever, query_id`` + one column per metric, systems in sorted order."""
+    frames = [
+        per_query_metrics(labels, metrics).select(
+            pl.lit(reader).alias("reader"), pl.lit(retriever).alias("retriever"), pl.all()
+        )
+        for (reader, retriever), labels in sorted(doc_labels.items())
+    ]
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def erag_summary(per_query: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
+    """Per (reader, retriever): ``queries`` and the mean over queries of each metric present
+    in ``per_query`` (the retriever comparison table)."""
+    present = [m for m in metrics if m in per_query.columns]
+    return (
+        per_query.group_by("reader", "retriever", maintain_order=True)
+        .agg(pl.len().alias("queries"), *[pl.col(m).mean() for m in present])
+        .sort("reader", "retriever")
+    )
+
+
+def _long(
+    labels: pl.DataFrame, metrics: Sequence[str], system: str, method: str, dataset: str
+) -> pl.DataFrame:
+    """The ``per_query`` frame of :mod:`erag_dagster.meta.correlation` for one method."""
+    return (
+        per_query_metrics(labels, metrics)
+        .unpivot(index="query_id", variable_name="metric", value_name="value")
+        .select(
+            pl.lit(dataset).alias("dataset"),
+            pl.lit(system).alias("retriever"),
+            pl.lit(method).alias("method"),
+            pl.col("metric").cast(pl.String),
+            "query_id",
+            pl.col("value").cast(pl.Float64),
+        )
+    )
+
+
+def correlation_inputs(
+    doc_labels: Mapping[System, pl.DataFrame],
+    baseline_labels: Mapping[System, pl.DataFrame],
+    end_to_end: Mapping[System, pl.DataFrame],
+    metrics: Sequence[str],
+    dataset: str,
+    k: int,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per-query retrieval scores of every labelling method on the top ``k`` (eRAG and each
+    baseline ``method``), and the end-to-end scores at depth ``k``, per system.
+
+    The system is named ``"<retriever> / <reader>"`` in the ``retriever`` column. A system
+    without baseline labels or end-to-end scores contributes its eRAG rows only.
+    """
+    per_query, e2e = [], []
+    for (reader, retriever), labels in sorted(doc_labels.items()):
+        system = f"{retriever} / {reader}"
+        top = labels.filter(pl.col("rank") <= k)
+        per_query.append(_long(top, metrics, system, "eRAG", dataset))
+        baselines = baseline_labels.get((reader, retriever))
+        if baselines is not None:
+            for (method,), frame in baselines.group_by("method", maintain_order=True):
+                top_b = frame.filter(pl.col("rank") <= k)
+                per_query.append(_long(top_b, metrics, system, str(method), dataset))
+        scores = end_to_end.get((reader, retriever))
+        if scores is not None:
+            e2e.append(
+                scores.filter(pl.col("k") == k).select(
+                    dataset=pl.lit(dataset),
+                    retriever=pl.lit(system),
+                    query_id="query_id",
+                    value="score",
+                )
+            )
+    return pl.concat(per_query), pl.concat(e2e) if e2e else pl.DataFrame()

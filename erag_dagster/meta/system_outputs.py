@@ -1,0 +1,84 @@
+"""What one system (a reader over one retriever's runs) yields for the meta-evaluation:
+end-to-end scores at every depth, and the set of baseline labels of its top-k lists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from erag_dagster.meta.baselines import (
+    containment_labels,
+    llm_annotation_labels,
+    provenance_labels,
+    semantic_labels,
+)
+from erag_dagster.meta.end_to_end import evaluate_end_to_end
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EndToEndScores:
+    """``scores``: the :func:`evaluate_end_to_end` rows of every depth, concatenated;
+    ``seconds``: reader wall time summed over the depths (s)."""
+
+    scores: pl.DataFrame
+    seconds: float
+
+
+def end_to_end_at_depths(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    reader,
+    metric: str,
+    ks: Sequence[int],
+    log: Log | None = None,
+    store=None,
+    dagster_run_id: str | None = None,
+) -> EndToEndScores:
+    """The reader answers from the top-``k`` documents together, for every ``k`` in ``ks``."""
+    frames, seconds = [], 0.0
+    for k in ks:
+        result = evaluate_end_to_end(
+            run, queries, corpus, reader, metric, k, log, store=store,
+            dagster_run_id=dagster_run_id,
+        )  # fmt: skip
+        frames.append(result.scores)
+        seconds += result.seconds
+    return EndToEndScores(pl.concat(frames), seconds)
+
+
+def baseline_label_set(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    qrels: pl.DataFrame,
+    encoder,
+    reader,
+    store=None,
+    dagster_run_id: str | None = None,
+    log: Log | None = None,
+) -> pl.DataFrame:
+    """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
+    provenance (the judgments), containment, semantic similarity to the answer and to the
+    question (``encoder``), and LLM annotation (``reader``, answers kept in ``store``)."""
+    parts = {
+        "provenance": provenance_labels(run, qrels),
+        "containment": containment_labels(run, queries, corpus),
+        "semantic_answer": semantic_labels(run, queries, corpus, encoder, against="answer"),
+        "semantic_question": semantic_labels(run, queries, corpus, encoder, against="question"),
+    }
+    if log is not None:
+        log(f"LLM annotation of {run.height} (question, document) pairs")
+    parts["llm_annotation"] = llm_annotation_labels(
+        run, queries, corpus, reader, store=store, dagster_run_id=dagster_run_id
+    )
+    return pl.concat(
+        [
+            frame.select("query_id", "doc_id", "rank", "label").with_columns(method=pl.lit(name))
+            for name, frame in parts.items()
+        ]
+    )
