@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
 from pathlib import Path
 
-from erag_dagster.data.loaders import SAMPLE_FILE, parse_spec
+from erag_dagster.data.loaders import dataset_source_files, parse_spec
+from erag_dagster.errors import InputError
 from erag_dagster.paths import atomic_write_text, storage_root
 
 
@@ -40,29 +40,16 @@ def file_digest(path: Path) -> str:
     return cache[key]
 
 
-def tree_digest(path: Path) -> str:
-    """sha256 over (relative name, file sha256) of every file under ``path`` (or the file)."""
-    if path.is_file():
-        return file_digest(path)
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f"{file.relative_to(path)}\0{file_digest(file)}\n".encode())
-    return digest.hexdigest()
-
-
 def dataset_digest(spec: str) -> str:
-    """Fingerprint of the files a dataset spec reads (plus the spec's options)."""
+    """Fingerprint of a dataset spec: its kind, its options and the content of exactly the files
+    its loader reads (:func:`~erag_dagster.data.loaders.dataset_source_files`, e.g. a KILT
+    ``corpus=`` file found beside the KILT file). A spec whose files are missing hashes as
+    ``"missing"``, so their appearance is a change. 16 hex digits.
+    """
     parsed = parse_spec(spec)
-    if parsed.kind == "sample":
-        base = resources.files("erag_dagster") / "data" / "sample" / SAMPLE_FILE
-        content = file_digest(Path(str(base)))
-    else:
-        content = (
-            tree_digest(Path(parsed.path))
-            if parsed.path and Path(parsed.path).exists()
-            else "missing"
-        )
-    extra = [v for k, v in sorted(parsed.options.items()) if k == "corpus"]
-    extra_digest = "".join(tree_digest(Path(v)) for v in extra if Path(v).exists())
-    blob = json.dumps([parsed.kind, sorted(parsed.options.items()), content, extra_digest])
+    try:
+        content: list[str] | str = [file_digest(path) for path in dataset_source_files(spec)]
+    except InputError:
+        content = "missing"
+    blob = json.dumps([parsed.kind, sorted(parsed.options.items()), content])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

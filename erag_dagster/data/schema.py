@@ -13,6 +13,7 @@ names a known query and a known document; an empty corpus or an empty query set 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -25,12 +26,17 @@ QRELS_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int6
 
 @dataclass(frozen=True)
 class Dataset:
-    """A loaded dataset: the spec it came from and its three tables."""
+    """A loaded dataset: the spec it came from, its three tables, and the files it was read from.
+
+    ``source_files`` is set by :func:`erag_dagster.data.loaders.load_dataset` (empty for a
+    dataset built in memory); the input fingerprint hashes exactly these files.
+    """
 
     spec: str
     corpus: pl.DataFrame
     queries: pl.DataFrame
     qrels: pl.DataFrame
+    source_files: tuple[Path, ...] = ()
 
     def validate(self) -> Dataset:
         """Check schemas and referential integrity; return ``self`` or raise ``InputError``."""

@@ -1,0 +1,160 @@
+"""KILT JSON lines, with an optional KILT knowledge source as the corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import polars as pl
+
+from erag_dagster.data.formats.records import (
+    Column,
+    check_nonempty_corpus,
+    check_references,
+    check_unique,
+    coerce,
+    iter_jsonl_objects,
+    read_table,
+    unique_nonempty,
+)
+from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
+from erag_dagster.errors import InputError, where
+
+
+class KiltFiles(NamedTuple):
+    """The KILT file and, when a spec gives ``corpus=``, the knowledge source it resolved to."""
+
+    kilt: Path
+    corpus: Path | None
+
+
+def kilt_files(path: Path, corpus: str | None = None, spec: str | None = None) -> KiltFiles:
+    """The files ``kilt:PATH[?corpus=NAME]`` reads.
+
+    ``NAME`` is taken as given (relative to the working directory) if it exists, else
+    relative to the folder of the KILT file. Raises :class:`InputError` naming the spec if
+    either is missing.
+    """
+    _check_kilt_file(path)
+    if corpus is None:
+        return KiltFiles(path, None)
+    candidate = Path(corpus).expanduser()
+    if candidate.exists():
+        return KiltFiles(path, candidate)
+    beside = path.parent / candidate
+    if not candidate.is_absolute() and beside.exists():
+        return KiltFiles(path, beside)
+    raise InputError(f"dataset spec {spec or corpus!r}: no such file or directory: {candidate}")
+
+
+def _check_kilt_file(path: Path) -> None:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (kilt: needs a KILT .jsonl file)")
+
+
+def load_kilt(path: Path, corpus_file: Path | None = None, spec: str | None = None) -> Dataset:
+    """Read a KILT JSON-lines file (``id``, ``input``, ``output[].answer``/``provenance``).
+
+    * queries: ``id`` (int or str → str), ``input`` (required, non-blank) and every non-blank
+      ``output[].answer`` (duplicates removed, order kept). A record with no answer is an
+      :class:`InputError` at ``file:line`` (KILT test files without outputs cannot be used).
+    * qrels: one ``(id, str(wikipedia_id), 1)`` per distinct page named in any
+      ``output[].provenance``; ``wikipedia_id`` may be an int or a string.
+    * corpus with ``corpus=FILE``: a KILT knowledge source (``wikipedia_id``,
+      ``wikipedia_title``, ``text`` = list of paragraphs), one document per page, the
+      paragraphs stripped, blank ones dropped, joined by newlines. A provenance page missing
+      from it is an error. In a spec, a relative FILE is looked up in the working directory
+      first, then beside the KILT file.
+    * corpus without ``corpus=``: a stand-in built from the provenance itself, one document per
+      page in first-seen order: ``title`` = the first non-blank provenance ``title``,
+      ``text`` = the distinct non-blank provenance ``text`` values joined by newlines, or ``""``
+      when provenance carries no text (KILT's usually does not). Good for smoke tests, not for
+      a real retrieval evaluation. With no provenance at all this corpus is empty: an error.
+    """
+    _check_kilt_file(path)
+    ids: list[str] = []
+    questions: list[str] = []
+    answer_lists: list[list[str]] = []
+    qrel_rows: dict[tuple[str, str], int] = {}
+    pages: dict[str, tuple[str, list[str]]] = {}
+    first_line: dict[str, int] = {}
+    id_column = Column("id", "query_id", "id")
+    page_column = Column("wikipedia_id", "doc_id", "id")
+    for number, record in iter_jsonl_objects(path):
+        at = where(path, number)
+        qid = coerce(record, id_column, at)
+        if qid in first_line:
+            raise InputError(f"{at}: duplicate id {qid!r} (first at line {first_line[qid]})")
+        first_line[qid] = number
+        question = record.get("input")
+        if not isinstance(question, str) or not question.strip():
+            raise InputError(f"{at}: record {qid!r} has no 'input' question")
+        outputs = record.get("output") or []
+        if not isinstance(outputs, list):
+            raise InputError(f"{at}: 'output' of record {qid!r} is not a list")
+        answers: list[str] = []
+        for output in outputs:
+            if not isinstance(output, dict):
+                raise InputError(f"{at}: an 'output' entry of record {qid!r} is not an object")
+            answers.append(output.get("answer"))
+            for provenance in output.get("provenance") or []:
+                if not isinstance(provenance, dict):
+                    raise InputError(f"{at}: a provenance entry of record {qid!r} is not an object")
+                page = coerce(provenance, page_column, at)
+                qrel_rows.setdefault((qid, page), number)
+                title, texts = pages.setdefault(page, ("", []))
+                new_title = provenance.get("title")
+                if not title and isinstance(new_title, str) and new_title.strip():
+                    pages[page] = (new_title, texts)
+                text = provenance.get("text")
+                if isinstance(text, str) and text.strip() and text not in texts:
+                    texts.append(text)
+        kept = unique_nonempty(answers)
+        if not kept:
+            raise InputError(f"{at}: record {qid!r} has no non-empty 'output' answer")
+        ids.append(qid)
+        questions.append(question.strip())
+        answer_lists.append(kept)
+    queries = pl.DataFrame(
+        {"query_id": ids, "question": questions, "answers": answer_lists}, schema=QUERIES_SCHEMA
+    )
+    qrels = pl.DataFrame(
+        {
+            "query_id": [q for q, _ in qrel_rows],
+            "doc_id": [d for _, d in qrel_rows],
+            "relevance": [1] * len(qrel_rows),
+        },
+        schema=QRELS_SCHEMA,
+    )
+    if corpus_file is None:
+        if not pages:
+            raise InputError(
+                f"{path}: the corpus is empty (no provenance pages); give a KILT knowledge "
+                "source with ?corpus=FILE"
+            )
+        corpus = pl.DataFrame(
+            {
+                "doc_id": list(pages),
+                "title": [title for title, _ in pages.values()],
+                "text": ["\n".join(texts) for _, texts in pages.values()],
+            },
+            schema=CORPUS_SCHEMA,
+        )
+    else:
+        corpus = read_table(
+            corpus_file,
+            "jsonl",
+            [
+                Column("wikipedia_id", "doc_id", "id"),
+                Column("wikipedia_title", "title", "str", required=False),
+                Column("text", "text", "paragraphs", required=False),
+            ],
+        )
+        check_nonempty_corpus(corpus, corpus_file)
+        check_unique(corpus, "doc_id", corpus_file, "jsonl", "wikipedia_id")
+        qrel_lines = list(qrel_rows.values())
+        check_references(
+            qrels, corpus, queries, lambda row: where(path, qrel_lines[row]), path, corpus_file
+        )
+    suffix = f"?corpus={corpus_file}" if corpus_file is not None else ""
+    return Dataset(spec or f"kilt:{path}{suffix}", corpus, queries, qrels)
