@@ -266,3 +266,28 @@ def test_settings_parse_the_registry_once(tmp_path: Path) -> None:
     path.write_text("not: [a registry")  # a later edit is not re-read by these definitions
     assert settings.resolve().label_k == 2
     assert settings.registry() is first
+
+
+def test_backfill_daemon_queues_the_first_wave_through_the_run_queue() -> None:
+    """The daemon (as under ``dagster dev``) takes the full re-evaluation backfill and queues
+    runs with the run coordinator, roots first; nothing runs in the requesting process."""
+    import logging
+
+    from dagster._core.test_utils import create_test_daemon_workspace_context
+    from dagster._core.workspace.load_target import ModuleTarget
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    queued = {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}
+    with dg.instance_for_test(overrides={"run_coordinator": queued}) as instance:
+        backfill_id = request_full_reevaluation(instance)
+        target = ModuleTarget(
+            module_name="erag_dagster.definitions", attribute=None,
+            working_directory=str(REPO), location_name="erag_dagster",
+        )  # fmt: skip
+        with create_test_daemon_workspace_context(target, instance) as context:
+            list(execute_backfill_iteration(context, logging.getLogger("backfill")))
+        runs = instance.get_runs()
+        assert [r.status for r in runs] == [dg.DagsterRunStatus.QUEUED]
+        assert runs[0].tags["dagster/backfill"] == backfill_id
+        first_wave = {k.to_user_string() for k in runs[0].asset_selection}
+        assert first_wave == {"corpus", "queries", "qrels", "bm25_index", "dense_index"}
