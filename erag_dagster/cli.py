@@ -1,6 +1,13 @@
 """``erag-dagster`` command line: thin over the same library functions the assets use.
 
-Every refused input exits with status 2 and one line on stderr saying why.
+One error boundary (:func:`main`): every expected failure prints ONE line on stderr naming what
+and where, and exits 2 for bad input (:class:`~erag_dagster.errors.InputError`, including bad
+arguments) or 1 for an environment or storage fault
+(:class:`~erag_dagster.errors.EnvironmentFault`). Foreign exceptions from reading a user's file
+are mapped with the file they concern (:func:`~erag_dagster.errors.concerning`); an unexpected
+exception is a bug and keeps its traceback. ``--debug`` (or ``ERAG_DEBUG=1``) prints the
+traceback of an expected failure too. Output files are checked for writability before the work
+that fills them runs.
 """
 
 from __future__ import annotations
@@ -9,10 +16,60 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from erag_dagster.errors import InputError
+from erag_dagster.errors import EnvironmentFault, InputError, as_fault, concerning
+
+MAX_K = 2**31 - 1
+"""Largest cut-off accepted: Anserini's ``int`` hit count (a larger one is a Java exception)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: a bad argument is an :class:`InputError` (exit 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _count(text: str) -> int:
+    """An argparse type: an integer in ``[1, MAX_K]`` (0 is refused, not "the default")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= MAX_K:
+        raise argparse.ArgumentTypeError(f"{value} is not between 1 and {MAX_K}")
+    return value
+
+
+def _dataset(spec: str):
+    """:func:`load_dataset` with foreign exceptions mapped to one line naming the file."""
+    from erag_dagster.data.loaders import dataset_source_files, load_dataset
+
+    try:
+        return load_dataset(spec)
+    except (InputError, EnvironmentFault):
+        raise
+    except Exception as exc:
+        files: tuple = ()
+        if isinstance(exc, UnicodeDecodeError):
+            try:
+                files = dataset_source_files(spec)
+            except Exception:  # the spec itself is fine (load_dataset got past it)
+                files = ()
+        fault = as_fault(exc, *files) if files else as_fault(exc, f"dataset {spec!r}")
+        if fault is None:
+            raise
+        raise fault from exc
+
+
+def _registry(path: str | None):
+    from erag_dagster.registry import default_registry_path, load_registry
+
+    with concerning(path or default_registry_path()):
+        return load_registry(path)
 
 
 def _metrics_arg(text: str) -> list[str]:
@@ -42,15 +99,15 @@ def _report_frame(report, metrics: Sequence[str]):
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
-    from erag_dagster.data.loaders import load_dataset
-    from erag_dagster.registry import load_registry
+    from erag_dagster.paths import check_output
     from erag_dagster.retrieval.runs import write_trec_run
     from erag_dagster.retrieval.service import run_retriever
 
-    registry = load_registry(args.registry)
+    check_output(args.output)
+    registry = _registry(args.registry)
     entry = registry.retriever(args.retriever)
-    k = args.k or int(registry.evaluation.get("k", 50))
-    ds = load_dataset(args.dataset)
+    k = args.k if args.k is not None else int(registry.evaluation.get("k", 50))
+    ds = _dataset(args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
     run = run_retriever(registry, entry.name, ds.corpus, ds.queries, k, log=log)
     write_trec_run(run, args.output, tag=entry.partition_key)
@@ -63,13 +120,13 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
-    from erag_dagster.data.loaders import load_dataset
     from erag_dagster.metrics.human import evaluate_run
     from erag_dagster.retrieval.runs import read_trec_run
 
     metrics = _metrics_arg(args.metrics)
-    ds = load_dataset(args.dataset)
-    run = read_trec_run(args.run)
+    ds = _dataset(args.dataset)
+    with concerning(args.run):
+        run = read_trec_run(args.run)
     unknown = set(run.get_column("doc_id").to_list()) - set(ds.corpus.get_column("doc_id"))
     if unknown:
         raise InputError(
@@ -90,7 +147,11 @@ def _reader_from_arg(value: str | None, registry):
     if value and Path(value).is_file():
         import yaml
 
-        cfg = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
+        with concerning(value):
+            try:
+                cfg = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
+            except yaml.YAMLError as exc:
+                raise InputError(f"{value}: invalid YAML ({exc})") from None
         if not isinstance(cfg, dict):
             raise InputError(f"{value}: a reader config must be a YAML mapping")
         name = str(cfg.pop("name", Path(value).stem))
@@ -100,24 +161,26 @@ def _reader_from_arg(value: str | None, registry):
 
 
 def cmd_label(args: argparse.Namespace) -> int:
-    from erag_dagster.data.loaders import load_dataset
     from erag_dagster.labels.labeller import label_run
     from erag_dagster.labels.store import LabelStore
-    from erag_dagster.paths import atomic_path, storage_root
-    from erag_dagster.registry import load_registry
+    from erag_dagster.paths import atomic_path, check_output, storage_root
     from erag_dagster.retrieval.runs import read_trec_run, top_k
 
-    registry = load_registry(args.registry)
-    ds = load_dataset(args.dataset)
-    run = read_trec_run(args.run)
+    check_output(args.output)
+    registry = _registry(args.registry)
+    ds = _dataset(args.dataset)
+    with concerning(args.run):
+        run = read_trec_run(args.run)
     if args.k:
         run = top_k(run, args.k)
     reader = _reader_from_arg(args.reader, registry)
-    store = LabelStore(args.store or str(storage_root() / "labels.sqlite"))
-    result = label_run(
-        run, ds.queries, ds.corpus, reader, args.metric, store,
-        log=lambda m: print(m, file=sys.stderr),
-    )  # fmt: skip
+    store_path = args.store or str(storage_root() / "labels.sqlite")
+    with concerning(store_path):
+        store = LabelStore(store_path)
+        result = label_run(
+            run, ds.queries, ds.corpus, reader, args.metric, store,
+            log=lambda m: print(m, file=sys.stderr),
+        )  # fmt: skip
     with atomic_path(args.output) as tmp:
         result.labels.write_parquet(tmp)
     print(
@@ -129,7 +192,12 @@ def cmd_label(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_labels_file(path: str) -> dict[str, list[float]]:
+def _load_labels_file(path: str, compat: str | None = None) -> dict[str, list[float]]:
+    """Labels from parquet (``labels_from_frame``) or JSON ``{query_id: [label, ...]}``.
+
+    JSON booleans are refused as labels, except with ``compat="erag"``: the reference erag
+    0.0.1 takes ``true``/``false`` as 1/0, so compat mode does too.
+    """
     import polars as pl
 
     from erag_dagster.metrics.list_metrics import labels_from_frame
@@ -138,9 +206,11 @@ def _load_labels_file(path: str) -> dict[str, list[float]]:
     if not file.is_file():
         raise InputError(f"{path}: labels file not found")
     if file.suffix == ".parquet":
-        return labels_from_frame(pl.read_parquet(file))
+        with concerning(path):
+            return labels_from_frame(pl.read_parquet(file))
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        with concerning(path):
+            data = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
     if not isinstance(data, dict):
@@ -150,7 +220,8 @@ def _load_labels_file(path: str) -> dict[str, list[float]]:
         if not isinstance(labels, list):
             raise InputError(f"{path}: labels of query {qid!r} must be a list in rank order")
         for rank, value in enumerate(labels, start=1):
-            if isinstance(value, bool) or not isinstance(value, int | float):
+            boolean = isinstance(value, bool) and compat != "erag"
+            if boolean or not isinstance(value, int | float):
                 raise InputError(
                     f"{path}: label at rank {rank} of query {qid!r} is {value!r}, not a number"
                 )
@@ -162,13 +233,41 @@ def cmd_score(args: argparse.Namespace) -> int:
     from erag_dagster.metrics.list_metrics import evaluate_labels
 
     metrics = _metrics_arg(args.metrics)
-    labels = _load_labels_file(args.labels)
+    labels = _load_labels_file(args.labels, args.compat)
     report = evaluate_labels(labels, metrics, compat=args.compat)
     if args.json:
         print(_report_json(report))
     else:
         _print_table(_report_frame(report, metrics))
+    if note := _empty_lists_note(labels, report):
+        print(f"erag-dagster: note: {note}", file=sys.stderr)
     return 0
+
+
+def _empty_lists_note(labels: dict[str, list[float]], report) -> str:
+    """One line counting queries with an empty label list and what became of them ("" if none).
+
+    Default mode scores such a query 0 on every metric and keeps it in the mean; compat mode
+    (like erag 0.0.1's pytrec_eval) leaves it out of ``per_query`` and the mean.
+    """
+    empty = [q for q, values in labels.items() if not values]
+    if not empty:
+        return ""
+    scored = [q for q in empty if q in report.per_query]
+    dropped = [q for q in empty if q not in report.per_query]
+    parts = []
+    if scored:
+        parts.append(f"{len(scored)} with an empty label list scored 0 ({_ids(scored)})")
+    if dropped:
+        parts.append(
+            f"{len(dropped)} with an empty label list left out of the mean ({_ids(dropped)})"
+        )
+    return f"of {len(labels)} queries, " + "; ".join(parts)
+
+
+def _ids(ids: list[str], shown: int = 5) -> str:
+    more = f", ... {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(repr(i) for i in ids[:shown]) + more
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -194,7 +293,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     path = args.store or str(storage_root() / "labels.sqlite")
     if not Path(path).is_file():
         raise InputError(f"{path}: no label store here (run labelling first or pass --store)")
-    rows = LabelStore(path).audit(args.query, args.doc)
+    with concerning(path):
+        rows = LabelStore(path).audit(args.query, args.doc)
     if rows.height == 0:
         raise InputError(f"no stored label for query {args.query!r} and document {args.doc!r}")
     if args.json:
@@ -208,8 +308,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
-    from erag_dagster.data.loaders import load_dataset
-    from erag_dagster.registry import load_registry
+    from erag_dagster.paths import check_output
     from erag_dagster.retrieval.rerank import (
         CrossEncoderScorer,
         default_scorer,
@@ -219,14 +318,16 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
 
     metrics = _metrics_arg(args.metrics)
-    ds = load_dataset(args.dataset)
-    run = read_trec_run(args.run)
+    check_output(args.output)
+    ds = _dataset(args.dataset)
+    with concerning(args.run):
+        run = read_trec_run(args.run)
     if args.cross_encoder:
         scorer = CrossEncoderScorer(args.cross_encoder, device=args.device or "auto")
         tag = f"rerank-{Path(args.cross_encoder).name}"
     else:
         overrides = {"device": args.device} if args.device else None
-        scorer = default_scorer(load_registry(args.registry), args.reader, overrides)
+        scorer = default_scorer(_registry(args.registry), args.reader, overrides)
         tag = f"rerank-{scorer.reader.name}"
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
     result = rerank(run, ds.queries, ds.corpus, scorer, top_n=args.top_n, k=args.k, log=log)
@@ -297,30 +398,39 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="erag-dagster",
         description="Evaluate retrievers by what they do for your RAG reader (eRAG).",
     )
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
+    common = argparse.ArgumentParser(add_help=False)  # --debug after the command name too
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("run", help="materialise every asset on a dataset and print the reports")
+    p = sub.add_parser(
+        "run", parents=[common], help="materialise every asset on a dataset and print the reports"
+    )
     p.add_argument("--dataset", help="dataset spec (default: registry evaluation.dataset)")
     p.add_argument("--registry", help="registry YAML (default: packaged)")
-    p.add_argument("--k", type=int, help="retrieval depth")
-    p.add_argument("--label-k", type=int, help="label the top N documents of each run")
+    p.add_argument("--k", type=_count, help="retrieval depth")
+    p.add_argument("--label-k", type=_count, help="label the top N documents of each run")
     p.add_argument("--metric", help="downstream metric (em, f1, rougel, accuracy, contains)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("retrieve", help="run one registry retriever and write a TREC run")
+    p = sub.add_parser(
+        "retrieve", parents=[common], help="run one registry retriever and write a TREC run"
+    )
     p.add_argument("--dataset", required=True)
     p.add_argument("--retriever", required=True, help="registry name or partition key")
-    p.add_argument("--k", type=int, help="hits per query (default: registry evaluation.k)")
+    p.add_argument("--k", type=_count, help="hits per query (default: registry evaluation.k)")
     p.add_argument("--output", required=True)
     p.add_argument("--registry")
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=cmd_retrieve)
 
-    p = sub.add_parser("evaluate-run", help="score a TREC run against the dataset's qrels")
+    p = sub.add_parser(
+        "evaluate-run", parents=[common], help="score a TREC run against the dataset's qrels"
+    )
     p.add_argument("--dataset", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--metrics", required=True, help="e.g. nDCG@10,R@100,P@5,RR,AP")
@@ -328,29 +438,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate_run)
 
-    p = sub.add_parser("label", help="eRAG labels for a run with a reader")
+    p = sub.add_parser("label", parents=[common], help="eRAG labels for a run with a reader")
     p.add_argument("--dataset", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--reader", help="registry reader name or a reader config YAML")
     p.add_argument("--metric", default="em")
-    p.add_argument("--k", type=int, help="label only the top k of each query")
+    p.add_argument("--k", type=_count, help="label only the top k of each query")
     p.add_argument("--store", help="label store SQLite file (default: storage root)")
     p.add_argument("--registry")
     p.add_argument("--output", required=True)
     p.set_defaults(func=cmd_label)
 
-    p = sub.add_parser("score", help="list metrics on eRAG labels")
+    p = sub.add_parser("score", parents=[common], help="list metrics on eRAG labels")
     p.add_argument("--labels", required=True, help="labels parquet or JSON {qid: [label, ...]}")
     p.add_argument("--metrics", required=True, help="e.g. P@5,Success@5,RR,AP,nDCG@10")
     p.add_argument("--compat", choices=["erag"], help="reproduce the reference erag 0.0.1")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("rerank", help="rerank a run's top-N with the reader (or a cross-encoder)")
+    p = sub.add_parser(
+        "rerank", parents=[common], help="rerank a run's top-N with the reader (or a cross-encoder)"
+    )
     p.add_argument("--dataset", required=True)
     p.add_argument("--run", required=True, help="first-stage TREC run")
-    p.add_argument("--top-n", type=int, default=100, help="first-stage documents rescored")
-    p.add_argument("--k", type=int, default=10, help="documents kept per query")
+    p.add_argument("--top-n", type=_count, default=100, help="first-stage documents rescored")
+    p.add_argument("--k", type=_count, default=10, help="documents kept per query")
     p.add_argument("--output", required=True, help="reranked TREC run")
     p.add_argument("--reader", help="registry reader name or partition key (default: first)")
     p.add_argument("--cross-encoder", help="a local Hugging Face cross-encoder folder instead")
@@ -362,15 +474,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=cmd_rerank)
 
-    p = sub.add_parser("correlate", help="Table-1 report: labelling methods vs end-to-end")
+    p = sub.add_parser(
+        "correlate", parents=[common], help="Table-1 report: labelling methods vs end-to-end"
+    )
     p.add_argument("--dataset", required=True)
     p.add_argument("--retrievers", required=True, help="comma-separated registry retrievers")
     p.add_argument("--reader", help="registry reader (default: every registry reader)")
-    p.add_argument("--k", type=int, default=5, help="documents labelled / given end-to-end")
+    p.add_argument("--k", type=_count, default=5, help="documents labelled / given end-to-end")
     p.add_argument("--registry")
     p.set_defaults(func=cmd_correlate)
 
-    p = sub.add_parser("audit", help="every stored label of a (query, document) pair")
+    p = sub.add_parser(
+        "audit", parents=[common], help="every stored label of a (query, document) pair"
+    )
     p.add_argument("--query", required=True)
     p.add_argument("--doc", required=True)
     p.add_argument("--store")
@@ -379,14 +495,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_DEBUG_HELP = "on an error, print the traceback too (or set ERAG_DEBUG=1)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the error boundary of the module docstring. Returns the exit status."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
+    debug = os.environ.get("ERAG_DEBUG", "").strip() not in ("", "0")
     try:
+        args = build_parser().parse_args(argv)
+        debug = debug or bool(getattr(args, "debug", False))
         return int(args.func(args) or 0)
-    except InputError as exc:
-        print(f"erag-dagster: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("erag-dagster: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        fault = as_fault(exc)
+        if fault is None:
+            raise  # not an expected failure: a bug, with its traceback
+        if debug:
+            traceback.print_exc()
+        print(f"erag-dagster: error: {fault}", file=sys.stderr)
+        return fault.exit_code
 
 
 if __name__ == "__main__":

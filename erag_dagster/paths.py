@@ -6,6 +6,11 @@ Storage root, in order of precedence:
 3. ``./.erag_storage`` (relative to the working directory).
 
 Indexes, the label store and converted model folders live under this root, never in the repo.
+A root that is a file, or a folder that cannot be created or written, is a :class:`StorageError`
+naming it and the variable that chose it.
+
+Files written through :func:`atomic_path` get the permissions a plain ``open()`` would give them
+(``0o666`` less the process umask), not ``mkstemp``'s private ``0o600``.
 """
 
 from __future__ import annotations
@@ -16,24 +21,74 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from erag_dagster.errors import InputError, StorageError
+
 
 def storage_root() -> Path:
-    """Return (and create) the storage root described in the module docstring."""
+    """Return (and create) the storage root described in the module docstring.
+
+    Raises :class:`StorageError` when the root is a file or cannot be created or written.
+    """
     if env := os.environ.get("ERAG_STORAGE"):
-        root = Path(env)
+        root, chosen_by = Path(env), "ERAG_STORAGE"
     elif home := os.environ.get("DAGSTER_HOME"):
-        root = Path(home) / "storage" / "erag"
+        root, chosen_by = Path(home) / "storage" / "erag", "DAGSTER_HOME"
     else:
-        root = Path.cwd() / ".erag_storage"
-    root.mkdir(parents=True, exist_ok=True)
+        root, chosen_by = Path.cwd() / ".erag_storage", "the working directory"
+    _writable_folder(
+        root, f"storage root (from {chosen_by})", "set ERAG_STORAGE to a writable folder"
+    )
     return root
 
 
 def storage_dir(*parts: str) -> Path:
-    """Return (and create) a sub-folder of the storage root."""
+    """Return (and create) a sub-folder of the storage root (:class:`StorageError` if unusable)."""
     path = storage_root().joinpath(*parts)
-    path.mkdir(parents=True, exist_ok=True)
+    _writable_folder(path, "storage folder", "make it writable or set ERAG_STORAGE elsewhere")
     return path
+
+
+def _writable_folder(path: Path, what: str, remedy: str) -> None:
+    """Create ``path`` (with parents) and check it is a writable folder, else StorageError."""
+    if path.exists() and not path.is_dir():
+        raise StorageError(f"{path}: the {what} is a file, not a folder; {remedy}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(
+            f"{path}: cannot create the {what} ({exc.strerror or exc}); {remedy}"
+        ) from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StorageError(f"{path}: the {what} is not writable; {remedy}")
+
+
+def check_output(target: Path | str, option: str = "--output") -> Path:
+    """Check, before any work runs, that ``target`` can be written; return it as a Path.
+
+    Creates the missing parent folders and a temporary file beside ``target`` (removed at
+    once): the only test that also holds for root, read-only mounts and ``/proc``. Raises
+    :class:`InputError` naming ``option`` and the path (the user chose it): a folder given as
+    the target, a parent that cannot be created, or a folder that refuses a new file.
+    """
+    target = Path(target)
+    if target.is_dir():
+        raise InputError(f"{option} {target}: is a folder; give a file path")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"{option} {target}: cannot create folder {target.parent} ({exc.strerror or exc})"
+        ) from exc
+    try:
+        with tempfile.TemporaryFile(dir=target.parent):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"{option} {target}: cannot write in {target.parent} ({exc.strerror or exc})"
+        ) from exc
+    if target.exists() and not os.access(target, os.W_OK):
+        raise InputError(f"{option} {target}: the file is not writable")
+    return target
 
 
 @contextlib.contextmanager
@@ -46,7 +101,10 @@ def atomic_path(target: Path | str) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0o600; a plain open() respects umask
+    finally:
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -54,6 +112,18 @@ def atomic_path(target: Path | str) -> Iterator[Path]:
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process umask: from ``/proc/self/status`` (Linux, thread-safe), else by setting and
+    restoring it at once."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(target: Path | str, text: str) -> None:
