@@ -4,9 +4,18 @@ For the same reader and the same BM25 top-k lists: wall time and peak memory (RS
 torch.cuda.max_memory_allocated on a GPU) of end-to-end evaluation (one prompt with k
 documents per query), eRAG with query-level batching (one batch = a query's k documents) and
 eRAG with document-level batching (batch size 1), for k in {10, 50}. Each cell runs in a fresh
-process; ratios are against end-to-end at the same k.
+process; ratios are against end-to-end at the same k. The workload and the measurement are the
+``efficiency_report`` asset's own (:func:`erag_dagster.meta.efficiency.efficiency_report`: the
+first ``--queries`` queries by id with ``max(ks)`` retrieved documents).
 
     python bench/efficiency.py [--dataset sample] [--queries 5] [--ks 10,50] [--device auto]
+                               [--quick] [--json PATH]
+
+``--quick`` is a smoke run (1 query, k = 2 and 4). ``--json PATH`` also writes the table as JSON
+rows (``-`` = stdout, the table then goes to stderr): ``{"bench": "efficiency", "settings":
+{...}, "tables": {"rows": [{"k", "mode", "documents", "seconds", "seconds_per_query",
+"peak_memory_mib", "memory_kind", "time_vs_end_to_end", "memory_vs_end_to_end"}, ...]}}``
+(see ``bench/benchjson.py``).
 """
 
 from __future__ import annotations
@@ -15,52 +24,64 @@ import argparse
 import os
 
 import polars as pl
+from benchjson import add_json_argument, text_stream, write_json
 
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.meta.efficiency import measure_efficiency
-from erag_dagster.meta.end_to_end import context_lists
+from erag_dagster.meta.efficiency import efficiency_report
 from erag_dagster.registry import load_registry
 from erag_dagster.reports.tables import format_table
 from erag_dagster.retrieval.service import run_retriever
 
+MODE_ORDER = {"end_to_end": 0, "erag_query_batch": 1, "erag_doc_batch": 2}
+COLUMNS = (
+    "k", "mode", "documents", "seconds", "seconds_per_query", "peak_memory_mib",
+    "memory_kind", "time_vs_end_to_end", "memory_vs_end_to_end",
+)  # fmt: skip
 
-def main() -> None:
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="sample")
     parser.add_argument("--queries", type=int, default=5)
     parser.add_argument("--ks", default="10,50")
     parser.add_argument("--reader", help="registry reader (default: the first)")
     parser.add_argument("--device", help="override the reader's device (auto|cpu|cuda:N)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 query, k = 2 and 4")
+    add_json_argument(parser)
     args = parser.parse_args()
-    ks = [int(k) for k in args.ks.split(",")]
+    if args.quick:
+        args.queries, args.ks = 1, "2,4"
+    try:
+        ks = [int(k) for k in args.ks.split(",")]
+    except ValueError:
+        parser.error(f"--ks must be comma-separated integers, got {args.ks!r}")
+    if args.queries < 1 or min(ks) < 1:
+        parser.error("--queries and every k must be >= 1")
     registry = load_registry()
     entry = registry.reader(args.reader) if args.reader else next(iter(registry.readers.values()))
     config = dict(entry.config)
     if args.device:
         config["device"] = args.device
     ds = load_dataset(args.dataset)
-    queries = ds.queries.head(args.queries)
-    run = run_retriever(registry, "bm25", ds.corpus, queries, max(ks))
-    contexts = context_lists(run, queries, ds.corpus, max(ks))
-    items = list(zip(contexts["question"].to_list(), contexts["passages"].to_list(), strict=True))
-    table = measure_efficiency(entry.name, config, items, ks=ks)
-    threads = os.environ.get("ERAG_TORCH_THREADS", "2")
-    print(
-        f"\n{args.dataset}: {len(items)} queries, BM25 top-{max(ks)}, reader {entry.name} "
-        f"({config.get('device', 'auto')}, {threads} CPU threads)"
+    run = run_retriever(registry, "bm25", ds.corpus, ds.queries, max(ks))
+    table = efficiency_report(entry.name, config, run, ds.queries, ds.corpus, ks, args.queries)
+    if table.is_empty():
+        parser.exit(2, f"efficiency: no query has {max(ks)} retrieved documents\n")
+    n_queries = int(table.get_column("queries")[0])
+    table = table.select(COLUMNS).sort(
+        "k", pl.col("mode").replace_strict(MODE_ORDER, default=len(MODE_ORDER))
     )
+    threads = os.environ.get("ERAG_TORCH_THREADS", "2")
+    out = text_stream(args)
     print(
-        format_table(
-            table.select(
-                "k", "mode", "documents", "seconds", "seconds_per_query", "peak_memory_mib",
-                "memory_kind", "time_vs_end_to_end", "memory_vs_end_to_end",
-            ).sort("k", pl.col("mode").replace_strict(
-                {"end_to_end": 0, "erag_query_batch": 1, "erag_doc_batch": 2}, default=3
-            )),
-            floatfmt=".2f",
-        )
-    )  # fmt: skip
+        f"\n{args.dataset}: {n_queries} queries, BM25 top-{max(ks)}, reader {entry.name} "
+        f"({config.get('device', 'auto')}, {threads} CPU threads)",
+        file=out,
+    )
+    print(format_table(table, floatfmt=".2f"), file=out)
+    write_json(args, "efficiency", {"rows": table})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
