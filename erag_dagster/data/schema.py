@@ -8,6 +8,11 @@
 
 Validation policy: ids are non-empty strings and unique within their table; every qrels row
 names a known query and a known document; an empty corpus or an empty query set is an error.
+A question that is empty or only whitespace is an error naming the query (BM25 would silently
+drop it). A relevance grade is an integer in ``[0, MAX_RELEVANCE]``: a null grade is refused
+(not read as relevant), and so is a negative one — trec_eval would read it as "judged
+non-relevant", but no dataset format here documents negative grades, so one is taken for a
+data error; the upper bound is pytrec_eval's C ``int``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from erag_dagster.errors import InputError
 CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String}
 QUERIES_SCHEMA = {"query_id": pl.String, "question": pl.String, "answers": pl.List(pl.String)}
 QRELS_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int64}
+MAX_RELEVANCE = 2**31 - 1
+"""Largest relevance grade: pytrec_eval stores grades in a C ``int``."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +78,33 @@ def validate_queries(queries: pl.DataFrame, source: str) -> None:
     dup = _first_duplicate(queries, "query_id")
     if dup is not None:
         raise InputError(f"{source}: duplicate query_id {dup!r}")
+    blank = queries.filter(
+        pl.col("question").is_null() | (pl.col("question").str.strip_chars() == "")
+    )
+    if blank.height:
+        raise InputError(
+            f"{source}: query {blank.get_column('query_id')[0]!r} has an empty question "
+            f"({blank.height} such queries); give it text or leave it out"
+        )
 
 
 def validate_qrels(
     qrels: pl.DataFrame, corpus: pl.DataFrame, queries: pl.DataFrame, source: str
 ) -> None:
-    """Raise ``InputError`` if a judgment names an unknown query or document."""
+    """Raise ``InputError`` if a judgment names an unknown query or document, or its relevance
+    grade is null or outside ``[0, MAX_RELEVANCE]``."""
+    bad = qrels.filter(
+        pl.col("relevance").is_null()
+        | (pl.col("relevance") < 0)
+        | (pl.col("relevance") > MAX_RELEVANCE)
+    )
+    if bad.height:
+        row = bad.row(0, named=True)
+        raise InputError(
+            f"{source}: relevance {row['relevance']} of query {row['query_id']!r} and document "
+            f"{row['doc_id']!r} is not a grade from 0 to {MAX_RELEVANCE} "
+            f"({bad.height} such judgments)"
+        )
     unknown_doc = qrels.join(corpus.select("doc_id"), on="doc_id", how="anti")
     if unknown_doc.height:
         row = unknown_doc.row(0, named=True)

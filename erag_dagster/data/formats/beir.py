@@ -18,7 +18,7 @@ from erag_dagster.data.formats.records import (
     read_table,
     unique_nonempty,
 )
-from erag_dagster.data.schema import QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
+from erag_dagster.data.schema import MAX_RELEVANCE, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
 from erag_dagster.errors import InputError, where
 
 
@@ -38,6 +38,11 @@ def beir_files(directory: Path, split: str = "test") -> BeirFiles:
     """
     if not directory.is_dir():
         raise InputError(f"{directory}: not a directory (beir: needs a BEIR folder)")
+    if "/" in split or "\\" in split or split in ("", ".", ".."):
+        raise InputError(
+            f"{directory}: split {split!r} is not a file name in the qrels/ folder "
+            "(e.g. test, dev, train)"
+        )
     corpus_file = directory / "corpus.jsonl"
     queries_file = directory / "queries.jsonl"
     qrels_file = directory / "qrels" / f"{split}.tsv"
@@ -150,6 +155,11 @@ def _read_qrels_tsv(path: Path) -> tuple[pl.DataFrame, list[int]]:
                 raise InputError(f"{at}: empty query-id or corpus-id")
             if not is_int(score):
                 raise InputError(f"{at}: score {score!r} is not an integer")
+            if not 0 <= int(score) <= MAX_RELEVANCE:
+                raise InputError(
+                    f"{at}: score {score} is out of range; relevance grades are integers "
+                    f"from 0 to {MAX_RELEVANCE}"
+                )
             if (qid, did) in seen:
                 raise InputError(
                     f"{at}: second judgment for query {qid!r} and document {did!r} "

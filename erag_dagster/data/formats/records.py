@@ -135,7 +135,7 @@ def read_table(path: Path, fmt: str, columns: list[Column]) -> pl.DataFrame:
                 ) from None
         else:
             for column in columns:
-                if not column.required:
+                if not column.required and column.kind != "int":
                     continue
                 missing = pl.col(column.target).is_null()
                 if column.kind == "id":
@@ -166,16 +166,16 @@ def _normalise(raw: pl.DataFrame, columns: list[Column], path: Path, typed: bool
             continue
         dtype = raw.schema[column.source]
         col = pl.col(column.source)
-        if dtype == pl.Null:
+        if dtype == pl.Null and column.kind == "int":
+            expr = col.cast(pl.Int64)  # a column of nulls is refused below, not read as default
+        elif dtype == pl.Null:
             expr = _default_expr(column) if not column.required else col.cast(pl.String)
         elif column.kind == "id" and (dtype == pl.String or dtype in _INTEGER_TYPES):
             expr = col.cast(pl.String)
         elif column.kind == "str" and dtype == pl.String:
             expr = col if column.required else col.fill_null("")
         elif column.kind == "int" and dtype in _INTEGER_TYPES:
-            expr = col.cast(pl.Int64)
-            if not column.required:
-                expr = expr.fill_null(column.default)
+            expr = col.cast(pl.Int64)  # a null stays null: refused below, never the default
         elif column.kind == "answers" and dtype == pl.String and typed:
             expr = pl.concat_list(col).list.eval(
                 pl.element().filter(pl.element().str.strip_chars() != "")
@@ -243,7 +243,7 @@ def coerce(record: dict[str, Any], column: Column, at: str) -> Any:
     """One field of one JSON record as the column's canonical Python value."""
     value = record.get(column.source)
     if value is None:
-        if column.required:
+        if column.required or (column.kind == "int" and column.source in record):
             raise InputError(f"{at}: {_missing(column)}")
         return _python_default(column)
     kind = column.kind
@@ -265,7 +265,7 @@ def coerce(record: dict[str, Any], column: Column, at: str) -> Any:
     elif kind == "answers" and isinstance(value, list):
         if all(v is None or isinstance(v, (str, int, float)) for v in value):
             return unique_nonempty([None if v is None else str(v) for v in value])
-    elif kind == "int" and _integral(value):
+    elif kind == "int" and _integral(value) and -(2**63) <= int(value) < 2**63:
         return int(value)
     raise InputError(
         f"{at}: field {column.source!r} = {_short(value)} does not fit {column.target!r} ({kind})"
@@ -273,6 +273,11 @@ def coerce(record: dict[str, Any], column: Column, at: str) -> Any:
 
 
 def _missing(column: Column) -> str:
+    if column.kind == "int":
+        return (
+            f"null {column.source!r} (give a grade >= 0, or leave the column out: every pair "
+            "is then relevant)"
+        )
     if column.kind == "id":
         return f"missing or empty {column.source!r}"
     return f"missing {column.source!r}"
