@@ -61,10 +61,13 @@ def parse_spec(spec: str) -> DatasetSpec:
 
     The kind is matched case-insensitively; the first ``?`` starts the options, so a PATH
     cannot contain ``?`` (write ``%3F``). ``max_questions`` and ``passages`` must be positive
-    integers. Checks syntax only: whether PATH exists is :func:`load_dataset`'s business.
-    Raises :class:`InputError` for an unknown kind (listing the known ones), a missing or
-    superfluous PATH, and a malformed, repeated or unknown option.
+    integers up to ``2**31 - 1``. Checks syntax only: whether PATH exists is
+    :func:`load_dataset`'s business. Raises :class:`InputError` for a spec that is not a
+    string, an unknown kind (listing the known ones), a missing or superfluous PATH, and a
+    malformed, repeated, unknown or out-of-range option.
     """
+    if not isinstance(spec, str):
+        raise InputError(f"a dataset spec is a string such as 'sample' or 'beir:DIR', not {spec!r}")
     text = spec.strip()
     head, _, query = text.partition("?")
     kind, _, raw_path = head.partition(":")
@@ -99,9 +102,11 @@ def parse_spec(spec: str) -> DatasetSpec:
             )
         if key in options:
             raise InputError(f"dataset spec {spec!r}: option {key!r} given twice")
-        if key in COMMON_OPTIONS and not (value.isascii() and value.isdigit() and int(value) > 0):
+        count = value.isascii() and value.isdigit() and 0 < int(value) <= 2**31 - 1
+        if key in COMMON_OPTIONS and not count:
             raise InputError(
-                f"dataset spec {spec!r}: {key} must be a positive integer, not {value!r}"
+                f"dataset spec {spec!r}: {key} must be a positive integer up to 2147483647, "
+                f"not {value!r}"
             )
         options[key] = value
     return DatasetSpec(kind, path, options)
