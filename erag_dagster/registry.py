@@ -25,6 +25,36 @@ from erag_dagster.errors import InputError
 
 OPERATIONAL_KEYS = frozenset({"batch_size", "device", "num_threads", "threads"})
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
+RETRIEVER_KEYS = {
+    "bm25": frozenset({"kind", "k1", "b"}),
+    "dense": frozenset({"kind", "encoder", "dtype", "max_length"}),
+    "hybrid": frozenset({"kind", "fuse", "rrf_k", "depth"}),
+}
+"""Keys each retriever kind reads, besides :data:`OPERATIONAL_KEYS`; any other key is refused
+(a typo would otherwise be ignored by the retriever yet change the partition hash)."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e308
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+_VALUE_RULES: dict[str, tuple[Any, str]] = {
+    "k1": (_number, "a number >= 0"),
+    "b": (lambda v: _number(v) and v <= 1, "a number from 0 to 1"),
+    "rrf_k": (_number, "a number >= 0"),
+    "depth": (_count, "an integer >= 1"),
+    "max_length": (lambda v: v is None or _count(v), "an integer >= 1 or null"),
+    "batch_size": (_count, "an integer >= 1"),
+    "threads": (_count, "an integer >= 1"),
+    "num_threads": (_count, "an integer >= 1"),
+    "encoder": (lambda v: isinstance(v, str) and v != "", "a model name or path"),
+    "dtype": (lambda v: isinstance(v, str), "a dtype name such as float32 or auto"),
+    "device": (lambda v: isinstance(v, str), "auto, cpu, cuda or cuda:N"),
+}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*$")
 
 
@@ -121,6 +151,17 @@ def load_registry(path: str | Path | None = None) -> Registry:
             raise InputError(
                 f"{path}: retriever {name!r} has kind {kind!r}; use one of {RETRIEVER_KINDS}"
             )
+        for key, value in cfg.items():
+            if key not in RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS:
+                allowed = ", ".join(sorted(RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS))
+                raise InputError(
+                    f"{path}: retriever {name!r} ({kind}) has unknown key {key!r}; known: {allowed}"
+                )
+            check, wanted = _VALUE_RULES.get(key, (None, ""))
+            if check is not None and not check(value):
+                raise InputError(
+                    f"{path}: retriever {name!r} has {key}: {value!r}; it must be {wanted}"
+                )
         if kind == "hybrid":
             fuse = cfg.get("fuse")
             if not isinstance(fuse, list) or len(fuse) < 2:
