@@ -1,0 +1,260 @@
+"""Bad inputs through the real command line: each is ONE line naming what and where.
+
+The table runs ``erag_dagster.cli.main`` in process (exit status, stdout, stderr); a few cases go
+through the installed ``erag-dagster`` console script to show that no traceback reaches the
+terminal. Inputs are tiny files written to ``tmp_path`` and the embedded ``sample`` dataset, so no
+JVM, index or reader is started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from erag_dagster.cli import main
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.data.spec import parse_spec
+from erag_dagster.errors import InputError, StorageError, as_fault
+from erag_dagster.labels.store import LabelStore
+from erag_dagster.paths import atomic_write_text
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")
+
+
+def _beir(folder: Path, qrels: bytes, queries: bytes | None = None) -> Path:
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(
+        '{"_id": "d1", "title": "", "text": "alpha beta"}\n'
+        '{"_id": "d2", "title": "", "text": "gamma delta"}\n'
+    )
+    (folder / "queries.jsonl").write_bytes(
+        queries or b'{"_id": "q1", "text": "alpha"}\n{"_id": "q2", "text": "gamma"}\n'
+    )
+    (folder / "qrels" / "test.tsv").write_bytes(qrels)
+    return folder
+
+
+def _tables(folder: Path, relevance: list[int | None]) -> Path:
+    folder.mkdir()
+    pl.DataFrame({"doc_id": ["d1", "d2"], "text": ["alpha", "gamma"]}).write_parquet(
+        folder / "corpus.parquet"
+    )
+    pl.DataFrame({"query_id": ["q1", "q2"], "question": ["alpha", "gamma"]}).write_parquet(
+        folder / "queries.parquet"
+    )
+    pl.DataFrame(
+        {"query_id": ["q1", "q2"], "doc_id": ["d1", "d2"], "relevance": relevance},
+        schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int64},
+    ).write_parquet(folder / "qrels.parquet")
+    return folder
+
+
+@pytest.fixture()
+def bad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every bad file of the table, in ``tmp_path`` (also the working directory)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ERAG_STORAGE", str(tmp_path / "storage"))
+    monkeypatch.delenv("ERAG_DEBUG", raising=False)
+    good_qrels = b"q1\td1\t1\nq2\td2\t1\n"
+    _beir(tmp_path / "good", good_qrels)
+    _beir(tmp_path / "latin1", b"q1\td1\t1\nq2\td2\t\xff1\n")
+    _beir(tmp_path / "huge", b"q1\td1\t1\nq2\td2\t100000000000000000000000\n")
+    _beir(tmp_path / "negative", b"q1\td1\t1\nq2\td2\t-1\n")
+    _beir(
+        tmp_path / "blank",
+        good_qrels,
+        b'{"_id": "q1", "text": "alpha"}\n{"_id": "q2", "text": " "}\n',
+    )
+    _tables(tmp_path / "nullrel", [1, None])
+    _tables(tmp_path / "negrel", [1, -2])
+    (tmp_path / "run.trec").write_bytes(b"q1 Q0 d1 1 1.0 t\nq2 Q0 d2 1 1.0 t\n")
+    (tmp_path / "latin1.trec").write_bytes(b"q1 Q0 d1 1 1.0 t\nq2 Q0 d\xe9 1 1.0 t\n")
+    (tmp_path / "latin1.json").write_bytes(b'{"q1": [1, 0],\n "q\xe9": [0, 1]}')
+    (tmp_path / "garbage.parquet").write_bytes(os.urandom(200))
+    whole = tmp_path / "whole.parquet"
+    pl.DataFrame(
+        {"query_id": ["q1"] * 50, "rank": range(1, 51), "label": [0.5] * 50}
+    ).write_parquet(whole)
+    (tmp_path / "truncated.parquet").write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    (tmp_path / "foreign.sqlite").write_text("a text file, not an SQLite database\n" * 40)
+    LabelStore(tmp_path / "real.sqlite")
+    (tmp_path / "truncated.sqlite").write_bytes((tmp_path / "real.sqlite").read_bytes()[:1000])
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "k1.yaml").write_text(
+        'retrievers:\n  bm25:\n    kind: bm25\n    k1: "abc"\nreaders:\n  r:\n    model: m\n'
+    )
+    (tmp_path / "typo.yaml").write_text(
+        "retrievers:\n  bm25:\n    kind: bm25\n    k1: 0.9\n    bb: 0.4\n"
+        "readers:\n  r:\n    model: m\n"
+    )
+    return tmp_path
+
+
+EVAL = ["evaluate-run", "--run", "run.trec", "--metrics", "P@1", "--dataset"]
+RETRIEVE = ["retrieve", "--dataset", "sample", "--retriever", "bm25", "--output", "out.trec"]
+AUDIT = ["audit", "--query", "q1", "--doc", "d1"]
+
+# (case, argv, environment, exit status, substrings of the one line: what and where)
+CASES = [
+    ("qrels not UTF-8", [*EVAL, "beir:latin1"], {}, 2, ["latin1/qrels/test.tsv:2", "UTF-8"]),
+    ("qrels score 1e23", [*EVAL, "beir:huge"], {}, 2, ["huge/qrels/test.tsv:2", "out of range"]),
+    ("negative grade", [*EVAL, "beir:negative"], {}, 2, ["negative/qrels/test.tsv:2", "-1"]),
+    ("negative grade, parquet", [*EVAL, "parquet:negrel"], {}, 2, ["'q2'", "'d2'", "-2"]),
+    ("null grade, parquet", [*EVAL, "parquet:nullrel"], {}, 2, ["qrels.parquet (row 2)", "null"]),
+    ("blank question", [*EVAL, "beir:blank"], {}, 2, ["'q2'", "empty question"]),
+    ("split escapes", [*EVAL, "beir:good?split=../../good/qrels/test"], {}, 2, ["split"]),
+    ("max_questions=1e23", [*EVAL, "beir:good?max_questions=" + "1" * 24], {}, 2,
+     ["max_questions", "2147483647"]),
+    ("run not UTF-8",
+     ["evaluate-run", "--run", "latin1.trec", "--metrics", "P@1", "--dataset", "beir:good"], {},
+     2, ["latin1.trec:2", "0xe9", "UTF-8"]),
+    ("labels JSON not UTF-8", ["score", "--labels", "latin1.json", "--metrics", "P@1"], {}, 2,
+     ["latin1.json:2", "UTF-8"]),
+    ("garbage labels parquet", ["score", "--labels", "garbage.parquet", "--metrics", "P@1"], {},
+     2, ["garbage.parquet", "unreadable"]),
+    ("truncated labels parquet", ["score", "--labels", "truncated.parquet", "--metrics", "P@1"],
+     {}, 2, ["truncated.parquet", "unreadable"]),
+    ("k too large", [*RETRIEVE, "--k", "99999999999"], {}, 2, ["--k", "2147483647"]),
+    ("k zero", [*RETRIEVE, "--k", "0"], {}, 2, ["--k", "0 is not between 1"]),
+    ("k not a number", [*RETRIEVE, "--k", "ten"], {}, 2, ["--k", "'ten'"]),
+    ("registry k1 abc", [*RETRIEVE, "--registry", "k1.yaml"], {}, 2, ["k1.yaml", "'bm25'", "k1"]),
+    ("registry unknown key", [*RETRIEVE, "--registry", "typo.yaml"], {}, 2,
+     ["typo.yaml", "'bm25'", "unknown key 'bb'"]),
+    ("unwritable --output",
+     ["retrieve", "--dataset", "sample", "--retriever", "bm25", "--output", "/proc/no/x.trec"],
+     {}, 2, ["--output", "/proc/no"]),
+    ("--output is a folder", [*RETRIEVE[:-1], "."], {}, 2, ["--output", "folder"]),
+    ("foreign store", [*AUDIT, "--store", "foreign.sqlite"], {}, 1,
+     ["foreign.sqlite", "not a readable", "--store"]),
+    ("truncated store", [*AUDIT, "--store", "truncated.sqlite"], {}, 1, ["truncated.sqlite"]),
+    ("ERAG_STORAGE is a file", AUDIT, {"ERAG_STORAGE": "a-file"}, 1,
+     ["a-file", "ERAG_STORAGE", "not a folder"]),
+    ("ERAG_STORAGE cannot be created", AUDIT, {"ERAG_STORAGE": "/proc/erag-storage"}, 1,
+     ["/proc/erag-storage", "ERAG_STORAGE"]),
+    ("unknown option", ["score", "--labels", "x.json", "--metrics", "P@1", "--bogus"], {}, 2,
+     ["--bogus", "--help"]),
+    ("missing option", ["retrieve", "--dataset", "sample"], {}, 2, ["--retriever", "--output"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "code", "parts"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_input_is_one_line(bad, monkeypatch, capsys, argv, env, code, parts) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == code, err
+    assert out == ""
+    assert err.startswith("erag-dagster: error: ") and err.count("\n") == 1, err
+    for part in parts:
+        assert part in err, (part, err)
+
+
+def test_unwritable_output_is_refused_before_any_work(bad, capsys) -> None:
+    assert main(["retrieve", "--dataset", "sample", "--retriever", "bm25", "--output",
+                 "/proc/no/x.trec"]) == 2  # fmt: skip
+    assert not (bad / "storage" / "indexes").exists()  # no index was built
+
+
+def test_debug_flag_and_variable_show_the_traceback(bad, monkeypatch, capsys) -> None:
+    argv = [*EVAL, "beir:latin1"]
+    for extra, env in (([], "1"), (["--debug"], None)):
+        if env:
+            monkeypatch.setenv("ERAG_DEBUG", env)
+        else:
+            monkeypatch.delenv("ERAG_DEBUG", raising=False)
+        assert main([*extra, *argv]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" in err and "UnicodeDecodeError" in err
+        assert err.splitlines()[-1].startswith("erag-dagster: error: ")
+    monkeypatch.delenv("ERAG_DEBUG", raising=False)
+    assert main([*argv[:1], "--debug", *argv[1:]]) == 2  # --debug after the command too
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "part"),
+    [
+        ([*EVAL, "beir:latin1"], 2, "latin1/qrels/test.tsv:2"),
+        ([*AUDIT, "--store", "foreign.sqlite"], 1, "foreign.sqlite"),
+    ],
+)
+def test_console_script_prints_no_traceback(bad, argv, code, part) -> None:
+    done = subprocess.run(
+        [str(CONSOLE_SCRIPT), *argv], cwd=bad, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == code
+    assert done.stdout == ""
+    assert done.stderr.startswith("erag-dagster: error: ") and done.stderr.count("\n") == 1
+    assert part in done.stderr and "Traceback" not in done.stderr
+
+
+def test_python_api_refuses_specs_that_are_not_strings() -> None:
+    for call, value in ((parse_spec, None), (load_dataset, 5)):
+        with pytest.raises(InputError, match="dataset spec is a string"):
+            call(value)
+
+
+def test_store_locked_past_the_timeout_is_one_storage_line(tmp_path: Path) -> None:
+    path = tmp_path / "labels.sqlite"
+    LabelStore(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        waiter = sqlite3.connect(path, timeout=0.05, isolation_level=None)
+        with pytest.raises(sqlite3.OperationalError) as caught:
+            waiter.execute("BEGIN IMMEDIATE")
+        waiter.close()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    fault = as_fault(caught.value, path)
+    assert isinstance(fault, StorageError) and fault.exit_code == 1
+    assert str(path) in str(fault) and "locked" in str(fault) and "retry" in str(fault)
+
+
+def test_score_compat_erag_takes_booleans_like_the_reference(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("erag", reason="reference erag 0.0.1: pip install --no-deps erag==0.0.1")
+    from tests.test_erag_compat import reference_eval
+
+    labels = {"q1": [True, False, True], "q2": [False, False, True]}
+    file = tmp_path / "labels.json"
+    file.write_text(json.dumps(labels))
+    assert main(["score", "--labels", str(file), "--metrics", "P_2,success_1", "--compat",
+                 "erag", "--json"]) == 0  # fmt: skip
+    ours = json.loads(capsys.readouterr().out)
+    reference = reference_eval(labels, ["P_2", "success_1"])
+    assert ours["aggregate"] == reference["aggregated"]
+    assert ours["per_query"] == reference["per_input"]
+    # without --compat a boolean is still not a label
+    assert main(["score", "--labels", str(file), "--metrics", "P@2"]) == 2
+    assert "True, not a number" in capsys.readouterr().err
+
+
+def test_empty_label_lists_are_counted(tmp_path: Path, capsys) -> None:
+    file = tmp_path / "labels.json"
+    file.write_text(json.dumps({"q1": [1, 0], "q2": [], "q3": []}))
+    assert main(["score", "--labels", str(file), "--metrics", "P@1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["per_query"]["q2"] == {"P@1": 0.0}
+    assert "of 3 queries, 2 with an empty label list scored 0 ('q2', 'q3')" in captured.err
+
+
+def test_atomic_writes_respect_the_umask(tmp_path: Path) -> None:
+    for mask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        old = os.umask(mask)
+        try:
+            target = tmp_path / f"out-{mask:o}.txt"
+            atomic_write_text(target, "x")
+        finally:
+            os.umask(old)
+        assert target.stat().st_mode & 0o777 == mode
