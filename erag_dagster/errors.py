@@ -114,7 +114,10 @@ def _sqlite_fault(exc: sqlite3.Error, path: Path | None) -> StorageError:
 
 def _os_fault(exc: OSError, path: Path | None) -> Fault:
     name = exc.filename if exc.filename is not None else path
-    reason = exc.strerror or str(exc)
+    reason = exc.strerror or _first_line(exc)
+    if isinstance(exc, ConnectionError | TimeoutError) or exc.errno is None:
+        # the network, or a library's OSError without an errno (e.g. a model that cannot load)
+        return EnvironmentFault(f"{name}: {reason}" if name is not None else reason)
     if exc.errno in (errno.ENOENT, errno.EISDIR, errno.ENOTDIR):
         return InputError(f"{name}: {reason}")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +98,20 @@ def test_retrieve_then_evaluate_run(shared_data: Path, tmp_path: Path, storage, 
         ["evaluate-run", "--dataset", spec, "--run", str(bad), "--metrics", "P@5"], capsys
     )
     assert code == 2 and "not-a-doc" in err
+
+
+def test_retrieve_prints_one_line_and_no_jvm_warnings(tmp_path: Path) -> None:
+    """A fresh JVM (new process) building and then reusing an index: only our summary line."""
+    script = Path(sys.executable).with_name("erag-dagster")
+    env = {**os.environ, "ERAG_STORAGE": str(tmp_path / "storage")}
+    for attempt in ("build", "reuse"):
+        out = tmp_path / f"{attempt}.trec"
+        done = subprocess.run(
+            [str(script), "retrieve", "--dataset", "sample", "--retriever", "bm25", "--k", "5",
+             "--output", str(out)],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == f"wrote 600 lines (120 queries, k=5) to {out}\n", attempt
+        assert done.stdout == ""
+    assert (tmp_path / "build.trec").read_text() == (tmp_path / "reuse.trec").read_text()
