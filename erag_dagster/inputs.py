@@ -7,12 +7,12 @@ mtime) and the digest is remembered in ``<storage root>/input-hashes.json``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from erag_dagster.data.loaders import dataset_source_files, parse_spec
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_file, sha256_text
 from erag_dagster.paths import atomic_write_text, storage_root
 
 
@@ -31,11 +31,7 @@ def file_digest(path: Path) -> str:
         cache = {}
     if key in cache:
         return cache[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    cache[key] = digest.hexdigest()
+    cache[key] = sha256_file(path)
     atomic_write_text(cache_path, json.dumps(cache))
     return cache[key]
 
@@ -52,4 +48,4 @@ def dataset_digest(spec: str) -> str:
     except InputError:
         content = "missing"
     blob = json.dumps([parsed.kind, sorted(parsed.options.items()), content])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return sha256_text(blob)[:16]

@@ -9,7 +9,6 @@ the configs it fuses. Editing a config thus makes a new partition and keeps the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_text
 
 OPERATIONAL_KEYS = frozenset({"batch_size", "device", "num_threads", "threads"})
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
@@ -62,7 +62,7 @@ def content_hash(config: dict[str, Any]) -> str:
     """sha256 hex of the canonical JSON of ``config`` without operational keys."""
     canonical = {k: v for k, v in sorted(config.items()) if k not in OPERATIONAL_KEYS}
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return sha256_text(blob)
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
+from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.labels.cached import (
+    CommitPolicy,
+    Subject,
+    generate_stored,
+    stored_or_generated,
+    task_fingerprint,
+)
 from erag_dagster.labels.store import LabelStore
 
 FP = task_fingerprint("r" * 64, "test-task/v1")
@@ -80,3 +88,46 @@ def test_a_generator_returning_the_wrong_count_is_refused(tmp_path: Path) -> Non
         stored_or_generated(
             SUBJECTS, lambda part: ["x"], LabelStore(tmp_path / "s.sqlite"), FP, "r", {}, chunk=2
         )
+
+
+def test_outputs_are_committed_by_time_while_the_run_goes_on(tmp_path: Path) -> None:
+    """every_seconds commits mid-run although the count trigger is out of reach: a second
+    connection sees the rows while the generator still runs."""
+    path = tmp_path / "s.sqlite"
+    seen: list[int] = []
+
+    def slow(part: list[int]) -> list[str]:
+        seen.append(LabelStore(path).count_generations())
+        time.sleep(0.3)
+        return [SUBJECTS[i].text for i in part]
+
+    policy = CommitPolicy(every_pairs=1000, every_seconds=0.25)
+    generate_stored(SUBJECTS, slow, LabelStore(path), FP, "r", {}, step=1, commit=policy)
+    assert seen == [0, 1, 2]  # each step's output was committed before the next step started
+
+
+def test_a_none_output_is_never_stored_and_the_outputs_before_it_are(tmp_path: Path) -> None:
+    store = LabelStore(tmp_path / "s.sqlite")
+
+    def none_for_q2(part: list[int]) -> list[str | None]:
+        return [None if SUBJECTS[i].query_id == "q2" else "ok" for i in part]
+
+    with pytest.raises(EnvironmentFault, match=r"returned None for query 'q2', 'd1': not stored"):
+        generate_stored(SUBJECTS, none_for_q2, store, FP, "r", {}, step=1)
+    assert store.lookup_generations(store_keys(store)).get_column("answer").to_list() == [
+        "ok",
+        "ok",
+    ]
+
+
+def store_keys(store: LabelStore) -> list[str]:
+    return [k for (k,) in store._conn().execute("SELECT generation_key FROM generations")]
+
+
+def test_commit_policy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ERAG_COMMIT_EVERY_SECONDS", "2.5")
+    monkeypatch.setenv("ERAG_COMMIT_EVERY_PAIRS", "8")
+    assert CommitPolicy.from_env() == CommitPolicy(every_pairs=8, every_seconds=2.5)
+    monkeypatch.setenv("ERAG_COMMIT_EVERY_PAIRS", "0")
+    with pytest.raises(InputError, match="every_pairs must be >= 1"):
+        CommitPolicy.from_env()

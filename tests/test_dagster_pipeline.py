@@ -173,7 +173,7 @@ def test_audit_prints_every_stored_label_of_a_pair(env, capsys) -> None:
     assert em[0]["reader_name"] == "smollm2-135m"
     assert em[0]["answer"] == row["answer"]
     assert em[0]["score"] == row["label"]
-    assert em[0]["generation_dagster_run_id"]
+    assert em[0]["generation_run_id"]
     assert json.loads(em[0]["decoding"])["max_new_tokens"] == 16
     assert main(["audit", "--query", "nope", "--doc", "nope", "--store", str(store)]) == 2
 

@@ -7,6 +7,7 @@ pairs it is asked to answer.
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.labels import labeller
 from erag_dagster.labels.labeller import LABEL_COLUMNS, label_run
 from erag_dagster.labels.store import LabelStore
@@ -169,8 +170,16 @@ def _bad_run(**columns: list[Any]) -> pl.DataFrame:
     ("run", "metric", "needle"),
     [
         (RUN_A.clear(), "em", "the run is empty"),
-        (_bad_run(doc_id=["no-such-doc"]), "em", "unknown doc_id 'no-such-doc'"),
-        (_bad_run(query_id=["q-ghost"]), "em", "unknown query_id 'q-ghost'"),
+        (
+            _bad_run(doc_id=["no-such-doc"]),
+            "em",
+            "doc_id 'no-such-doc' (query 'q-fr'; 1 such rows), which is not in the corpus",
+        ),
+        (
+            _bad_run(query_id=["q-ghost"]),
+            "em",
+            "query_id 'q-ghost' (1 such rows), which is not in the queries",
+        ),
         (_bad_run(query_id=["q-none"]), "em", "query 'q-none' has no gold answers"),
         (_bad_run(), "bleu", "unknown downstream metric 'bleu'"),
         (_bad_run().drop("rank"), "em", "run lacks column(s) rank"),
@@ -193,6 +202,35 @@ def test_bad_metric_values_are_refused(
     store = LabelStore(tmp_path / "labels.sqlite")
     label_run(_bad_run(), QUERIES, CORPUS, reader, "em", store)  # generation stored
     monkeypatch.setattr(labeller, "get_downstream_metric", lambda name: lambda p, g: bad)
-    with pytest.raises(InputError, match=r"labels must be numbers in \[0, 1\]"):
+    with pytest.raises(
+        InputError, match=r"downstream metric 'broken' for query 'q-fr', doc 'fr': label"
+    ):
         label_run(_bad_run(), QUERIES, CORPUS, reader, "broken", store)
     assert store.lookup_scores([]).height == 0
+
+
+class NoneForOnePair(CountingReader):
+    """The real reader, except that it returns None for the Germany passage."""
+
+    def answer(self, items: Sequence[tuple[str, str]]) -> list[str | None]:  # type: ignore[override]
+        answers: list[str | None] = list(super().answer(items))
+        return [
+            None if "Berlin is the capital" in p else a
+            for (_, p), a in zip(items, answers, strict=True)
+        ]
+
+
+def test_a_reader_returning_none_is_refused_naming_the_pair(
+    tmp_path: Path, real_reader: TransformersReader
+) -> None:
+    store = LabelStore(tmp_path / "labels.sqlite")
+    with pytest.raises(EnvironmentFault) as err:
+        label_run(RUN_A, QUERIES, CORPUS, NoneForOnePair(real_reader), "em", store)
+    message = str(err.value)
+    assert "returned None for query 'q-fr', 'de'" in message and "\n" not in message
+    conn = sqlite3.connect(tmp_path / "labels.sqlite")
+    answers = [a for (a,) in conn.execute("SELECT answer FROM generations")]
+    assert "None" not in answers and len(answers) < 4  # the None pair is not stored
+    # the answers generated before it were kept (the pairs are answered shortest first)
+    again = label_run(RUN_A, QUERIES, CORPUS, CountingReader(real_reader), "em", store)
+    assert again.from_store == len(answers) and again.judged_now == 4 - len(answers)

@@ -162,7 +162,8 @@ def test_rerank_errors() -> None:
 
     with pytest.raises(InputError, match="k=5 is larger than top_n=3"):
         rerank(FIRST_STAGE, QUERIES, CORPUS, constant, top_n=3, k=5)
-    with pytest.raises(InputError, match="run doc_id 'photo' is not in the corpus"):
+    unknown = r"doc_id 'photo' \(query '[^']+'; \d+ such rows\), which is not in the corpus"
+    with pytest.raises(InputError, match=unknown):
         rerank(FIRST_STAGE, QUERIES, CORPUS.filter(pl.col("doc_id") != "photo"), constant)
     with pytest.raises(InputError, match="the scorer returned 1 scores for 8 pairs"):
         rerank(FIRST_STAGE, QUERIES, CORPUS, lambda pairs: [0.1], top_n=5, k=3)

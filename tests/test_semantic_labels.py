@@ -143,7 +143,8 @@ def test_answer_labels_take_the_max_over_answers(encoder) -> None:
         semantic_labels(run, corpus, no_answers, encoder)
     with pytest.raises(InputError, match="unknown similarity method 'idf'"):
         semantic_labels(run, corpus, queries, encoder, method="idf")  # type: ignore[arg-type]
-    with pytest.raises(InputError, match=r"document 'other' \(query 'q'\) is not in the corpus"):
+    unknown = r"doc_id 'other' \(query 'q'; 1 such rows\), which is not in the corpus"
+    with pytest.raises(InputError, match=unknown):
         semantic_labels(run, corpus.head(1), queries, encoder)
 
 

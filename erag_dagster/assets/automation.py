@@ -16,13 +16,13 @@
   :func:`erag_dagster.pipeline.request_full_reevaluation`, or "Materialize all" in the UI.
 """
 
-import hashlib
 import json
 
 import dagster as dg
 from dagster._utils.schedules import is_valid_cron_string
 
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_text
 from erag_dagster.inputs import dataset_digest
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings
@@ -57,7 +57,7 @@ def current_input_versions(dataset_spec: str, registry: Registry) -> dict[str, s
         entry.partition_key: reader_digest(entry.name, entry.config)
         for entry in registry.readers.values()
     }
-    reader_version = hashlib.sha256(json.dumps(readers, sort_keys=True).encode()).hexdigest()[:16]
+    reader_version = sha256_text(json.dumps(readers, sort_keys=True))[:16]
     return {"dataset_files": dataset_digest(dataset_spec), "reader_models": reader_version}
 
 

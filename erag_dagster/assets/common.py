@@ -1,12 +1,12 @@
 """Helpers shared by the asset modules: partitions from the registry, data versions, metadata."""
 
-import hashlib
 from collections.abc import Mapping
 from typing import TypeVar
 
 import dagster as dg
 import polars as pl
 
+from erag_dagster.hashing import sha256_frame
 from erag_dagster.meta.per_query import System
 from erag_dagster.registry import Registry
 from erag_dagster.reports.tables import to_markdown
@@ -41,7 +41,7 @@ def by_system(partitions: Mapping[dg.MultiPartitionKey, T]) -> dict[System, T]:
 
 def frame_version(frame: pl.DataFrame) -> dg.DataVersion:
     """A content hash of a frame (its rows as JSON lines): equal data → equal version."""
-    digest = hashlib.sha256(frame.write_ndjson().encode("utf-8")).hexdigest()
+    digest = sha256_frame(frame)
     return dg.DataVersion(digest[:16])
 
 

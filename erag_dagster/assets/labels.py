@@ -48,7 +48,7 @@ def _doc_labels(
     model = reader.get(settings.registry(), reader_key)
     result = label_run(
         top_k(retrieval_run, params.label_k), queries, corpus, model, params.metric,
-        label_store.open(), dagster_run_id=context.run.run_id, log=context.log.info,
+        label_store.open(), run_id=context.run.run_id, log=context.log.info,
     )  # fmt: skip
     labels = result.labels
     distribution = (

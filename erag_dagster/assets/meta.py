@@ -41,7 +41,7 @@ def _end_to_end(
     model = reader.get(settings.registry(), context.partition_key.keys_by_dimension["reader"])
     result = end_to_end_at_depths(
         retrieval_run, queries, corpus, model, params.metric, params.e2e_ks, context.log.info,
-        store=label_store.open(), dagster_run_id=context.run.run_id,
+        store=label_store.open(), run_id=context.run.run_id,
     )  # fmt: skip
     scores = result.scores
     means = scores.group_by("k").agg(pl.col("score").mean().alias("mean_score")).sort("k")
@@ -74,7 +74,7 @@ def _baseline_labels(
         top_k(retrieval_run, settings.resolve().label_k), queries, corpus, qrels,
         encoder_from_config(registry.first_config("dense")),
         reader.get(registry, context.partition_key.keys_by_dimension["reader"]),
-        store=label_store.open(), dagster_run_id=context.run.run_id, log=context.log.info,
+        store=label_store.open(), run_id=context.run.run_id, log=context.log.info,
     )  # fmt: skip
     summary = (
         labels.group_by("method").agg(pl.col("label").mean().alias("mean_label")).sort("method")

@@ -1,26 +1,63 @@
-"""Store-backed generation for reader tasks other than eRAG's per-document answer.
+"""Store-backed generation: the one engine that runs a reader only for what the store lacks.
 
-End-to-end answers (``meta/end_to_end.py``) and LLM relevance annotations
-(``meta/baselines.py``) are reader outputs too; they live in the same
-:class:`~erag_dagster.labels.store.LabelStore` ``generations`` table under a *task fingerprint*
-(the reader's fingerprint combined with a task version, so they never collide with eRAG answers),
-keyed like eRAG generations by ``(fingerprint, query id, question hash, subject id, text hash)``.
-A re-run, or a pair shared by two retrievers, is generated once; a crash loses at most the chunk
-in flight (each chunk is committed before the next starts).
+eRAG answers (``labels/labeller.py``), end-to-end answers (``meta/end_to_end.py``) and LLM
+relevance annotations (``meta/baselines.py``) are all reader outputs kept in the
+:class:`~erag_dagster.labels.store.LabelStore` ``generations`` table, keyed by
+``(fingerprint, query id, question hash, subject id, text hash)``; the other tasks use a *task
+fingerprint* (the reader's fingerprint combined with a task version) so they never collide with
+eRAG answers. A re-run, or a pair shared by two retrievers, is generated once.
+
+Commit policy (:class:`CommitPolicy`; defaults :data:`DEFAULT_COMMIT`, overridable by the
+environment variables ``ERAG_COMMIT_EVERY_PAIRS``, ``ERAG_COMMIT_EVERY_SECONDS`` and
+``ERAG_LOCK_WAIT_SECONDS``, or per call):
+
+* generated outputs are committed when ``every_pairs`` are waiting **or** ``every_seconds``
+  have passed since the last commit (checked after each reader step of ``step`` subjects), at
+  the end, and before any error leaves the engine: a ``kill -9`` loses at most
+  ``every_seconds`` plus one step of reader work;
+* a store still locked by another process after its busy timeout: the outputs stay in memory
+  and the commit is retried with exponential backoff (0.5 s doubling to 30 s) for
+  ``lock_wait_seconds`` in all; if the lock never clears they are written to a JSON-lines
+  recovery file beside the store (:meth:`LabelStore.write_recovery`, import with
+  :meth:`LabelStore.import_recovery`) and a one-line :class:`StorageError` says where;
+* a reader output that is ``None`` is never stored (it would become the string ``"None"`` for
+  good): the outputs before it are committed and an :class:`EnvironmentFault` names the pair.
+
+Each stored row's ``created_at`` is when its step finished (UTC), so the store records when
+every answer was generated; ``gen_seconds`` is its step's wall time divided by the step's size.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from erag_dagster.labels.store import LabelStore, generation_key, sha256_text
+from erag_dagster.errors import EnvironmentFault, InputError, StorageError
+from erag_dagster.hashing import sha256_text
+from erag_dagster.labels.store import (
+    GENERATIONS_SCHEMA,
+    LabelStore,
+    StoreLocked,
+    generation_key,
+    utc_now,
+)
 
-__all__ = ["Subject", "stored_or_generated", "task_fingerprint"]
+__all__ = [
+    "DEFAULT_COMMIT",
+    "CommitPolicy",
+    "Generated",
+    "Subject",
+    "generate_stored",
+    "stored_or_generated",
+    "task_fingerprint",
+]
+
+Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -34,72 +71,266 @@ class Subject:
     text: str
 
 
+@dataclass(frozen=True)
+class CommitPolicy:
+    """When generated outputs are committed, and how long a locked store is waited for.
+
+    ``every_pairs`` >= 1, ``every_seconds`` > 0 (seconds since the last commit),
+    ``lock_wait_seconds`` >= 0 (total retry time on a locked store before the recovery file).
+    """
+
+    every_pairs: int = 64
+    every_seconds: float = 10.0
+    lock_wait_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.every_pairs < 1:
+            raise InputError(f"commit every_pairs must be >= 1, got {self.every_pairs}")
+        if not self.every_seconds > 0:
+            raise InputError(f"commit every_seconds must be > 0, got {self.every_seconds}")
+        if not self.lock_wait_seconds >= 0:
+            raise InputError(f"lock_wait_seconds must be >= 0, got {self.lock_wait_seconds}")
+
+    @classmethod
+    def from_env(cls) -> CommitPolicy:
+        """The defaults, each overridden by its environment variable when set."""
+        names = {
+            "every_pairs": ("ERAG_COMMIT_EVERY_PAIRS", int),
+            "every_seconds": ("ERAG_COMMIT_EVERY_SECONDS", float),
+            "lock_wait_seconds": ("ERAG_LOCK_WAIT_SECONDS", float),
+        }
+        values: dict[str, Any] = {}
+        for key, (env, kind) in names.items():
+            raw = os.environ.get(env)
+            if raw:
+                try:
+                    values[key] = kind(raw)
+                except ValueError:
+                    raise InputError(f"{env}={raw!r} is not a {kind.__name__}") from None
+        return cls(**values)
+
+
+DEFAULT_COMMIT = CommitPolicy()
+"""Every 64 pairs or 10 s, whichever comes first; a locked store is waited for 5 minutes."""
+
+
+@dataclass(frozen=True)
+class Generated:
+    """Outputs per subject (input order) and where they came from.
+
+    ``generated``: distinct keys generated now; ``from_store``: distinct keys found stored;
+    ``seconds``: wall time of the generator calls, seconds.
+    """
+
+    outputs: list[str]
+    generated: int
+    from_store: int
+    seconds: float = 0.0
+    keys: list[str] = field(default_factory=list)
+
+
 def task_fingerprint(reader_fingerprint: str, task: str) -> str:
     """sha256 of ``"<reader fingerprint>|<task version>"``: names one reader task in the store."""
     return sha256_text(f"{reader_fingerprint}|{task}")
 
 
-def stored_or_generated(
+def generate_stored(
     subjects: Sequence[Subject],
-    generate: Callable[[list[int]], Sequence[str]],
+    generate: Callable[[list[int]], Sequence[str | None]],
     store: LabelStore | None,
     fingerprint: str,
     reader_name: str,
     identity: Mapping[str, Any],
-    dagster_run_id: str | None = None,
-    chunk: int = 64,
+    *,
+    spec: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    step: int = 64,
+    streams: bool = False,
+    commit: CommitPolicy | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[str], int]:
-    """Outputs for ``subjects`` (input order) and how many distinct ones were generated now.
+    log: Log | None = None,
+) -> Generated:
+    """Outputs for ``subjects``, generating only the distinct keys ``store`` lacks.
 
-    ``generate(indices)`` returns one string per index of ``subjects``; it is called only for
-    subjects whose key is not in ``store`` (each distinct key once, ``chunk`` at a time, every
-    chunk committed before the next; ``progress(done, total)`` after each). Without a store
-    every subject is generated, still once per distinct key. ``gen_seconds`` of a stored row is
-    its chunk's wall time divided by the chunk's size.
+    ``generate(indices)`` returns one string per index of ``subjects``; it is called with at
+    most ``step`` indices at a time, in the order of the subjects' first occurrence (sort the
+    subjects to batch similar lengths). With ``streams``, it is called as
+    ``generate(indices, on_batch)`` and may report outputs as they come with
+    ``on_batch(positions in indices, outputs)`` (e.g. per model batch), so commits need not wait
+    for the whole call. ``progress(done, total)`` runs after each step. With a
+    store, the final outputs are read back from it, so if another process stored a key first,
+    its output is the one returned (the first writer wins). Without a store every distinct key
+    is generated. Commit, lock and ``None`` policy: see the module docstring.
     """
-    if chunk < 1:
-        raise ValueError(f"chunk must be >= 1, got {chunk}")
-    keys = [
-        generation_key(
-            fingerprint, s.query_id, sha256_text(s.question), s.subject_id, sha256_text(s.text)
-        )
-        for s in subjects
-    ]
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    batch = _Pending(subjects, fingerprint, reader_name, run_id, store, commit, log)
     known: dict[str, str] = {}
     if store is not None:
-        store.register_reader(fingerprint, reader_name, dict(identity))
-        known = dict(store.lookup_generations(keys).select("generation_key", "answer").rows())
+        store.register_reader(fingerprint, reader_name, dict(identity), spec)
+        found = store.lookup_generations(batch.keys).select("generation_key", "answer")
+        known = dict(found.rows())
     first: dict[str, int] = {}
-    for i, key in enumerate(keys):
+    for i, key in enumerate(batch.keys):
         if key not in known:
             first.setdefault(key, i)
     todo = list(first.values())
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        began = time.perf_counter()
-        outputs = [str(o) for o in generate(part)]
-        if len(outputs) != len(part):
-            raise RuntimeError(f"generator returned {len(outputs)} outputs for {len(part)} inputs")
-        seconds = time.perf_counter() - began
-        if store is not None:
-            store.put_generations(
-                pl.DataFrame(
-                    {
-                        "generation_key": [keys[i] for i in part],
-                        "reader_fingerprint": [fingerprint] * len(part),
-                        "query_id": [subjects[i].query_id for i in part],
-                        "question_hash": [sha256_text(subjects[i].question) for i in part],
-                        "doc_id": [subjects[i].subject_id for i in part],
-                        "text_hash": [sha256_text(subjects[i].text) for i in part],
-                        "answer": outputs,
-                        "gen_seconds": [seconds / len(part)] * len(part),
-                        "dagster_run_id": [dagster_run_id] * len(part),
-                    },
-                    schema_overrides={"dagster_run_id": pl.String},
+    from_store = len(set(batch.keys) & set(known))
+    if log is not None:
+        log(f"{reader_name}: {from_store} outputs in the store, {len(todo)} to generate")
+    spent = 0.0
+    try:
+        for start in range(0, len(todo), step):
+            part = todo[start : start + step]
+            batch.begin(part)
+            began = time.perf_counter()
+            outputs = list(generate(part, batch.record) if streams else generate(part))
+            spent += time.perf_counter() - began
+            if len(outputs) != len(part):
+                raise RuntimeError(
+                    f"generator returned {len(outputs)} outputs for {len(part)} inputs"
                 )
+            rest = [p for p in range(len(part)) if p not in batch.recorded]
+            if rest:
+                batch.record(rest, [outputs[p] for p in rest])
+            if progress is not None:
+                progress(start + len(part), len(todo))
+    finally:
+        batch.flush()  # also on an error: what was generated is kept
+    known.update(batch.outputs)
+    if store is not None and todo:
+        stored = store.lookup_generations([batch.keys[i] for i in todo])
+        known.update(stored.select("generation_key", "answer").rows())
+    return Generated([known[k] for k in batch.keys], len(todo), from_store, spent, batch.keys)
+
+
+class _Pending:
+    """Outputs generated but not yet committed, and the commit policy that flushes them."""
+
+    def __init__(
+        self,
+        subjects: Sequence[Subject],
+        fingerprint: str,
+        reader_name: str,
+        run_id: str | None,
+        store: LabelStore | None,
+        commit: CommitPolicy | None,
+        log: Log | None,
+    ) -> None:
+        self.subjects, self.fingerprint, self.reader_name = subjects, fingerprint, reader_name
+        self.run_id, self.store, self.log = run_id, store, log
+        self.policy = commit or CommitPolicy.from_env()
+        self.question_hashes = [sha256_text(s.question) for s in subjects]
+        self.text_hashes = [sha256_text(s.text) for s in subjects]
+        self.keys = [
+            generation_key(fingerprint, s.query_id, qh, s.subject_id, th)
+            for s, qh, th in zip(subjects, self.question_hashes, self.text_hashes, strict=True)
+        ]
+        self.outputs: dict[str, str] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.last_commit = time.monotonic()
+        self.part: list[int] = []
+        self.recorded: set[int] = set()
+        self.mark = time.perf_counter()
+
+    def begin(self, part: list[int]) -> None:
+        """A generator call for the subjects ``part`` starts now."""
+        self.part, self.recorded, self.mark = part, set(), time.perf_counter()
+
+    def record(self, positions: list[int], outputs: Sequence[str | None]) -> None:
+        """Keep the outputs of ``part[p]`` for each position ``p``; commit when due."""
+        now = time.perf_counter()
+        seconds, self.mark = now - self.mark, now
+        if len(outputs) != len(positions):
+            raise RuntimeError(
+                f"generator returned {len(outputs)} outputs for {len(positions)} inputs"
             )
-        known.update(zip((keys[i] for i in part), outputs, strict=True))
-        if progress is not None:
-            progress(start + len(part), len(todo))
-    return [known[k] for k in keys], len(todo)
+        finished = utc_now()
+        for position, output in zip(positions, outputs, strict=True):
+            i = self.part[position]
+            subject = self.subjects[i]
+            if output is None:
+                raise EnvironmentFault(
+                    f"reader {self.reader_name} returned None for query {subject.query_id!r}, "
+                    f"{subject.subject_id!r}: not stored (the answers before it were kept)"
+                )
+            self.outputs[self.keys[i]] = str(output)
+            self.recorded.add(position)
+            self.rows.append(
+                {
+                    "generation_key": self.keys[i],
+                    "reader_fingerprint": self.fingerprint,
+                    "query_id": subject.query_id,
+                    "question_hash": self.question_hashes[i],
+                    "doc_id": subject.subject_id,
+                    "text_hash": self.text_hashes[i],
+                    "answer": str(output),
+                    "gen_seconds": seconds / len(positions),
+                    "producer_run_id": self.run_id,
+                    "created_at": finished,
+                }
+            )
+        due = time.monotonic() - self.last_commit >= self.policy.every_seconds
+        if len(self.rows) >= self.policy.every_pairs or due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit what is waiting (nothing to do without a store)."""
+        if self.rows and self.store is not None:
+            frame = pl.DataFrame(self.rows, schema=GENERATIONS_SCHEMA)
+            _commit(self.store, frame, self.policy, self.log)
+        self.rows = []
+        self.last_commit = time.monotonic()
+
+
+def stored_or_generated(
+    subjects: Sequence[Subject],
+    generate: Callable[[list[int]], Sequence[str | None]],
+    store: LabelStore | None,
+    fingerprint: str,
+    reader_name: str,
+    identity: Mapping[str, Any],
+    run_id: str | None = None,
+    chunk: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+    commit: CommitPolicy | None = None,
+) -> tuple[list[str], int]:
+    """:func:`generate_stored` with ``chunk`` subjects per generator call; returns the outputs
+    (input order) and how many distinct keys were generated now."""
+    done = generate_stored(
+        subjects,
+        generate,
+        store,
+        fingerprint,
+        reader_name,
+        identity,
+        run_id=run_id,
+        step=chunk,
+        commit=commit,
+        progress=progress,
+    )
+    return done.outputs, done.generated
+
+
+def _commit(store: LabelStore, frame: pl.DataFrame, policy: CommitPolicy, log: Log | None) -> None:
+    """``put_generations``, retried with backoff while the store is locked; after
+    ``lock_wait_seconds`` the rows go to a recovery file and a :class:`StorageError` says so."""
+    began = time.monotonic()
+    delay = 0.5
+    while True:
+        try:
+            store.put_generations(frame)
+            return
+        except StoreLocked:
+            waited = time.monotonic() - began
+            if waited >= policy.lock_wait_seconds:
+                path = store.write_recovery(frame)
+                raise StorageError(
+                    f"{store.path}: still locked by another process after {waited:.0f} s; "
+                    f"{frame.height} generated answers saved to {path} (import them with "
+                    "LabelStore.import_recovery once the lock is gone)"
+                ) from None
+            if log is not None:
+                log(f"{store.path} is locked by another process; retrying in {delay:.1f} s")
+            time.sleep(min(delay, max(policy.lock_wait_seconds - waited, 0.0)))
+            delay = min(delay * 2, 30.0)

@@ -9,7 +9,9 @@ text, doc id, document text) and scores by (answer, gold answers, metric) in the
 :class:`~erag_dagster.labels.store.LabelStore`, so
 
 * the same pair retrieved by two retrievers (or two runs) is generated once;
-* a re-run after a crash resumes: generations are committed every ``flush_every`` pairs;
+* a re-run after a crash resumes: generations are committed by count or time
+  (:class:`~erag_dagster.labels.cached.CommitPolicy`, default every 64 pairs or 10 s), so a
+  ``kill -9`` loses at most that window plus one model batch of reader work;
 * changing only the metric re-scores stored answers and runs the reader zero times.
 
 Input policy (one-line :class:`~erag_dagster.errors.InputError`): an empty run, a run missing
@@ -20,7 +22,7 @@ NaN or outside [0, 1]. Duplicate (query, doc) rows in a run are labelled alike.
 
 from __future__ import annotations
 
-import math
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,16 +32,11 @@ import polars as pl
 
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
-from erag_dagster.labels.store import (
-    LabelStore,
-    generation_key,
-    gold_hash,
-    score_key,
-    sha256_text,
-    utc_now,
-)
+from erag_dagster.labels.cached import CommitPolicy, Subject, generate_stored
+from erag_dagster.labels.label_value import checked_label
+from erag_dagster.labels.store import LabelStore, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
-from erag_dagster.readers.prompts import reader_passage
+from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
 LABEL_COLUMNS = ("query_id", "doc_id", "rank", "label", "answer", "reader_fingerprint", "metric")
 Log = Callable[[str], None]
@@ -84,55 +81,91 @@ def label_run(
     reader: Reader,
     metric: str,
     store: LabelStore,
-    dagster_run_id: str | None = None,
+    run_id: str | None = None,
     log: Log | None = None,
-    flush_every: int = 64,
+    commit: CommitPolicy | None = None,
 ) -> LabelResult:
     """eRAG labels for every row of ``run`` (tables as in ``docs/ARCHITECTURE.md``).
 
-    Only pairs missing from ``store`` call ``reader.answer``, ``flush_every`` pairs at a time
-    (each chunk committed before the next starts, shortest prompts first). See the module
-    docstring for the input policy.
+    Only pairs missing from ``store`` call ``reader.answer``, ``commit.every_pairs`` pairs per
+    call, shortest prompts first, through :func:`~erag_dagster.labels.cached.generate_stored`
+    (commits by count or time; ``commit`` defaults to :meth:`CommitPolicy.from_env`).
+    ``run_id`` is recorded with every row written. See the module docstring for the input
+    policy.
     """
     say = log or (lambda _msg: None)
     score_fn = get_downstream_metric(metric)
-    if flush_every < 1:
-        raise InputError(f"flush_every must be >= 1, got {flush_every}")
+    policy = commit or CommitPolicy.from_env()
     rows = _joined(run, queries, corpus)
+    # One subject per distinct (query, doc); similar lengths together keep padding small.
+    pairs = (
+        rows.unique(["query_id", "doc_id"], keep="first", maintain_order=True)
+        .with_columns(
+            (pl.col("question").str.len_chars() + pl.col("passage").str.len_chars()).alias("_chars")
+        )
+        .sort("_chars", maintain_order=True)
+    )
+    subjects = [
+        Subject(qid, question, did, passage)
+        for qid, did, question, passage in pairs.select(
+            "query_id", "doc_id", "question", "passage"
+        ).rows()
+    ]
     fingerprint = reader.fingerprint
-    rows = _with_keys(rows, fingerprint)
-    pairs = rows.unique("generation_key", keep="first", maintain_order=True)
-
-    found = store.lookup_generations(pairs.get_column("generation_key"))
-    missing = pairs.join(found.select("generation_key"), on="generation_key", how="anti")
     say(
         f"labelling {rows.height} run rows = {pairs.height} distinct pairs with reader "
-        f"{getattr(reader, 'name', '?')} ({fingerprint[:16]}): {found.height} in the store, "
-        f"{missing.height} to generate"
+        f"{getattr(reader, 'name', '?')} ({fingerprint[:16]})"
     )
-    store.register_reader(fingerprint, reader.name, reader.identity(), _spec_dict(reader))
-    seconds = _generate(missing, reader, store, dagster_run_id, flush_every, say)
+    streams = "on_batch" in inspect.signature(reader.answer).parameters
+    began = time.perf_counter()
 
-    # Read the answers back: if another process stored a pair first, its answer is the one kept.
-    answers = store.lookup_generations(pairs.get_column("generation_key")).select(
-        "generation_key", "answer"
+    def generate(part: list[int], on_batch: Any = None) -> list[str]:
+        items = [(subjects[i].question, subjects[i].text) for i in part]
+        if on_batch is None:
+            return reader.answer(items)
+        return reader.answer(items, on_batch=on_batch)
+
+    def progress(done: int, total: int) -> None:
+        rate = done / max(time.perf_counter() - began, 1e-9)
+        say(f"generated {done}/{total} pairs ({rate:.2f} pairs/s)")
+
+    generated = generate_stored(
+        subjects,
+        generate,
+        store,
+        fingerprint,
+        reader.name,
+        reader.identity(),
+        spec=_spec_dict(reader),
+        run_id=run_id,
+        step=policy.every_pairs,
+        streams=streams,
+        commit=policy,
+        progress=progress,
+        log=say,
     )
-    if answers.height != pairs.height:
-        raise RuntimeError(
-            f"{store.path}: {pairs.height - answers.height} generations missing after writing"
-        )
-    rows = rows.join(answers, on="generation_key", how="left", maintain_order="left")
+    answers = pairs.select("query_id", "doc_id").with_columns(
+        pl.Series("generation_key", generated.keys, dtype=pl.String),
+        pl.Series("answer", generated.outputs, dtype=pl.String),
+    )
+    rows = rows.join(answers, on=["query_id", "doc_id"], how="left", maintain_order="left")
+    golds = {tuple(a): gold_hash(a) for a in rows.get_column("answers").unique().to_list()}
     rows = rows.with_columns(
         pl.Series(
             "score_key",
             [
-                score_key(g, h, metric)
-                for g, h in rows.select("generation_key", "gold_hash").iter_rows()
+                score_key(g, golds[tuple(a)], metric)
+                for g, a in rows.select("generation_key", "answers").iter_rows()
             ],
             dtype=pl.String,
-        )
+        ),
+        pl.Series(
+            "gold_hash",
+            [golds[tuple(a)] for a in rows.get_column("answers").to_list()],
+            dtype=pl.String,
+        ),
     )
-    scores, scored_now = _score(rows, metric, score_fn, store, dagster_run_id)
+    scores, scored_now = _score(rows, metric, score_fn, store, run_id)
     if scored_now:
         say(f"scored {scored_now} new answers with {metric}")
     labels = (
@@ -147,10 +180,10 @@ def label_run(
     )
     return LabelResult(
         labels=labels,
-        judged_now=missing.height,
-        from_store=found.height,
+        judged_now=generated.generated,
+        from_store=generated.from_store,
         scored_now=scored_now,
-        generation_seconds=seconds,
+        generation_seconds=generated.seconds,
     )
 
 
@@ -164,30 +197,17 @@ def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> p
         raise InputError(f"run lacks column(s) {', '.join(needed)}")
     if run.height == 0:
         raise InputError("the run is empty: nothing to label")
-    run = run.select(
-        pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String), pl.col("rank")
-    )
-    known_docs = corpus.get_column("doc_id").cast(pl.String)
-    unknown = run.filter(~pl.col("doc_id").is_in(known_docs.implode()))
-    if unknown.height:
-        first = unknown.row(0, named=True)
-        raise InputError(
-            f"the run names unknown doc_id {first['doc_id']!r} (query {first['query_id']!r}; "
-            f"{unknown.height} such rows): not in the corpus"
+    run = run_with_passages(run.select("query_id", "doc_id", "rank"), corpus)
+    check_run_queries(run, queries)
+    used = (
+        run.select("query_id")
+        .unique(maintain_order=True)
+        .join(
+            queries.select(pl.col("query_id").cast(pl.String), "question", "answers"),
+            on="query_id",
+            how="left",
+            maintain_order="left",
         )
-    known_queries = queries.get_column("query_id").cast(pl.String)
-    unknown = run.filter(~pl.col("query_id").is_in(known_queries.implode()))
-    if unknown.height:
-        raise InputError(
-            f"the run names unknown query_id {unknown.get_column('query_id')[0]!r} "
-            f"({unknown.height} such rows): not in the queries"
-        )
-    run_queries = run.select("query_id").unique(maintain_order=True)
-    used = run_queries.join(
-        queries.select(pl.col("query_id").cast(pl.String), "question", "answers"),
-        on="query_id",
-        how="left",
-        maintain_order="left",
     )
     require_answers(used, "labelling")
     empty_q = used.filter(
@@ -195,86 +215,7 @@ def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> p
     )
     if empty_q.height:
         raise InputError(f"labelling: query {empty_q.get_column('query_id')[0]!r} has no question")
-    docs = (
-        run.select("doc_id")
-        .unique(maintain_order=True)
-        .join(
-            corpus.select(pl.col("doc_id").cast(pl.String), "title", "text"),
-            on="doc_id",
-            how="left",
-            maintain_order="left",
-        )
-    )
-    passages = [reader_passage(t, x) for t, x in docs.select("title", "text").rows()]
-    docs = docs.select("doc_id").with_columns(pl.Series("passage", passages, dtype=pl.String))
-    return run.join(used, on="query_id", how="left", maintain_order="left").join(
-        docs, on="doc_id", how="left", maintain_order="left"
-    )
-
-
-def _with_keys(rows: pl.DataFrame, fingerprint: str) -> pl.DataFrame:
-    """Add ``question_hash, text_hash, generation_key, gold_hash`` (hashing each text once)."""
-    q_hash = {q: sha256_text(q) for q in rows.get_column("question").unique().to_list()}
-    t_hash = {p: sha256_text(p) for p in rows.get_column("passage").unique().to_list()}
-    questions = [q_hash[q] for q in rows.get_column("question").to_list()]
-    texts = [t_hash[p] for p in rows.get_column("passage").to_list()]
-    keys = [
-        generation_key(fingerprint, qid, qh, did, th)
-        for qid, did, qh, th in zip(
-            rows.get_column("query_id").to_list(),
-            rows.get_column("doc_id").to_list(),
-            questions,
-            texts,
-            strict=True,
-        )
-    ]
-    golds = [gold_hash(a) for a in rows.get_column("answers").to_list()]
-    return rows.with_columns(
-        pl.Series("question_hash", questions, dtype=pl.String),
-        pl.Series("text_hash", texts, dtype=pl.String),
-        pl.Series("generation_key", keys, dtype=pl.String),
-        pl.Series("gold_hash", golds, dtype=pl.String),
-    )
-
-
-def _generate(
-    missing: pl.DataFrame,
-    reader: Reader,
-    store: LabelStore,
-    dagster_run_id: str | None,
-    flush_every: int,
-    say: Log,
-) -> float:
-    """Answer the missing pairs chunk by chunk, committing each chunk; returns seconds spent."""
-    if missing.height == 0:
-        return 0.0
-    # Similar lengths in one chunk keep padding small inside the reader's batches.
-    todo = missing.with_columns(
-        (pl.col("question").str.len_chars() + pl.col("passage").str.len_chars()).alias("_chars")
-    ).sort("_chars", maintain_order=True)
-    total, done, spent = todo.height, 0, 0.0
-    for start in range(0, total, flush_every):
-        chunk = todo.slice(start, flush_every)
-        items = list(zip(chunk.get_column("question"), chunk.get_column("passage"), strict=True))
-        began = time.perf_counter()
-        answers = reader.answer(items)
-        seconds = time.perf_counter() - began
-        if len(answers) != len(items):
-            raise RuntimeError(f"reader returned {len(answers)} answers for {len(items)} pairs")
-        spent += seconds
-        frame = chunk.select(
-            "generation_key", "query_id", "question_hash", "doc_id", "text_hash"
-        ).with_columns(
-            pl.lit(reader.fingerprint).alias("reader_fingerprint"),
-            pl.Series("answer", [str(a) for a in answers], dtype=pl.String),
-            pl.lit(seconds / len(items)).alias("gen_seconds"),
-            pl.lit(dagster_run_id, dtype=pl.String).alias("dagster_run_id"),
-            pl.lit(utc_now()).alias("created_at"),
-        )
-        store.put_generations(frame)
-        done += len(items)
-        say(f"generated {done}/{total} pairs ({done / spent:.2f} pairs/s)")
-    return spent
+    return run.join(used, on="query_id", how="left", maintain_order="left")
 
 
 def _score(
@@ -282,7 +223,7 @@ def _score(
     metric: str,
     score_fn: Callable[[str, Sequence[str]], float],
     store: LabelStore,
-    dagster_run_id: str | None,
+    run_id: str | None,
 ) -> tuple[pl.DataFrame, int]:
     """``(score_key, score)`` for every distinct score key of ``rows``, and how many of them
     were computed now (the others come from the store)."""
@@ -290,7 +231,9 @@ def _score(
     stored = store.lookup_scores(distinct.get_column("score_key"))
     missing = distinct.join(stored.select("score_key"), on="score_key", how="anti")
     values = [
-        _checked(score_fn(answer, golds), metric, qid, did)
+        checked_label(
+            score_fn(answer, golds), f"downstream metric {metric!r} for query {qid!r}, doc {did!r}"
+        )
         for qid, did, answer, golds in missing.select(
             "query_id", "doc_id", "answer", "answers"
         ).rows()
@@ -301,25 +244,11 @@ def _score(
             missing.select("score_key", "generation_key", "gold_hash").with_columns(
                 pl.lit(metric).alias("metric"),
                 fresh.get_column("score"),
-                pl.lit(dagster_run_id, dtype=pl.String).alias("dagster_run_id"),
+                pl.lit(run_id, dtype=pl.String).alias("producer_run_id"),
                 missing.get_column("answers").alias("gold_answers"),
             )
         )
     return pl.concat([stored.select("score_key", "score"), fresh]), missing.height
-
-
-def _checked(value: Any, metric: str, query_id: str, doc_id: str) -> float:
-    """A metric value as float, refusing NaN, infinities and values outside [0, 1]."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number) or not 0.0 <= number <= 1.0:
-        raise InputError(
-            f"downstream metric {metric!r} gave {value!r} for query {query_id!r}, doc {doc_id!r}; "
-            "labels must be numbers in [0, 1]"
-        )
-    return number
 
 
 def _spec_dict(reader: Reader) -> dict[str, Any] | None:

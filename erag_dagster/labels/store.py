@@ -6,158 +6,157 @@ Two layers, so that a new downstream metric re-scores stored answers without run
 
     generation_key = sha256(canonical JSON [reader_fingerprint, query_id,
                                             sha256(question), doc_id, sha256(doc text)])
-    columns: reader_fingerprint, query_id, question_hash, doc_id, text_hash, answer,
-             gen_seconds (reader wall time per pair, seconds; a batch's time / its size),
-             dagster_run_id, created_at (UTC ISO 8601)
 
 ``scores`` — one score per (generation, gold answers, metric)::
 
     score_key = sha256(canonical JSON [generation_key, gold_hash, metric])
     gold_hash = sha256(canonical JSON of the sorted gold answers)
-    columns: generation_key, gold_hash, metric, score (CHECK 0 <= score <= 1),
-             dagster_run_id, created_at
 
-``readers`` (fingerprint → name, identity JSON, full spec JSON) and ``gold_answers``
-(gold_hash → answers JSON) make every label auditable (:meth:`LabelStore.audit`).
+The columns of every table are declared once, in :data:`TABLES` (SQL type and polars type side
+by side). ``gen_seconds`` is reader wall time per pair in seconds (a step's time / its size);
+``producer_run_id`` names the run that wrote a row (any string the caller chooses, e.g. an
+orchestrator's run id; null when none); ``created_at`` is UTC ISO 8601. ``readers``
+(fingerprint → name, identity JSON, full spec JSON) and ``gold_answers`` (gold_hash → answers
+JSON) make every label auditable (:meth:`LabelStore.audit`).
 
-Concurrency and crash policy: the database runs in WAL mode with ``synchronous=FULL`` and a
-busy timeout; each ``put_*`` call is ONE ``BEGIN IMMEDIATE`` transaction of
-``INSERT OR IGNORE`` rows, so a ``kill -9`` loses at most the batch being written, never a
-committed one, and two processes writing the same keys at once keep the first row and corrupt
-nothing (content keys make both rows equal up to bf16 batch effects; the first one wins and
-readers of the store then use it). Keys are pure functions of content: the same pair labelled
-by another retriever, run or process is the same row.
+Schema versions (``PRAGMA user_version``): 1 named the run column ``dagster_run_id``; 2 names it
+``producer_run_id``. A writable open migrates a version-1 store in one transaction; a read-only
+open reads it as it is. A store of a *newer* version than :data:`SCHEMA_VERSION` is refused
+(:class:`StorageError`), never rewritten.
+
+Concurrency and crash policy: the database runs in WAL mode with ``synchronous=FULL`` and a busy
+timeout; each ``put_*`` call is ONE ``BEGIN IMMEDIATE`` transaction of ``INSERT OR IGNORE`` rows,
+so a ``kill -9`` loses at most the batch being written, never a committed one, and two processes
+writing the same keys keep the first row and corrupt nothing. A write that still finds the store
+locked after the busy timeout raises :class:`StoreLocked` (the caller keeps its rows; see
+:mod:`erag_dagster.labels.cached` for the retry and :meth:`LabelStore.write_recovery`).
+``LabelStore(path, read_only=True)`` opens ``file:PATH?mode=ro``: no DDL, no WAL switch, no
+write of any kind (for ``audit`` on read-only media). When no ``-wal`` file exists (no process
+has the store open) it adds ``immutable=1``, so SQLite creates no ``-wal``/``-shm`` files either;
+a writer that opens the store during such a read is not seen by it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.errors import InputError, StorageError
+from erag_dagster.hashing import sha256_json
+from erag_dagster.labels.label_value import bad_label_rows, checked_label
 
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT_MS = 60_000
+SCHEMA_VERSION = 2
+BUSY_TIMEOUT_S = 60.0
+_LEGACY_RUN_COLUMN = "dagster_run_id"  # schema version 1's name of producer_run_id
 
-GENERATION_COLUMNS = (
-    "generation_key",
-    "reader_fingerprint",
-    "query_id",
-    "question_hash",
-    "doc_id",
-    "text_hash",
-    "answer",
-    "gen_seconds",
-    "dagster_run_id",
-    "created_at",
+
+@dataclass(frozen=True)
+class Table:
+    """One table: ``columns`` maps each name to ``(SQL declaration, polars dtype)``."""
+
+    name: str
+    columns: Mapping[str, tuple[str, Any]]
+    tail: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.columns)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return {name: dtype for name, (_, dtype) in self.columns.items()}
+
+    def ddl(self) -> str:
+        body = ",\n    ".join(f"{name} {sql}" for name, (sql, _) in self.columns.items())
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n    {body}\n) {self.tail}"
+
+
+_S, _F = pl.String, pl.Float64
+GENERATIONS = Table(
+    "generations",
+    {
+        "generation_key": ("TEXT PRIMARY KEY", _S),
+        "reader_fingerprint": ("TEXT NOT NULL", _S),
+        "query_id": ("TEXT NOT NULL", _S),
+        "question_hash": ("TEXT NOT NULL", _S),
+        "doc_id": ("TEXT NOT NULL", _S),
+        "text_hash": ("TEXT NOT NULL", _S),
+        "answer": ("TEXT NOT NULL", _S),
+        "gen_seconds": ("REAL NOT NULL CHECK (gen_seconds >= 0)", _F),
+        "producer_run_id": ("TEXT", _S),
+        "created_at": ("TEXT NOT NULL", _S),
+    },
+    "WITHOUT ROWID",
 )
-SCORE_COLUMNS = (
-    "score_key",
-    "generation_key",
-    "gold_hash",
-    "metric",
-    "score",
-    "dagster_run_id",
-    "created_at",
+SCORES = Table(
+    "scores",
+    {
+        "score_key": ("TEXT PRIMARY KEY", _S),
+        "generation_key": ("TEXT NOT NULL REFERENCES generations (generation_key)", _S),
+        "gold_hash": ("TEXT NOT NULL", _S),
+        "metric": ("TEXT NOT NULL", _S),
+        "score": ("REAL NOT NULL CHECK (score >= 0.0 AND score <= 1.0)", _F),
+        "producer_run_id": ("TEXT", _S),
+        "created_at": ("TEXT NOT NULL", _S),
+    },
+    "WITHOUT ROWID",
 )
-GENERATIONS_SCHEMA = {
-    "generation_key": pl.String,
-    "reader_fingerprint": pl.String,
-    "query_id": pl.String,
-    "question_hash": pl.String,
-    "doc_id": pl.String,
-    "text_hash": pl.String,
-    "answer": pl.String,
-    "gen_seconds": pl.Float64,
-    "dagster_run_id": pl.String,
-    "created_at": pl.String,
-}
-SCORES_SCHEMA = {
-    "score_key": pl.String,
-    "generation_key": pl.String,
-    "gold_hash": pl.String,
-    "metric": pl.String,
-    "score": pl.Float64,
-    "dagster_run_id": pl.String,
-    "created_at": pl.String,
-}
+READERS = Table(
+    "readers",
+    {
+        "reader_fingerprint": ("TEXT PRIMARY KEY", _S),
+        "name": ("TEXT NOT NULL", _S),
+        "identity_json": ("TEXT NOT NULL", _S),
+        "spec_json": ("TEXT", _S),
+        "created_at": ("TEXT NOT NULL", _S),
+    },
+)
+GOLD_ANSWERS = Table(
+    "gold_answers",
+    {"gold_hash": ("TEXT PRIMARY KEY", _S), "answers_json": ("TEXT NOT NULL", _S)},
+    "WITHOUT ROWID",
+)
+TABLES = (READERS, GENERATIONS, GOLD_ANSWERS, SCORES)
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS generations_pair ON generations (query_id, doc_id)",
+    "CREATE INDEX IF NOT EXISTS scores_generation ON scores (generation_key)",
+)
+GENERATION_COLUMNS, GENERATIONS_SCHEMA = GENERATIONS.names, GENERATIONS.schema
+SCORE_COLUMNS, SCORES_SCHEMA = SCORES.names, SCORES.schema
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS readers (
-    reader_fingerprint TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    identity_json TEXT NOT NULL,
-    spec_json TEXT,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS generations (
-    generation_key TEXT PRIMARY KEY,
-    reader_fingerprint TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    question_hash TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    text_hash TEXT NOT NULL,
-    answer TEXT NOT NULL,
-    gen_seconds REAL NOT NULL CHECK (gen_seconds >= 0),
-    dagster_run_id TEXT,
-    created_at TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS generations_pair ON generations (query_id, doc_id);
-CREATE TABLE IF NOT EXISTS gold_answers (
-    gold_hash TEXT PRIMARY KEY,
-    answers_json TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS scores (
-    score_key TEXT PRIMARY KEY,
-    generation_key TEXT NOT NULL REFERENCES generations (generation_key),
-    gold_hash TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    score REAL NOT NULL CHECK (score >= 0.0 AND score <= 1.0),
-    dagster_run_id TEXT,
-    created_at TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS scores_generation ON scores (generation_key);
-"""
+
+class StoreLocked(StorageError):
+    """A write found the store locked by another process for longer than the busy timeout."""
 
 
 # -- keys (pure functions) -----------------------------------------------------------------------
-
-
-def sha256_text(text: str) -> str:
-    """sha256 hex of a UTF-8 string."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _key(parts: Sequence[str]) -> str:
-    # A JSON array is an unambiguous encoding of the parts (no separator collisions).
-    return sha256_text(json.dumps(list(parts), ensure_ascii=False, separators=(",", ":")))
 
 
 def generation_key(
     reader_fingerprint: str, query_id: str, question_hash: str, doc_id: str, text_hash: str
 ) -> str:
     """Key of one reader answer (see the module docstring)."""
-    return _key([reader_fingerprint, query_id, question_hash, doc_id, text_hash])
+    return sha256_json([reader_fingerprint, query_id, question_hash, doc_id, text_hash])
 
 
 def gold_hash(answers: Iterable[str]) -> str:
-    """sha256 of the canonical JSON of the sorted gold answers (order/duplicates kept sorted)."""
-    return sha256_text(json.dumps(sorted(answers), ensure_ascii=False, separators=(",", ":")))
+    """sha256 of the canonical JSON of the sorted gold answers."""
+    return sha256_json(sorted(answers))
 
 
 def score_key(generation: str, gold: str, metric: str) -> str:
     """Key of one score: (generation key, gold hash, metric name)."""
-    return _key([generation, gold, metric])
+    return sha256_json([generation, gold, metric])
 
 
 def utc_now() -> str:
@@ -169,60 +168,85 @@ def utc_now() -> str:
 
 
 class LabelStore:
-    """A SQLite label store at ``path`` (created with its parent folder when missing).
+    """A SQLite label store at ``path`` (created with its parent folder unless ``read_only``).
 
     Safe to share between threads (one connection per thread and process) and processes.
+    ``busy_timeout_s``: how long one statement waits for another process's lock.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self, path: str | Path, read_only: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        self.busy_timeout_s = busy_timeout_s
         self._local = threading.local()
-        with self._transaction() as conn:
-            for statement in _DDL.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if read_only:
+            if not self.path.is_file():
+                raise StorageError(f"{self.path}: no label store here")
+            version = self._version(self._conn())
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            version = self._create_or_migrate()
+        self._run_column = _LEGACY_RUN_COLUMN if version == 1 else "producer_run_id"
 
     def __repr__(self) -> str:
-        return f"LabelStore({str(self.path)!r})"
+        return f"LabelStore({str(self.path)!r}{', read_only=True' if self.read_only else ''})"
 
-    # -- connection ----------------------------------------------------------------------------
+    # -- connection and schema ----------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection (re-opened after a fork: connections do not cross fork)."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             return conn
-        conn = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=True
-        )
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise InputError(f"{self.path}: cannot switch the label store to WAL mode ({mode})")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA foreign_keys = ON")
+        target, uri = (self._read_only_uri(), True) if self.read_only else (self.path, False)
+        conn = sqlite3.connect(target, timeout=self.busy_timeout_s, isolation_level=None, uri=uri)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        if not self.read_only:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StorageError(f"{self.path}: cannot switch the label store to WAL ({mode})")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
-    class _Tx:
-        def __init__(self, conn: sqlite3.Connection) -> None:
-            self.conn = conn
+    def _read_only_uri(self) -> str:
+        """``mode=ro``; plus ``immutable=1`` when no ``-wal`` file exists (no process has the
+        store open), so SQLite creates no ``-wal``/``-shm`` beside it (read-only media)."""
+        quiet = not self.path.with_name(self.path.name + "-wal").exists()
+        return f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if quiet else "")
 
-        def __enter__(self) -> sqlite3.Connection:
-            self.conn.execute("BEGIN IMMEDIATE")
-            return self.conn
+    def _version(self, conn: sqlite3.Connection) -> int:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.path}: label store schema version {version} is newer than this "
+                f"erag-dagster's ({SCHEMA_VERSION}); refusing to change it: use a newer "
+                "erag-dagster or another store"
+            )
+        return version
 
-        def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-            if exc_type is None:
-                self.conn.execute("COMMIT")
-            else:
-                self.conn.execute("ROLLBACK")
+    def _create_or_migrate(self) -> int:
+        with self._transaction() as conn:
+            version = self._version(conn)
+            if version == 1:
+                for table in (GENERATIONS, SCORES):
+                    conn.execute(
+                        f"ALTER TABLE {table.name} RENAME COLUMN {_LEGACY_RUN_COLUMN} "
+                        "TO producer_run_id"
+                    )
+            for statement in (*(t.ddl() for t in TABLES), *_INDEXES):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return SCHEMA_VERSION
 
-    def _transaction(self) -> LabelStore._Tx:
+    def _transaction(self) -> _Tx:
         """One write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``; rollback on error)."""
-        return LabelStore._Tx(self._conn())
+        if self.read_only:
+            raise StorageError(f"{self.path}: opened read-only; nothing can be written")
+        return _Tx(self._conn(), self)
 
     def close(self) -> None:
         """Close this thread's connection (the store re-opens on next use)."""
@@ -247,28 +271,23 @@ class LabelStore:
         spec: Mapping[str, Any] | None = None,
     ) -> None:
         """Record a reader's identity (what its fingerprint hashes) and, optionally, its full
-        spec. The first registration of a fingerprint is kept."""
-        with self._transaction() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO readers VALUES (?, ?, ?, ?, ?)",
-                (
-                    fingerprint,
-                    name,
-                    json.dumps(identity, sort_keys=True, ensure_ascii=False),
-                    None if spec is None else json.dumps(spec, sort_keys=True, ensure_ascii=False),
-                    utc_now(),
-                ),
-            )
+        spec. The first registration of a fingerprint is kept (and a known one is not written
+        again, so registering needs no write lock)."""
+        if self.reader_identity(fingerprint) is not None:
+            return
+        row = (
+            fingerprint,
+            name,
+            json.dumps(identity, sort_keys=True, ensure_ascii=False),
+            None if spec is None else json.dumps(spec, sort_keys=True, ensure_ascii=False),
+            utc_now(),
+        )
+        self._insert(READERS, [row])
 
     def reader_identity(self, fingerprint: str) -> dict[str, Any] | None:
         """The identity registered for ``fingerprint`` (``None`` if unknown)."""
-        row = (
-            self._conn()
-            .execute(
-                "SELECT identity_json FROM readers WHERE reader_fingerprint = ?", (fingerprint,)
-            )
-            .fetchone()
-        )
+        sql = "SELECT identity_json FROM readers WHERE reader_fingerprint = ?"
+        row = self._conn().execute(sql, (fingerprint,)).fetchone()
         return None if row is None else json.loads(row[0])
 
     # -- generations ---------------------------------------------------------------------------
@@ -276,24 +295,25 @@ class LabelStore:
     def lookup_generations(self, keys: Iterable[str] | pl.Series) -> pl.DataFrame:
         """Stored generations among ``keys`` (any order, duplicates fine), with all columns of
         :data:`GENERATIONS_SCHEMA`; keys not stored are simply absent."""
-        rows = self._lookup("generations", "generation_key", GENERATION_COLUMNS, keys)
-        return pl.DataFrame(rows, schema=GENERATIONS_SCHEMA, orient="row")
+        return self._lookup(GENERATIONS, keys)
 
     def put_generations(self, frame: pl.DataFrame) -> int:
         """Insert generations in one transaction; keys already stored are kept as they are.
 
-        ``frame`` needs every column of :data:`GENERATIONS_SCHEMA` except ``dagster_run_id``
+        ``frame`` needs every column of :data:`GENERATIONS_SCHEMA` except ``producer_run_id``
         (default null) and ``created_at`` (default now). Returns the number of rows inserted.
+        A null key or answer, or a negative or NaN ``gen_seconds``, is an :class:`InputError`.
         """
         if frame.height == 0:
             return 0
-        frame = _complete(frame, GENERATIONS_SCHEMA, "generations")
+        frame = _complete(frame, GENERATIONS)
+        seconds = pl.col("gen_seconds")
         bad = frame.filter(
             pl.col("generation_key").is_null()
             | pl.col("answer").is_null()
-            | pl.col("gen_seconds").is_null()
-            | (pl.col("gen_seconds") < 0)
-            | pl.col("gen_seconds").is_nan()
+            | seconds.is_null()
+            | (seconds < 0)
+            | seconds.is_nan()
         )
         if bad.height:
             row = bad.row(0, named=True)
@@ -301,31 +321,55 @@ class LabelStore:
                 f"generation for query {row['query_id']!r}, doc {row['doc_id']!r}: "
                 f"null key/answer or bad gen_seconds {row['gen_seconds']!r}"
             )
-        rows = frame.select(GENERATION_COLUMNS).rows()
-        return self._insert("generations", GENERATION_COLUMNS, rows)
+        return self._insert(GENERATIONS, frame.rows())
 
     def count_generations(self, reader_fingerprint: str | None = None) -> int:
         """Number of stored generations (of one reader when ``reader_fingerprint`` is given)."""
-        if reader_fingerprint is None:
-            sql, args = "SELECT COUNT(*) FROM generations", ()
-        else:
-            sql = "SELECT COUNT(*) FROM generations WHERE reader_fingerprint = ?"
-            args = (reader_fingerprint,)
+        sql, args = "SELECT COUNT(*) FROM generations", ()
+        if reader_fingerprint is not None:
+            sql, args = sql + " WHERE reader_fingerprint = ?", (reader_fingerprint,)
         return int(self._conn().execute(sql, args).fetchone()[0])
+
+    # -- recovery file -------------------------------------------------------------------------
+
+    def write_recovery(self, frame: pl.DataFrame) -> Path:
+        """Write generations that could not be committed to a JSON-lines file beside the store.
+
+        The file, ``<store name>.recovery-<UTC time>-<pid>.jsonl``, holds one JSON object per
+        generation with the columns of :data:`GENERATIONS_SCHEMA`; it is written to a temporary
+        name, flushed to disk and renamed, so it is complete or absent. Returns its path.
+        """
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        path = self.path.with_name(f"{self.path.name}.recovery-{stamp}-{os.getpid()}.jsonl")
+        partial = path.with_name(path.name + ".partial")
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write(_complete(frame, GENERATIONS).write_ndjson())
+            handle.flush()
+            os.fsync(handle.fileno())
+        partial.replace(path)
+        return path
+
+    def import_recovery(self, path: str | Path) -> int:
+        """Insert the generations of a recovery file (:meth:`write_recovery`); returns how many
+        were new (keys already stored are kept, so importing twice is harmless)."""
+        try:
+            frame = pl.read_ndjson(path, schema=GENERATIONS_SCHEMA)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            raise InputError(f"{path}: not a label-store recovery file ({exc})") from None
+        return self.put_generations(frame)
 
     # -- scores --------------------------------------------------------------------------------
 
     def lookup_scores(self, keys: Iterable[str] | pl.Series) -> pl.DataFrame:
         """Stored scores among ``keys`` (score keys), all columns of :data:`SCORES_SCHEMA`."""
-        rows = self._lookup("scores", "score_key", SCORE_COLUMNS, keys)
-        return pl.DataFrame(rows, schema=SCORES_SCHEMA, orient="row")
+        return self._lookup(SCORES, keys)
 
     def put_scores(self, frame: pl.DataFrame) -> int:
         """Insert scores in one transaction; returns the number of rows inserted.
 
         ``frame`` needs ``score_key, generation_key, gold_hash, metric, score`` (plus optional
-        ``dagster_run_id``, ``created_at`` and ``gold_answers: list[str]``, which is recorded in
-        ``gold_answers`` for audit). A score that is null, NaN or outside [0, 1] is an
+        ``producer_run_id``, ``created_at`` and ``gold_answers: list[str]``, which is recorded in
+        ``gold_answers`` for audit). A score that is not a label (:func:`checked_label`) is an
         :class:`InputError` and nothing is written; every generation must already be stored.
         """
         if frame.height == 0:
@@ -334,28 +378,20 @@ class LabelStore:
         if "gold_answers" in frame.columns:
             for gh, answers in frame.select("gold_hash", "gold_answers").unique("gold_hash").rows():
                 golds.append((gh, json.dumps(sorted(answers or []), ensure_ascii=False)))
-        frame = _complete(frame, SCORES_SCHEMA, "scores")
-        for key, metric, score in frame.select("score_key", "metric", "score").rows():
-            if score is None or not math.isfinite(score) or not 0.0 <= score <= 1.0:
-                raise InputError(
-                    f"score {score!r} of metric {metric!r} (score key {key[:16]}) is not in [0, 1]"
-                )
-        rows = frame.select(SCORE_COLUMNS).rows()
-        with self._transaction() as conn:
-            if golds:
-                conn.executemany("INSERT OR IGNORE INTO gold_answers VALUES (?, ?)", golds)
-            before = conn.total_changes
-            try:
-                conn.executemany(
-                    f"INSERT OR IGNORE INTO scores ({', '.join(SCORE_COLUMNS)}) "
-                    f"VALUES ({', '.join('?' * len(SCORE_COLUMNS))})",
-                    rows,
-                )
-            except sqlite3.IntegrityError as exc:
-                raise InputError(
-                    f"{self.path}: cannot store scores ({exc}); is every generation stored?"
-                ) from None
-            return conn.total_changes - before
+        frame = _complete(frame, SCORES)
+        bad = bad_label_rows(frame, "score")
+        if bad.height:
+            row = bad.row(0, named=True)
+            checked_label(row["score"], f"metric {row['metric']!r} score {row['score_key'][:16]}")
+        try:
+            with self._transaction() as conn:
+                if golds:
+                    conn.executemany("INSERT OR IGNORE INTO gold_answers VALUES (?, ?)", golds)
+                return _insert_rows(conn, self, SCORES, frame.rows())
+        except sqlite3.IntegrityError as exc:
+            raise InputError(
+                f"{self.path}: cannot store scores ({exc}); is every generation stored?"
+            ) from None
 
     # -- audit ---------------------------------------------------------------------------------
 
@@ -363,17 +399,17 @@ class LabelStore:
         """Every stored label of one (query, document) pair, with who made it and how.
 
         One row per score (a generation without any score yet gives one row with null metric
-        and score): ``query_id, doc_id, reader_name, reader_fingerprint, model (identity JSON),
-        model_hash`` (file sha256, commit, or hash of the folder's file hashes), ``dtype,
-        libraries, prompt_template_hash`` (sha256 of the prompt part of the identity),
-        ``decoding`` (JSON), ``metric, gold_answers, answer, score, gen_seconds,
-        generated_at, scored_at, generation_dagster_run_id, score_dagster_run_id,
-        question_hash, text_hash, generation_key``. Ordered by generation time, then metric.
+        and score), columns :data:`AUDIT_COLUMNS`: ``model`` is the identity's model JSON,
+        ``model_hash`` the file sha256, commit, or hash of the folder's file hashes,
+        ``prompt_template_hash`` the sha256 of the prompt part of the identity, ``decoding``
+        JSON. Ordered by generation time, then metric. Reads only (works read-only).
         """
-        sql = """
-            SELECT g.query_id, g.doc_id, r.name, g.reader_fingerprint, r.identity_json,
-                   s.metric, ga.answers_json, g.answer, s.score, g.gen_seconds,
-                   g.created_at, s.created_at, g.dagster_run_id, s.dagster_run_id,
+        run = self._run_column
+        sql = f"""
+            SELECT g.query_id, g.doc_id, r.name AS reader_name, g.reader_fingerprint,
+                   r.identity_json, s.metric, ga.answers_json AS gold_answers, g.answer, s.score,
+                   g.gen_seconds, g.created_at AS generated_at, s.created_at AS scored_at,
+                   g.{run} AS generation_run_id, s.{run} AS score_run_id,
                    g.question_hash, g.text_hash, g.generation_key
             FROM generations g
             LEFT JOIN scores s ON s.generation_key = g.generation_key
@@ -382,73 +418,111 @@ class LabelStore:
             WHERE g.query_id = ? AND g.doc_id = ?
             ORDER BY g.created_at, g.generation_key, s.metric
         """
-        out: list[dict[str, Any]] = []
-        for row in self._conn().execute(sql, (query_id, doc_id)).fetchall():
-            identity = json.loads(row[4]) if row[4] else {}
-            out.append(
-                {
-                    "query_id": row[0],
-                    "doc_id": row[1],
-                    "reader_name": row[2],
-                    "reader_fingerprint": row[3],
-                    "model": json.dumps(identity.get("model"), sort_keys=True),
-                    "model_hash": _model_hash(identity.get("model")),
-                    "dtype": identity.get("dtype"),
-                    "libraries": json.dumps(identity.get("libraries"), sort_keys=True),
-                    "prompt_template_hash": _json_hash(identity.get("prompt")),
-                    "decoding": json.dumps(identity.get("decoding"), sort_keys=True),
-                    "metric": row[5],
-                    "gold_answers": row[6],
-                    "answer": row[7],
-                    "score": row[8],
-                    "gen_seconds": row[9],
-                    "generated_at": row[10],
-                    "scored_at": row[11],
-                    "generation_dagster_run_id": row[12],
-                    "score_dagster_run_id": row[13],
-                    "question_hash": row[14],
-                    "text_hash": row[15],
-                    "generation_key": row[16],
-                }
-            )
-        schema = {k: pl.String for k in AUDIT_COLUMNS}
-        schema["score"] = pl.Float64
-        schema["gen_seconds"] = pl.Float64
-        return pl.DataFrame(out, schema=schema)
+        cursor = self._conn().execute(sql, (query_id, doc_id))
+        names = [d[0] for d in cursor.description]
+        out = []
+        for values in cursor.fetchall():
+            row = dict(zip(names, values, strict=True))
+            identity = json.loads(row.pop("identity_json") or "{}")
+            model = identity.get("model")
+            row |= {
+                "model": json.dumps(model, sort_keys=True),
+                "model_hash": _model_hash(model),
+                "dtype": identity.get("dtype"),
+                "libraries": json.dumps(identity.get("libraries"), sort_keys=True),
+                "prompt_template_hash": _json_hash(identity.get("prompt")),
+                "decoding": json.dumps(identity.get("decoding"), sort_keys=True),
+            }
+            out.append(row)
+        schema = {k: pl.String for k in AUDIT_COLUMNS} | {"score": _F, "gen_seconds": _F}
+        return pl.DataFrame(out, schema=schema).select(AUDIT_COLUMNS)
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _lookup(
-        self, table: str, key: str, columns: Sequence[str], keys: Iterable[str] | pl.Series
-    ) -> list[tuple[Any, ...]]:
-        wanted = list(dict.fromkeys(keys.to_list() if isinstance(keys, pl.Series) else keys))
-        if not wanted:
-            return []
-        conn = self._conn()
-        select = ", ".join(f"t.{c}" for c in columns)
-        # A temp table + join scales to any number of keys (no SQL variable limit).
-        conn.execute("BEGIN")
-        try:
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_keys (k TEXT PRIMARY KEY)")
-            conn.execute("DELETE FROM wanted_keys")
-            conn.executemany("INSERT OR IGNORE INTO wanted_keys VALUES (?)", ((k,) for k in wanted))
-            rows = conn.execute(
-                f"SELECT {select} FROM wanted_keys w JOIN {table} t ON t.{key} = w.k"
-            ).fetchall()
-            conn.execute("DELETE FROM wanted_keys")
-        finally:
-            conn.execute("COMMIT")
-        return rows
+    def _select(self, table: Table) -> str:
+        """The table's columns for a SELECT (a version-1 store's run column under its new name)."""
+        legacy = self._run_column != "producer_run_id"
+        return ", ".join(
+            f"t.{self._run_column} AS {c}" if legacy and c == "producer_run_id" else f"t.{c}"
+            for c in table.names
+        )
 
-    def _insert(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> int:
+    def _lookup(self, table: Table, keys: Iterable[str] | pl.Series) -> pl.DataFrame:
+        wanted = list(dict.fromkeys(keys.to_list() if isinstance(keys, pl.Series) else keys))
+        rows: list[tuple[Any, ...]] = []
+        if wanted:
+            key = table.names[0]
+            conn = self._conn()
+            # A temp table + join scales to any number of keys (no SQL variable limit); temp
+            # tables live outside the store file, so this works on a read-only store too.
+            conn.execute("BEGIN")
+            try:
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_keys (k TEXT PRIMARY KEY)")
+                conn.execute("DELETE FROM wanted_keys")
+                conn.executemany(
+                    "INSERT OR IGNORE INTO wanted_keys VALUES (?)", ((k,) for k in wanted)
+                )
+                rows = conn.execute(
+                    f"SELECT {self._select(table)} FROM wanted_keys w "
+                    f"JOIN {table.name} t ON t.{key} = w.k"
+                ).fetchall()
+                conn.execute("DELETE FROM wanted_keys")
+            finally:
+                conn.execute("COMMIT")
+        return pl.DataFrame(rows, schema=table.schema, orient="row")
+
+    def _insert(self, table: Table, rows: list[tuple[Any, ...]]) -> int:
         with self._transaction() as conn:
-            before = conn.total_changes
-            conn.executemany(
-                f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) "
-                f"VALUES ({', '.join('?' * len(columns))})",
-                rows,
-            )
-            return conn.total_changes - before
+            return _insert_rows(conn, self, table, rows)
+
+
+class _Tx:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error); a lock that outlasts the busy
+    timeout is :class:`StoreLocked`."""
+
+    def __init__(self, conn: sqlite3.Connection, store: LabelStore) -> None:
+        self.conn, self.store = conn, store
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise _locked(exc, self.store) from None
+        return self.conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.conn.execute("ROLLBACK")
+            return
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            self.conn.execute("ROLLBACK")
+            raise _locked(error, self.store) from None
+
+
+def _locked(exc: sqlite3.OperationalError, store: LabelStore) -> Exception:
+    if "locked" in str(exc) or "busy" in str(exc):
+        return StoreLocked(
+            f"{store.path}: locked by another process for more than {store.busy_timeout_s:g} s"
+        )
+    return exc
+
+
+def _insert_rows(
+    conn: sqlite3.Connection, store: LabelStore, table: Table, rows: list[tuple[Any, ...]]
+) -> int:
+    columns = table.names
+    before = conn.total_changes
+    try:
+        conn.executemany(
+            f"INSERT OR IGNORE INTO {table.name} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})",
+            rows,
+        )
+    except sqlite3.OperationalError as exc:
+        raise _locked(exc, store) from None
+    return conn.total_changes - before
 
 
 AUDIT_COLUMNS = (
@@ -469,8 +543,8 @@ AUDIT_COLUMNS = (
     "gen_seconds",
     "generated_at",
     "scored_at",
-    "generation_dagster_run_id",
-    "score_dagster_run_id",
+    "generation_run_id",
+    "score_run_id",
     "question_hash",
     "text_hash",
     "generation_key",
@@ -478,31 +552,27 @@ AUDIT_COLUMNS = (
 
 
 def _json_hash(value: Any) -> str | None:
-    if value is None:
-        return None
-    return sha256_text(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+    return None if value is None else sha256_json(value)
 
 
 def _model_hash(model: Any) -> str | None:
     """The one hash naming a model: GGUF sha256, hub commit, or hash of a folder's files."""
     if not isinstance(model, dict):
         return None
-    if model.get("sha256"):
-        return str(model["sha256"])
-    if model.get("commit"):
-        return str(model["commit"])
-    if model.get("files"):
-        return _json_hash(model["files"])
-    return None
+    for key in ("sha256", "commit"):
+        if model.get(key):
+            return str(model[key])
+    return _json_hash(model["files"]) if model.get("files") else None
 
 
-def _complete(frame: pl.DataFrame, schema: Mapping[str, Any], what: str) -> pl.DataFrame:
-    """Add defaulted columns (``dagster_run_id`` null, ``created_at`` now), check the rest."""
-    if "dagster_run_id" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias("dagster_run_id"))
+def _complete(frame: pl.DataFrame, table: Table) -> pl.DataFrame:
+    """Add defaulted columns (``producer_run_id`` null, ``created_at`` now), check the rest,
+    and return the table's columns in order and type."""
+    if "producer_run_id" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias("producer_run_id"))
     if "created_at" not in frame.columns:
         frame = frame.with_columns(pl.lit(utc_now()).alias("created_at"))
-    missing = [c for c in schema if c not in frame.columns]
+    missing = [c for c in table.names if c not in frame.columns]
     if missing:
-        raise InputError(f"{what} frame lacks column(s) {', '.join(missing)}")
-    return frame.select([pl.col(c).cast(t) for c, t in schema.items()])
+        raise InputError(f"{table.name} frame lacks column(s) {', '.join(missing)}")
+    return frame.select([pl.col(c).cast(t) for c, t in table.schema.items()])

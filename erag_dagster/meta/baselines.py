@@ -18,28 +18,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.errors import InputError
 from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
 from erag_dagster.metrics.downstream import answer_containment
-from erag_dagster.readers.prompts import reader_passage
+from erag_dagster.readers.passages import run_with_passages
 
 LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "label": pl.Float64}
 
 
 def _with_text(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
-    texts = corpus.select("doc_id").with_columns(
-        passage=pl.Series(
-            [reader_passage(t, x) for t, x in corpus.select("title", "text").rows()],
-            dtype=pl.String,
-        )
-    )
-    joined = run.select("query_id", "doc_id", "rank").join(texts, on="doc_id", how="left")
-    missing = joined.filter(pl.col("passage").is_null())
-    if missing.height:
-        row = missing.row(0, named=True)
-        raise InputError(
-            f"run names unknown document {row['doc_id']!r} (query {row['query_id']!r})"
-        )
+    joined = run_with_passages(run.select("query_id", "doc_id", "rank"), corpus)
     return joined.join(
         queries.select("query_id", "question", "answers"), on="query_id", how="left"
     ).sort("query_id", "rank")
@@ -104,7 +91,7 @@ def llm_annotation_labels(
     corpus: pl.DataFrame,
     reader,
     store=None,
-    dagster_run_id: str | None = None,
+    run_id: str | None = None,
 ) -> pl.DataFrame:
     """1.0 when the reader says the document is relevant (P(yes) >= 0.5); ``p_yes`` kept.
 
@@ -127,7 +114,7 @@ def llm_annotation_labels(
         annotation_fingerprint(reader),
         f"{reader.name}:annotation",
         {"task": ANNOTATION_TASK, "reader": reader.identity()},
-        dagster_run_id=dagster_run_id,
+        run_id=run_id,
         chunk=max(1, len(subjects)),
     )
     p_yes = [float(v) for v in outputs]

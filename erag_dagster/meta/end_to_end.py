@@ -18,10 +18,11 @@ import polars as pl
 
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
-from erag_dagster.labels.store import generation_key, sha256_text
+from erag_dagster.labels.store import generation_key
 from erag_dagster.metrics.downstream import get_downstream_metric
-from erag_dagster.readers.prompts import reader_passage
+from erag_dagster.readers.passages import run_with_passages
 
 Log = Callable[[str], None]
 
@@ -46,21 +47,8 @@ def context_lists(
     """
     if k < 1:
         raise InputError(f"end-to-end k must be >= 1, got {k}")
-    top = run.filter(pl.col("rank") <= k)
-    unknown = top.join(corpus.select("doc_id"), on="doc_id", how="anti")
-    if unknown.height:
-        row = unknown.row(0, named=True)
-        raise InputError(
-            f"run names unknown document {row['doc_id']!r} for query {row['query_id']!r}"
-        )
-    texts = corpus.select("doc_id").with_columns(
-        passage=pl.Series(
-            [reader_passage(t, x) for t, x in corpus.select("title", "text").rows()],
-            dtype=pl.String,
-        )
-    )
     lists = (
-        top.join(texts, on="doc_id", how="left")
+        run_with_passages(run.filter(pl.col("rank") <= k), corpus)
         .sort("query_id", "rank")
         .group_by("query_id", maintain_order=True)
         .agg(pl.col("passage"))
@@ -82,7 +70,7 @@ def evaluate_end_to_end(
     k: int,
     log: Log | None = None,
     store=None,
-    dagster_run_id: str | None = None,
+    run_id: str | None = None,
 ) -> EndToEndResult:
     """Answer every query of ``run`` from its top-``k`` documents; score with ``metric``.
 
@@ -130,7 +118,7 @@ def evaluate_end_to_end(
         end_to_end_fingerprint(reader),
         f"{reader.name}:end_to_end",
         {"task": E2E_TASK, "reader": reader.identity()},
-        dagster_run_id=dagster_run_id,
+        run_id=run_id,
         chunk=32,
         progress=progress,
     )

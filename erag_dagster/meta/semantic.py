@@ -73,6 +73,7 @@ from sklearn.metrics import cohen_kappa_score
 
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
+from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.dense import passage_texts
 from erag_dagster.retrieval.encoder import TextEncoder
 
@@ -254,16 +255,8 @@ def semantic_labels(
         return pl.DataFrame(schema=LABEL_SCHEMA)
     encoder = encoder or TextEncoder()
 
-    passages = corpus.select("doc_id", passage=pl.Series(passage_texts(corpus)))
-    missing_doc = rows.join(passages, on="doc_id", how="anti")
-    if missing_doc.height:
-        raise InputError(
-            f"run document {missing_doc['doc_id'][0]!r} (query {missing_doc['query_id'][0]!r}) "
-            "is not in the corpus"
-        )
-    missing_q = rows.join(queries, on="query_id", how="anti")
-    if missing_q.height:
-        raise InputError(f"run query {missing_q['query_id'][0]!r} is not in the queries table")
+    with_text = run_with_passages(rows, corpus, render=passage_texts)
+    check_run_queries(rows, queries)
 
     asked = queries.join(rows.select("query_id").unique(), on="query_id", how="semi")
     if against == "answer":
@@ -271,7 +264,7 @@ def semantic_labels(
         refs = asked.select("query_id", reference=pl.col("answers")).explode("reference")
     else:
         refs = asked.select("query_id", reference=pl.col("question"))
-    pairs = rows.join(passages, on="doc_id", how="left").join(refs, on="query_id", how="inner")
+    pairs = with_text.join(refs, on="query_id", how="inner")
     ref_texts = pairs.get_column("reference").fill_null("").to_list()
     cand_texts = pairs.get_column("passage").to_list()
     if method == "cosine":

@@ -48,7 +48,6 @@ quirks included (see :mod:`erag_dagster.metrics.erag_compat`).
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +55,7 @@ import polars as pl
 import pytrec_eval
 
 from erag_dagster.errors import InputError
+from erag_dagster.labels.label_value import checked_label
 from erag_dagster.metrics.names import LIST_FAMILIES, MetricName, parse_metric_names
 
 COMPAT_MODES: tuple[str, ...] = ("erag",)
@@ -187,20 +187,9 @@ def _pytrec_binary(
 
 
 def check_label(query_id: str, rank: int, label: object) -> float:
-    """``label`` as a float in ``[0, 1]``, or :class:`InputError` naming the query and rank."""
-    if not isinstance(label, numbers.Real):
-        raise InputError(f"query {query_id!r} rank {rank}: label {label!r} is not a number")
-    try:
-        value = float(label)
-    except OverflowError:
-        raise InputError(
-            f"query {query_id!r} rank {rank}: label {label!r} is outside [0, 1]"
-        ) from None
-    if math.isnan(value):
-        raise InputError(f"query {query_id!r} rank {rank}: label is NaN")
-    if not 0.0 <= value <= 1.0:
-        raise InputError(f"query {query_id!r} rank {rank}: label {value!r} is outside [0, 1]")
-    return value
+    """``label`` as a float in ``[0, 1]``, or :class:`InputError` naming the query and rank
+    (the rule: :func:`erag_dagster.labels.label_value.checked_label`)."""
+    return checked_label(label, f"query {query_id!r} rank {rank}")
 
 
 def _check_lists(labels: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:

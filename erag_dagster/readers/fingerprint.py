@@ -25,30 +25,19 @@ fingerprint, just computed under a different batch layout.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import torch
 
 from erag_dagster.devices import cpu_supports_bf16, resolve_device
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_json
 from erag_dagster.readers.models import ModelSource, resolve_model
 from erag_dagster.readers.prompts import POSTPROCESS_VERSION
 from erag_dagster.readers.spec import ReaderSpec
 
 FINGERPRINT_VERSION = 1
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, UTF-8 kept: the byte string every hash here is taken over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sha256_json(value: Any) -> str:
-    """sha256 hex of :func:`canonical_json` of ``value``."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
 def short(fingerprint: str) -> str:

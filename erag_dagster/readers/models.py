@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import json
 import os
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_file
 from erag_dagster.paths import atomic_write_text, model_cache_dir
 from erag_dagster.readers.spec import ReaderSpec
 
@@ -77,11 +77,7 @@ def file_sha256(path: Path | str) -> str:
     disk = _disk_hash_cache()
     digest = disk.get(disk_key)
     if not isinstance(digest, str) or len(digest) != 64:
-        h = hashlib.sha256()
-        with open(resolved, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-        digest = h.hexdigest()
+        digest = sha256_file(resolved)
         disk = _disk_hash_cache()  # re-read: another process may have added entries
         disk[disk_key] = digest
         with contextlib.suppress(OSError):

@@ -27,7 +27,7 @@ import inspect
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -62,6 +62,8 @@ __all__ = [
 
 #: On CPU, a batch's padded positions stay within (1 + this) x its real prompt tokens.
 CPU_PAD_SLACK = 0.25
+OnBatch = Callable[[list[int], list[str]], None]
+"""Called after each model batch with the item positions it answered and their answers."""
 _YES_WORDS = ("yes", "Yes", " yes", " Yes", "YES")
 _NO_WORDS = ("no", "No", " no", " No", "NO")
 
@@ -383,17 +385,21 @@ class TransformersReader:
         if batch:
             yield batch
 
-    def answer(self, items: Sequence[tuple[str, str]]) -> list[str]:
+    def answer(
+        self, items: Sequence[tuple[str, str]], on_batch: OnBatch | None = None
+    ) -> list[str]:
         """Answer each ``(question, passage)`` from that passage alone; input order kept.
 
         Passages longer than the prompt budget (``max_input_tokens``, else the model's context
         minus ``max_new_tokens``) are cut at token level. An empty ``items`` returns ``[]``.
+        ``on_batch(indices, answers)`` is called after each model batch with the positions in
+        ``items`` it answered (so a caller can keep answers as they come).
         """
         if not items:
             return []
         limit = self._input_limit(None)
         prompts = [self._fitted_ids(q, [p], limit) for q, p in items]
-        return self._generate(prompts)
+        return self._generate(prompts, on_batch)
 
     def answer_with_context(
         self, question: str, passages: Sequence[str], max_input_tokens: int | None = None
@@ -412,15 +418,18 @@ class TransformersReader:
         self,
         items: Sequence[tuple[str, Sequence[str]]],
         max_input_tokens: int | None = None,
+        on_batch: OnBatch | None = None,
     ) -> list[str]:
         """Batched :meth:`answer_with_context` for ``(question, passages)`` items (order kept);
-        same prompts and truncation policy, so the answers are the same up to batching."""
+        same prompts and truncation policy, so the answers are the same up to batching.
+        ``on_batch`` as in :meth:`answer`."""
         if not items:
             return []
         limit = self._input_limit(max_input_tokens)
-        return self._generate([self._fitted_ids(q, list(ps), limit) for q, ps in items])
+        prompts = [self._fitted_ids(q, list(ps), limit) for q, ps in items]
+        return self._generate(prompts, on_batch)
 
-    def _generate(self, prompts: list[list[int]]) -> list[str]:
+    def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
         loaded = self._ensure()
         tok = loaded.tokenizer
         pad = tok.pad_token_id
@@ -455,6 +464,8 @@ class TransformersReader:
                         seconds=seconds,
                     )
                 )
+                if on_batch is not None:
+                    on_batch(chunk, [answers[i] for i in chunk])
         return answers
 
     # -- relevance -----------------------------------------------------------------------------

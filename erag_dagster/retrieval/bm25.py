@@ -11,7 +11,6 @@ it is built in a temporary folder and renamed into place (atomic: a crash leaves
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_frame
 from erag_dagster.java import ensure_jvm
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score
 
@@ -31,10 +31,7 @@ Log = Callable[[str], None]
 
 def corpus_fingerprint(corpus: pl.DataFrame) -> str:
     """sha256 (hex) over the corpus rows ``doc_id, title, text`` (as JSON lines) in their order."""
-    digest = hashlib.sha256()
-    for frame in corpus.select("doc_id", "title", "text").iter_slices(50_000):
-        digest.update(frame.write_ndjson().encode("utf-8"))
-    return digest.hexdigest()
+    return sha256_frame(corpus.select("doc_id", "title", "text"))
 
 
 def lucene_contents(corpus: pl.DataFrame) -> pl.DataFrame:

@@ -8,7 +8,6 @@ corpus hash and the encoder identity; written to a temporary folder and renamed 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_text
 from erag_dagster.retrieval.bm25 import corpus_fingerprint
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score
@@ -82,10 +82,11 @@ def search_vectors(
 
 def dense_index_key(corpus: pl.DataFrame, encoder: TextEncoder) -> str:
     """Folder name: hash of the corpus content and the encoder identity."""
+    # json.dumps' default spacing, not canonical_json: the folder names of existing indexes.
     blob = json.dumps(
         {"corpus": corpus_fingerprint(corpus), "encoder": encoder.identity()}, sort_keys=True
     )
-    return "dense-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return "dense-" + sha256_text(blob)[:16]
 
 
 def build_dense_index(

@@ -51,7 +51,7 @@ import torch
 from erag_dagster.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.list_metrics import ListMetricReport
-from erag_dagster.readers.prompts import reader_passage
+from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score, top_k
 from erag_dagster.stats.significance import compare_paired
 
@@ -223,26 +223,10 @@ def rerank(
     first = top_k(rank_by_score(run), top_n).rename({"rank": "first_rank"})
     if first.height == 0:
         return RerankResult(pl.DataFrame(schema=RUN_SCHEMA), 0.0, 0.0, 0, 0, 0.0)
-    # Only the documents the run names are rendered (the corpus may be large).
-    docs = corpus.select(pl.col("doc_id").cast(pl.String), "title", "text").join(
-        first.select("doc_id").unique(), on="doc_id", how="semi"
-    )
-    passages = docs.select(
-        "doc_id",
-        passage=pl.struct("title", "text").map_elements(
-            lambda row: reader_passage(row["title"], row["text"]), return_dtype=pl.String
-        ),
-    )
-    pairs = first.join(
+    check_run_queries(first, queries)
+    pairs = run_with_passages(first, corpus).join(
         queries.select(pl.col("query_id").cast(pl.String), "question"), on="query_id", how="left"
-    ).join(passages, on="doc_id", how="left")
-    for column, what in (("question", "query_id"), ("passage", "doc_id")):
-        missing = pairs.filter(pl.col(column).is_null())
-        if missing.height:
-            raise InputError(
-                f"run {what} {missing[what][0]!r} is not in the "
-                f"{'queries' if column == 'question' else 'corpus'}"
-            )
+    )
     items = list(zip(pairs["question"].to_list(), pairs["passage"].to_list(), strict=True))
     n_queries = pairs["query_id"].n_unique()
 
