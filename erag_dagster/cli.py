@@ -290,7 +290,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from erag_dagster.labels.store import LabelStore
     from erag_dagster.paths import storage_root
 
-    path = args.store or str(storage_root() / "labels.sqlite")
+    path = args.store or str(storage_root(writable=False) / "labels.sqlite")
     if not Path(path).is_file():
         raise InputError(f"{path}: no label store here (run labelling first or pass --store)")
     with concerning(path):

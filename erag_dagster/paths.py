@@ -24,10 +24,12 @@ from pathlib import Path
 from erag_dagster.errors import InputError, StorageError
 
 
-def storage_root() -> Path:
+def storage_root(writable: bool = True) -> Path:
     """Return (and create) the storage root described in the module docstring.
 
     Raises :class:`StorageError` when the root is a file or cannot be created or written.
+    ``writable=False`` (readers such as ``audit``, which may run on read-only media) neither
+    creates the root nor checks that it is writable; a root that is a file is still refused.
     """
     if env := os.environ.get("ERAG_STORAGE"):
         root, chosen_by = Path(env), "ERAG_STORAGE"
@@ -35,6 +37,13 @@ def storage_root() -> Path:
         root, chosen_by = Path(home) / "storage" / "erag", "DAGSTER_HOME"
     else:
         root, chosen_by = Path.cwd() / ".erag_storage", "the working directory"
+    if not writable:
+        if root.exists() and not root.is_dir():
+            raise StorageError(
+                f"{root}: the storage root (from {chosen_by}) is a file, not a folder; "
+                "set ERAG_STORAGE to a folder"
+            )
+        return root
     _writable_folder(
         root, f"storage root (from {chosen_by})", "set ERAG_STORAGE to a writable folder"
     )

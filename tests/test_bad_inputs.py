@@ -136,7 +136,7 @@ CASES = [
     ("truncated store", [*AUDIT, "--store", "truncated.sqlite"], {}, 1, ["truncated.sqlite"]),
     ("ERAG_STORAGE is a file", AUDIT, {"ERAG_STORAGE": "a-file"}, 1,
      ["a-file", "ERAG_STORAGE", "not a folder"]),
-    ("ERAG_STORAGE cannot be created", AUDIT, {"ERAG_STORAGE": "/proc/erag-storage"}, 1,
+    ("ERAG_STORAGE cannot be created", RETRIEVE, {"ERAG_STORAGE": "/proc/erag-storage"}, 1,
      ["/proc/erag-storage", "ERAG_STORAGE"]),
     ("unknown option", ["score", "--labels", "x.json", "--metrics", "P@1", "--bogus"], {}, 2,
      ["--bogus", "--help"]),
