@@ -37,14 +37,14 @@ def end_to_end_at_depths(
     ks: Sequence[int],
     log: Log | None = None,
     store=None,
-    dagster_run_id: str | None = None,
+    run_id: str | None = None,
 ) -> EndToEndScores:
     """The reader answers from the top-``k`` documents together, for every ``k`` in ``ks``."""
     frames, seconds = [], 0.0
     for k in ks:
         result = evaluate_end_to_end(
             run, queries, corpus, reader, metric, k, log, store=store,
-            dagster_run_id=dagster_run_id,
+            run_id=run_id,
         )  # fmt: skip
         frames.append(result.scores)
         seconds += result.seconds
@@ -59,7 +59,7 @@ def baseline_label_set(
     encoder,
     reader,
     store=None,
-    dagster_run_id: str | None = None,
+    run_id: str | None = None,
     log: Log | None = None,
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
@@ -74,7 +74,7 @@ def baseline_label_set(
     if log is not None:
         log(f"LLM annotation of {run.height} (question, document) pairs")
     parts["llm_annotation"] = llm_annotation_labels(
-        run, queries, corpus, reader, store=store, dagster_run_id=dagster_run_id
+        run, queries, corpus, reader, store=store, run_id=run_id
     )
     return pl.concat(
         [
