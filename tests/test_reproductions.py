@@ -32,17 +32,27 @@ ENTRIES = load_reproductions()
 
 
 @pytest.fixture(scope="session")
-def conditions(shared_data: Path, tmp_path_factory: pytest.TempPathFactory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ERAG_STORAGE", str(tmp_path_factory.mktemp("repro-storage")))
-        yield Conditions(shared_data)
+def conditions(shared_data: Path) -> Conditions:
+    return Conditions(shared_data)
+
+
+@pytest.fixture(scope="session")
+def repro_storage(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One storage root (indexes) for every entry of the session, set only while computing."""
+    return tmp_path_factory.mktemp("repro-storage")
 
 
 @pytest.mark.parametrize(
     "entry",
     [pytest.param(e, id=e.id, marks=[pytest.mark.slow] if e.slow else []) for e in ENTRIES],
 )
-def test_reproduction(conditions: Conditions, entry: Reproduction) -> None:
+def test_reproduction(
+    conditions: Conditions,
+    repro_storage: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    entry: Reproduction,
+) -> None:
+    monkeypatch.setenv("ERAG_STORAGE", str(repro_storage))
     try:
         value = conditions.value(entry)
     except Skip as reason:
