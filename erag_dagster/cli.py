@@ -30,7 +30,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: a bad argument is an :class:`InputError` (exit 2)."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message} (see {self.prog} --help)")
+        command = self.prog.removeprefix("erag-dagster").strip()
+        raise InputError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
 
 
 def _count(text: str) -> int:

@@ -90,6 +90,10 @@ def bad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "k1.yaml").write_text(
         'retrievers:\n  bm25:\n    kind: bm25\n    k1: "abc"\nreaders:\n  r:\n    model: m\n'
     )
+    (tmp_path / "evalk.yaml").write_text(
+        "retrievers:\n  bm25:\n    kind: bm25\nreaders:\n  r:\n    model: m\n"
+        "evaluation:\n  k: abc\n"
+    )
     (tmp_path / "typo.yaml").write_text(
         "retrievers:\n  bm25:\n    kind: bm25\n    k1: 0.9\n    bb: 0.4\n"
         "readers:\n  r:\n    model: m\n"
@@ -125,6 +129,8 @@ CASES = [
     ("k zero", [*RETRIEVE, "--k", "0"], {}, 2, ["--k", "0 is not between 1"]),
     ("k not a number", [*RETRIEVE, "--k", "ten"], {}, 2, ["--k", "'ten'"]),
     ("registry k1 abc", [*RETRIEVE, "--registry", "k1.yaml"], {}, 2, ["k1.yaml", "'bm25'", "k1"]),
+    ("registry evaluation k", [*RETRIEVE, "--registry", "evalk.yaml"], {}, 2,
+     ["evalk.yaml", "evaluation k", "'abc'"]),
     ("registry unknown key", [*RETRIEVE, "--registry", "typo.yaml"], {}, 2,
      ["typo.yaml", "'bm25'", "unknown key 'bb'"]),
     ("unwritable --output",
