@@ -252,3 +252,17 @@ def test_names_that_abort_the_reference_process_are_refused(metric: str) -> None
     assert child.returncode != 0 and "survived" not in child.stdout
     with pytest.raises(InputError, match="not a pytrec_eval result key"):
         evaluate_labels({"q": [1, 0, 1]}, [metric], compat="erag")
+
+
+def test_compat_modes_come_from_a_provider_table_without_an_import_cycle() -> None:
+    import subprocess
+    import sys
+
+    from erag_dagster.metrics.erag_compat import erag_eval_labels
+    from erag_dagster.metrics.list_metrics import COMPAT_MODES, COMPAT_PROVIDERS
+
+    assert COMPAT_PROVIDERS == {"erag": erag_eval_labels} and COMPAT_MODES == ("erag",)
+    # either module imports first on its own (no module-level cycle between them)
+    for first in ("erag_compat", "list_metrics"):
+        code = f"import erag_dagster.metrics.{first}; import erag_dagster.metrics.report"
+        assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -47,8 +47,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import pytrec_eval
 
 from erag_dagster.errors import InputError
-from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.metrics.names import trec_measure_key
+from erag_dagster.metrics.report import ListMetricReport
 
 REFERENCE = "erag 0.0.1"
 _GRADED_FAMILIES = frozenset({"success", "P"})

@@ -43,8 +43,8 @@ import polars as pl
 import pytrec_eval
 
 from erag_dagster.errors import InputError, where
-from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.metrics.names import MetricName, parse_metric_names
+from erag_dagster.metrics.report import ListMetricReport
 
 #: trec_eval's floor for geometric means (``MIN_GEO_MEAN`` in trec_eval).
 MIN_GEO_MEAN = 0.00001

@@ -48,32 +48,23 @@ quirks included (see :mod:`erag_dagster.metrics.erag_compat`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import polars as pl
 import pytrec_eval
 
 from erag_dagster.errors import InputError
 from erag_dagster.labels.label_value import checked_label
+from erag_dagster.metrics.erag_compat import erag_eval_labels
 from erag_dagster.metrics.names import LIST_FAMILIES, MetricName, parse_metric_names
+from erag_dagster.metrics.report import ListMetricReport
 
-COMPAT_MODES: tuple[str, ...] = ("erag",)
+CompatProvider = Callable[[Mapping[str, Sequence[float]], Sequence[str]], ListMetricReport]
 
+COMPAT_PROVIDERS: dict[str, CompatProvider] = {"erag": erag_eval_labels}
+"""``compat=`` mode → the evaluator that reproduces that reference implementation."""
 
-@dataclass(frozen=True)
-class ListMetricReport:
-    """Per-query and aggregate metric values.
-
-    ``per_query[query_id][metric]`` and ``aggregate[metric]`` are keyed by the metric names
-    exactly as the caller gave them. ``dropped_queries`` lists queries that were not scored and
-    are not in the aggregate (only :func:`~erag_dagster.metrics.human.evaluate_run` drops any:
-    run queries without judgments, as trec_eval does).
-    """
-
-    per_query: dict[str, dict[str, float]]
-    aggregate: dict[str, float]
-    dropped_queries: tuple[str, ...] = field(default=())
+COMPAT_MODES: tuple[str, ...] = tuple(COMPAT_PROVIDERS)
 
 
 # --- graded kernels (pure functions over labels in rank order) --------------------------------
@@ -223,11 +214,10 @@ def evaluate_labels(
     names then in pytrec_eval spelling only) or raises :class:`InputError` where it fails.
     """
     if compat is not None:
-        if compat not in COMPAT_MODES:
+        provider = COMPAT_PROVIDERS.get(compat)
+        if provider is None:
             raise InputError(f"unknown compat mode {compat!r}; known: {', '.join(COMPAT_MODES)}")
-        from erag_dagster.metrics.erag_compat import erag_eval_labels
-
-        return erag_eval_labels(labels, metrics)
+        return provider(labels, metrics)
 
     parsed = parse_metric_names(metrics)
     for metric in parsed:

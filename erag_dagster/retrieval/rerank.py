@@ -50,7 +50,7 @@ import torch
 
 from erag_dagster.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
-from erag_dagster.metrics.list_metrics import ListMetricReport
+from erag_dagster.metrics.report import ListMetricReport
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score, top_k
 from erag_dagster.stats.significance import compare_paired
