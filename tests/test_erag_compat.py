@@ -261,7 +261,7 @@ def test_compat_modes_come_from_a_provider_table_without_an_import_cycle() -> No
     from erag_dagster.metrics.erag_compat import erag_eval_labels
     from erag_dagster.metrics.list_metrics import COMPAT_MODES, COMPAT_PROVIDERS
 
-    assert COMPAT_PROVIDERS == {"erag": erag_eval_labels} and COMPAT_MODES == ("erag",)
+    assert {"erag": erag_eval_labels} == COMPAT_PROVIDERS and COMPAT_MODES == ("erag",)
     # either module imports first on its own (no module-level cycle between them)
     for first in ("erag_compat", "list_metrics"):
         code = f"import erag_dagster.metrics.{first}; import erag_dagster.metrics.report"
