@@ -19,7 +19,7 @@ from erag_dagster.data.formats.records import (
     unique_nonempty,
 )
 from erag_dagster.data.schema import MAX_RELEVANCE, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from erag_dagster.errors import InputError, where
+from erag_dagster.errors import InputError, concerning, where
 
 
 class BeirFiles(NamedTuple):
@@ -134,7 +134,7 @@ def _read_qrels_tsv(path: Path) -> tuple[pl.DataFrame, list[int]]:
     lines: list[int] = []
     seen: dict[tuple[str, str], int] = {}
     first = True
-    with open(path, encoding="utf-8", errors="strict") as handle:
+    with concerning(path), open(path, encoding="utf-8", errors="strict") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
