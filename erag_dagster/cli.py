@@ -174,10 +174,11 @@ def cmd_label(args: argparse.Namespace) -> int:
         run = read_trec_run(args.run)
     if args.k:
         run = top_k(run, args.k)
-    reader = _reader_from_arg(args.reader, registry)
     store_path = args.store or str(storage_root() / "labels.sqlite")
     with concerning(store_path):
-        store = LabelStore(store_path)
+        store = LabelStore(store_path)  # opened before the reader loads: a bad store fails fast
+    reader = _reader_from_arg(args.reader, registry)
+    with concerning(store_path):
         result = label_run(
             run, ds.queries, ds.corpus, reader, args.metric, store,
             log=lambda m: print(m, file=sys.stderr),
