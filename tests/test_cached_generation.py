@@ -12,7 +12,6 @@ from erag_dagster.labels.cached import (
     CommitPolicy,
     Subject,
     generate_stored,
-    stored_or_generated,
     task_fingerprint,
 )
 from erag_dagster.labels.store import LabelStore
@@ -41,9 +40,10 @@ class Recorder:
 
 
 def _run(store: LabelStore | None, generate: Recorder, chunk: int = 2) -> tuple[list[str], int]:
-    return stored_or_generated(
-        SUBJECTS, generate, store, FP, "reader:test", {"task": "test-task/v1"}, chunk=chunk
+    done = generate_stored(
+        SUBJECTS, generate, store, FP, "reader:test", {"task": "test-task/v1"}, step=chunk
     )
+    return done.outputs, done.generated
 
 
 def test_each_distinct_subject_is_generated_once_and_outputs_follow_input_order(
@@ -85,8 +85,8 @@ def test_without_a_store_everything_is_generated() -> None:
 
 def test_a_generator_returning_the_wrong_count_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="returned 1 outputs for 2 inputs"):
-        stored_or_generated(
-            SUBJECTS, lambda part: ["x"], LabelStore(tmp_path / "s.sqlite"), FP, "r", {}, chunk=2
+        generate_stored(
+            SUBJECTS, lambda part: ["x"], LabelStore(tmp_path / "s.sqlite"), FP, "r", {}, step=2
         )
 
 

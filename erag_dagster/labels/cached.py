@@ -29,6 +29,7 @@ every answer was generated; ``gen_seconds`` is its step's wall time divided by t
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,13 +52,16 @@ __all__ = [
     "DEFAULT_COMMIT",
     "CommitPolicy",
     "Generated",
+    "OnBatch",
     "Subject",
+    "accepts_on_batch",
     "generate_stored",
-    "stored_or_generated",
     "task_fingerprint",
 ]
 
 Log = Callable[[str], None]
+OnBatch = Callable[[list[int], Sequence[str | None]], None]
+"""``on_batch(positions, outputs)``: outputs of a generator call as they come (see below)."""
 
 
 @dataclass(frozen=True)
@@ -283,33 +287,9 @@ class _Pending:
         self.last_commit = time.monotonic()
 
 
-def stored_or_generated(
-    subjects: Sequence[Subject],
-    generate: Callable[[list[int]], Sequence[str | None]],
-    store: LabelStore | None,
-    fingerprint: str,
-    reader_name: str,
-    identity: Mapping[str, Any],
-    run_id: str | None = None,
-    chunk: int = 64,
-    progress: Callable[[int, int], None] | None = None,
-    commit: CommitPolicy | None = None,
-) -> tuple[list[str], int]:
-    """:func:`generate_stored` with ``chunk`` subjects per generator call; returns the outputs
-    (input order) and how many distinct keys were generated now."""
-    done = generate_stored(
-        subjects,
-        generate,
-        store,
-        fingerprint,
-        reader_name,
-        identity,
-        run_id=run_id,
-        step=chunk,
-        commit=commit,
-        progress=progress,
-    )
-    return done.outputs, done.generated
+def accepts_on_batch(method: Callable[..., Any]) -> bool:
+    """Whether a reader method takes ``on_batch`` (then :func:`generate_stored` can stream)."""
+    return "on_batch" in inspect.signature(method).parameters
 
 
 def _commit(store: LabelStore, frame: pl.DataFrame, policy: CommitPolicy, log: Log | None) -> None:

@@ -22,7 +22,6 @@ NaN or outside [0, 1]. Duplicate (query, doc) rows in a run are labelled alike.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,13 @@ import polars as pl
 
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
-from erag_dagster.labels.cached import CommitPolicy, Subject, generate_stored
+from erag_dagster.labels.cached import (
+    CommitPolicy,
+    OnBatch,
+    Subject,
+    accepts_on_batch,
+    generate_stored,
+)
 from erag_dagster.labels.label_value import checked_label
 from erag_dagster.labels.store import LabelStore, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
@@ -116,10 +121,9 @@ def label_run(
         f"labelling {rows.height} run rows = {pairs.height} distinct pairs with reader "
         f"{getattr(reader, 'name', '?')} ({fingerprint[:16]})"
     )
-    streams = "on_batch" in inspect.signature(reader.answer).parameters
     began = time.perf_counter()
 
-    def generate(part: list[int], on_batch: Any = None) -> list[str]:
+    def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
         items = [(subjects[i].question, subjects[i].text) for i in part]
         if on_batch is None:
             return reader.answer(items)
@@ -139,7 +143,7 @@ def label_run(
         spec=_spec_dict(reader),
         run_id=run_id,
         step=policy.every_pairs,
-        streams=streams,
+        streams=accepts_on_batch(reader.answer),
         commit=policy,
         progress=progress,
         log=say,

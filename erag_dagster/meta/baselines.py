@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
+from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
 from erag_dagster.metrics.downstream import answer_containment
 from erag_dagster.readers.passages import run_with_passages
 
@@ -107,7 +107,7 @@ def llm_annotation_labels(
             joined["query_id"].to_list(), joined["doc_id"].to_list(), items, strict=True
         )
     ]
-    outputs, _ = stored_or_generated(
+    outputs = generate_stored(
         subjects,
         lambda part: [repr(float(v)) for v in reader.yes_probability([items[i] for i in part])],
         store,
@@ -115,8 +115,8 @@ def llm_annotation_labels(
         f"{reader.name}:annotation",
         {"task": ANNOTATION_TASK, "reader": reader.identity()},
         run_id=run_id,
-        chunk=max(1, len(subjects)),
-    )
+        step=max(1, len(subjects)),
+    ).outputs
     p_yes = [float(v) for v in outputs]
     return joined.with_columns(
         p_yes=pl.Series(p_yes, dtype=pl.Float64),

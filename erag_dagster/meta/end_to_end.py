@@ -19,7 +19,13 @@ import polars as pl
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
-from erag_dagster.labels.cached import Subject, stored_or_generated, task_fingerprint
+from erag_dagster.labels.cached import (
+    OnBatch,
+    Subject,
+    accepts_on_batch,
+    generate_stored,
+    task_fingerprint,
+)
 from erag_dagster.labels.store import generation_key
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.passages import run_with_passages
@@ -98,10 +104,11 @@ def evaluate_end_to_end(
         for r in rows
     ]
 
-    def generate(part: list[int]) -> list[str]:
-        return reader.answer_with_contexts(
-            [(rows[i]["question"], rows[i]["passages"]) for i in part]
-        )
+    def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
+        items = [(rows[rest[j]]["question"], rows[rest[j]]["passages"]) for j in part]
+        if on_batch is None:
+            return reader.answer_with_contexts(items)
+        return reader.answer_with_contexts(items, on_batch=on_batch)
 
     def progress(done: int, total: int) -> None:
         if log:
@@ -111,19 +118,21 @@ def evaluate_end_to_end(
     # At k = 1 the prompt is the eRAG prompt of the top document: reuse its stored answer.
     reused = _erag_answers(store, reader, subjects, rows) if k == 1 and store is not None else {}
     rest = [i for i in range(len(rows)) if i not in reused]
-    fresh, generated = stored_or_generated(
+    done = generate_stored(
         [subjects[i] for i in rest],
-        lambda part: generate([rest[j] for j in part]),
+        generate,
         store,
         end_to_end_fingerprint(reader),
         f"{reader.name}:end_to_end",
         {"task": E2E_TASK, "reader": reader.identity()},
         run_id=run_id,
-        chunk=32,
+        step=32,
+        streams=accepts_on_batch(reader.answer_with_contexts),
         progress=progress,
     )
+    generated = done.generated
     answers = [reused.get(i, "") for i in range(len(rows))]
-    for i, answer in zip(rest, fresh, strict=True):
+    for i, answer in zip(rest, done.outputs, strict=True):
         answers[i] = answer
     seconds = time.perf_counter() - started
     if log and generated < len(rows):
