@@ -14,6 +14,7 @@ import pytest
 
 from erag_dagster.errors import InputError
 from erag_dagster.readers import models
+from erag_dagster.readers.batching import length_batches
 from erag_dagster.readers.fingerprint import reader_fingerprint
 from erag_dagster.readers.prompts import (
     build_context_prompt,
@@ -22,7 +23,11 @@ from erag_dagster.readers.prompts import (
     render_template,
 )
 from erag_dagster.readers.spec import PACKAGED_DEFAULT, ReaderSpec
-from erag_dagster.readers.transformers_reader import TransformersReader, reader_from_config
+from erag_dagster.readers.transformers_reader import (
+    CPU_PAD_SLACK,
+    TransformersReader,
+    reader_from_config,
+)
 
 # (question, passage, gold answers): easy items the 135M model answers in fp32.
 EASY = [
@@ -303,12 +308,12 @@ def test_conversion_cache_converts_once_under_concurrency(
 
 
 def test_cpu_batches_cap_size_and_padding() -> None:
-    cpu = reader_from_config("b", {**FP32, "batch_size": 4})  # batching needs no model
     prompts = [[0] * n for n in (10, 10, 11, 12, 30, 31, 100)]
-    order = list(range(len(prompts)))
-    assert list(cpu._batches(order, prompts)) == [[0, 1, 2, 3], [4, 5], [6]]
+    batches = list(length_batches(prompts, 4, CPU_PAD_SLACK))  # batching needs no model
+    assert batches == [[0, 1, 2, 3], [4, 5], [6]]
+    assert next(length_batches(prompts[::-1], 4, CPU_PAD_SLACK)) == [5, 6, 4, 3]  # by length
     # padded positions never exceed 1.25 x real tokens (a singleton pads nothing)
-    for batch in cpu._batches(order, prompts):
+    for batch in batches:
         width = max(len(prompts[i]) for i in batch)
         real = sum(len(prompts[i]) for i in batch)
         assert width * len(batch) <= 1.25 * real

@@ -21,14 +21,12 @@ generated tokens, seconds), so a benchmark can compute ``2 × num_parameters × 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import inspect
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -36,13 +34,27 @@ import torch
 
 from erag_dagster.devices import resolve_device
 from erag_dagster.errors import InputError
+from erag_dagster.readers.batching import (
+    BatchTiming,
+    length_batches,
+    pad_batch,
+    until_eos,
+    word_ids,
+)
 from erag_dagster.readers.fingerprint import (
     fingerprint_of,
     reader_identity,
     resolve_reader_dtype,
     short,
 )
-from erag_dagster.readers.models import ModelSource, load_folder_kwargs, resolve_model
+from erag_dagster.readers.loading import (
+    LoadedModel,
+    eos_ids,
+    generation_config,
+    load_model,
+    torch_threads,
+)
+from erag_dagster.readers.models import ModelSource, resolve_model
 from erag_dagster.readers.prompts import (
     RELEVANCE_SYSTEM_PROMPT,
     RELEVANCE_TEMPLATE,
@@ -68,39 +80,7 @@ _YES_WORDS = ("yes", "Yes", " yes", " Yes", "YES")
 _NO_WORDS = ("no", "No", " no", " No", "NO")
 
 
-@dataclass(frozen=True)
-class BatchTiming:
-    """One forward/generate call: ``kind`` is ``generate`` or ``score``; tokens are real
-    (non-padding) tokens; ``padded_tokens`` counts the padded input positions processed."""
-
-    kind: str
-    size: int
-    prompt_tokens: int
-    generated_tokens: int
-    padded_tokens: int
-    seconds: float
-
-    @property
-    def tokens(self) -> int:
-        """Tokens processed: prompt tokens + generated tokens."""
-        return self.prompt_tokens + self.generated_tokens
-
-
-@dataclass
-class _Loaded:
-    model: Any
-    tokenizer: Any
-    device: torch.device
-    dtype: torch.dtype
-    is_seq2seq: bool
-    chat: bool
-    context_length: int
-    num_parameters: int
-    load_seconds: float
-    lock: threading.Lock
-
-
-_LOADED: dict[tuple[str, str], _Loaded] = {}
+_LOADED: dict[tuple[str, str], LoadedModel] = {}
 _LOADED_LOCK = threading.Lock()
 _READERS: weakref.WeakSet[TransformersReader] = weakref.WeakSet()
 
@@ -128,7 +108,7 @@ class TransformersReader:
     def __init__(self, spec: ReaderSpec) -> None:
         self.spec = spec
         self.timings: list[BatchTiming] = []
-        self._loaded: _Loaded | None = None
+        self._loaded: LoadedModel | None = None
 
     # -- identity (no model load needed) -------------------------------------------------------
 
@@ -179,71 +159,18 @@ class TransformersReader:
         self._ensure()
         return self
 
-    def _ensure(self) -> _Loaded:
+    def _ensure(self) -> LoadedModel:
         if self._loaded is not None:
             return self._loaded
         key = (self.fingerprint, str(self.device))
         with _LOADED_LOCK:
             loaded = _LOADED.get(key)
             if loaded is None:
-                loaded = self._load()
+                loaded = load_model(self.spec, self.source, self.dtype, self.device)
                 _LOADED[key] = loaded
             _READERS.add(self)
         self._loaded = loaded
         return loaded
-
-    def _load(self) -> _Loaded:
-        from transformers import (
-            AutoConfig,
-            AutoModelForCausalLM,
-            AutoModelForSeq2SeqLM,
-            AutoTokenizer,
-        )
-        from transformers.utils import logging as hf_logging
-
-        started = time.perf_counter()
-        name_or_path, kwargs = load_folder_kwargs(self.source, self.spec)
-        bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
-            with self._threads():
-                config = AutoConfig.from_pretrained(name_or_path, **kwargs)
-                seq2seq = bool(getattr(config, "is_encoder_decoder", False))
-                auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
-                tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
-                model = auto.from_pretrained(name_or_path, dtype=self.dtype, **kwargs)
-        except OSError as exc:
-            raise InputError(
-                f"reader {self.spec.name!r}: cannot load {name_or_path!r} "
-                f"({str(exc).splitlines()[0]})"
-            ) from None
-        finally:
-            if bars:
-                hf_logging.enable_progress_bar()
-        model.to(self.device)
-        model.eval()
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        context = (
-            getattr(config, "max_position_embeddings", None)
-            or getattr(config, "n_positions", None)
-            or getattr(tokenizer, "model_max_length", None)
-            or 2048
-        )
-        context = min(int(context), 1_000_000)
-        params = sum(p.numel() for p in model.parameters())
-        return _Loaded(
-            model=model,
-            tokenizer=tokenizer,
-            device=self.device,
-            dtype=self.dtype,
-            is_seq2seq=seq2seq,
-            chat=not seq2seq and bool(getattr(tokenizer, "chat_template", None)),
-            context_length=context,
-            num_parameters=params,
-            load_seconds=time.perf_counter() - started,
-            lock=threading.Lock(),
-        )
 
     @property
     def num_parameters(self) -> int:
@@ -269,18 +196,6 @@ class TransformersReader:
         gc.collect()
         if on_cuda and torch.cuda.is_available():
             torch.cuda.empty_cache()
-
-    @contextlib.contextmanager
-    def _threads(self) -> Iterator[None]:
-        """Run with ``spec.num_threads`` torch CPU threads, restoring the previous setting."""
-        previous = torch.get_num_threads()
-        if previous != self.spec.num_threads:
-            torch.set_num_threads(self.spec.num_threads)
-        try:
-            yield
-        finally:
-            if torch.get_num_threads() != previous:
-                torch.set_num_threads(previous)
 
     # -- prompts -------------------------------------------------------------------------------
 
@@ -360,30 +275,41 @@ class TransformersReader:
 
     # -- generation ----------------------------------------------------------------------------
 
-    def _batches(self, order: list[int], prompts: list[list[int]]) -> Iterator[list[int]]:
-        """Consecutive runs of ``order`` (prompt indices sorted by length) forming batches.
-
-        At most ``batch_size`` prompts each; on CPU a batch is also closed before a prompt
-        whose length would make padded positions exceed ``1 + CPU_PAD_SLACK`` times the real
-        tokens (prefill compute is the CPU bottleneck, so padding costs time 1:1; on a GPU
-        padding is nearly free and only ``batch_size`` applies).
-        """
+    def _run_batches(
+        self,
+        prompts: list[list[int]],
+        kind: str,
+        forward: Callable[[LoadedModel, torch.Tensor, torch.Tensor], Any],
+        collect: Callable[[LoadedModel, Any, torch.Tensor], tuple[list[Any], int]],
+        on_batch: OnBatch | None = None,
+    ) -> list[Any]:
+        """The one batch loop: length batches (:func:`length_batches`), padded; ``forward``
+        (timed) runs the model on a batch, ``collect`` turns its output into one value per
+        prompt and the count of generated tokens. Values come back in input order; a
+        :class:`BatchTiming` is recorded and ``on_batch(indices, values)`` called per batch."""
+        loaded = self._ensure()
         slack = CPU_PAD_SLACK if self.device.type == "cpu" else None
-        batch: list[int] = []
-        real = 0
-        for i in order:
-            n = len(prompts[i])
-            full = len(batch) >= self.spec.batch_size
-            too_padded = (
-                slack is not None and batch and n * (len(batch) + 1) > (1 + slack) * (real + n)
-            )
-            if batch and (full or too_padded):
-                yield batch
-                batch, real = [], 0
-            batch.append(i)
-            real += n
-        if batch:
-            yield batch
+        values: list[Any] = [None] * len(prompts)
+        with torch_threads(self.spec.num_threads), loaded.lock, torch.inference_mode():
+            for chunk in length_batches(prompts, self.spec.batch_size, slack):
+                rows = [prompts[i] for i in chunk]
+                left = not loaded.is_seq2seq
+                ids, mask = pad_batch(rows, loaded.tokenizer.pad_token_id, left, loaded.device)
+                began = time.perf_counter()
+                raw = forward(loaded, ids, mask)
+                seconds = time.perf_counter() - began
+                batch_values, generated = collect(loaded, raw, ids)
+                for value, i in zip(batch_values, chunk, strict=True):
+                    values[i] = value
+                prompt_tokens = sum(len(r) for r in rows)
+                self.timings.append(
+                    BatchTiming(
+                        kind, len(chunk), prompt_tokens, generated, int(ids.numel()), seconds
+                    )
+                )
+                if on_batch is not None:
+                    on_batch(chunk, batch_values)
+        return values
 
     def answer(
         self, items: Sequence[tuple[str, str]], on_batch: OnBatch | None = None
@@ -431,42 +357,27 @@ class TransformersReader:
 
     def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
         loaded = self._ensure()
-        tok = loaded.tokenizer
-        pad = tok.pad_token_id
-        eos = _eos_ids(loaded)
-        config = _generation_config(self.spec.max_new_tokens, pad, eos)
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        answers: list[str] = [""] * len(prompts)
-        with self._threads(), loaded.lock, torch.inference_mode():
-            for chunk in self._batches(order, prompts):
-                rows = [prompts[i] for i in chunk]
-                input_ids, mask = _pad(rows, pad, left=not loaded.is_seq2seq, device=loaded.device)
-                began = time.perf_counter()
-                out = loaded.model.generate(
-                    input_ids=input_ids, attention_mask=mask, generation_config=config
-                )
-                if loaded.device.type == "cuda":
-                    torch.cuda.synchronize(loaded.device)
-                seconds = time.perf_counter() - began
-                new = out[:, 1:] if loaded.is_seq2seq else out[:, input_ids.shape[1] :]
-                generated = 0
-                for row, i in zip(new.tolist(), chunk, strict=True):
-                    row = _until_eos(row, eos)
-                    generated += len(row)
-                    answers[i] = postprocess_answer(tok.decode(row, skip_special_tokens=True))
-                self.timings.append(
-                    BatchTiming(
-                        kind="generate",
-                        size=len(chunk),
-                        prompt_tokens=sum(len(r) for r in rows),
-                        generated_tokens=generated,
-                        padded_tokens=int(input_ids.numel()),
-                        seconds=seconds,
-                    )
-                )
-                if on_batch is not None:
-                    on_batch(chunk, [answers[i] for i in chunk])
-        return answers
+        eos = eos_ids(loaded)
+        config = generation_config(self.spec.max_new_tokens, loaded.tokenizer.pad_token_id, eos)
+
+        def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            out = loaded.model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=config
+            )
+            if loaded.device.type == "cuda":
+                torch.cuda.synchronize(loaded.device)
+            return out
+
+        def collect(
+            loaded: LoadedModel, out: torch.Tensor, ids: torch.Tensor
+        ) -> tuple[list[str], int]:
+            new = out[:, 1:] if loaded.is_seq2seq else out[:, ids.shape[1] :]
+            rows = [until_eos(row, eos) for row in new.tolist()]
+            decode = loaded.tokenizer.decode
+            answers = [postprocess_answer(decode(row, skip_special_tokens=True)) for row in rows]
+            return answers, sum(len(row) for row in rows)
+
+        return self._run_batches(prompts, "generate", forward, collect, on_batch)
 
     # -- relevance -----------------------------------------------------------------------------
 
@@ -480,51 +391,38 @@ class TransformersReader:
         if not items:
             return []
         loaded = self._ensure()
-        yes_ids, no_ids = (
-            _word_ids(loaded.tokenizer, _YES_WORDS),
-            _word_ids(loaded.tokenizer, _NO_WORDS),
-        )
+        yes_ids = word_ids(loaded.tokenizer, _YES_WORDS)
+        no_ids = word_ids(loaded.tokenizer, _NO_WORDS)
         if not yes_ids or not no_ids:
             raise InputError(f"reader {self.spec.name!r}: tokenizer has no single 'yes'/'no' token")
         limit = self._input_limit(None)
         prompts = [self._fitted_ids(q, [p], limit, relevance=True) for q, p in items]
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        out: list[float] = [0.0] * len(prompts)
-        model = loaded.model
-        accepts = inspect.signature(model.forward).parameters
-        with self._threads(), loaded.lock, torch.inference_mode():
-            for chunk in self._batches(order, prompts):
-                rows = [prompts[i] for i in chunk]
-                left = not loaded.is_seq2seq
-                ids, mask = _pad(
-                    rows, loaded.tokenizer.pad_token_id, left=left, device=loaded.device
+        accepts = inspect.signature(loaded.model.forward).parameters
+
+        def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> list[float]:
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+            if loaded.is_seq2seq:
+                start_id = loaded.model.config.decoder_start_token_id
+                kwargs["decoder_input_ids"] = torch.full(
+                    (ids.shape[0], 1), start_id, dtype=torch.long, device=loaded.device
                 )
-                began = time.perf_counter()
-                kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-                if loaded.is_seq2seq:
-                    start_id = model.config.decoder_start_token_id
-                    kwargs["decoder_input_ids"] = torch.full(
-                        (len(rows), 1), start_id, dtype=torch.long, device=loaded.device
-                    )
-                else:
-                    if "position_ids" in accepts:
-                        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
-                    if "logits_to_keep" in accepts:
-                        kwargs["logits_to_keep"] = 1
-                logits = model(**kwargs).logits[:, -1, :].float()
-                probs = torch.softmax(logits, dim=-1)
-                p_yes = probs[:, yes_ids].sum(-1)
-                p_no = probs[:, no_ids].sum(-1)
-                ratio = (p_yes / (p_yes + p_no).clamp(min=1e-30)).tolist()
-                seconds = time.perf_counter() - began
-                for value, i in zip(ratio, chunk, strict=True):
-                    out[i] = float(value)
-                self.timings.append(
-                    BatchTiming(
-                        "score", len(chunk), sum(len(r) for r in rows), 0, int(ids.numel()), seconds
-                    )
-                )
-        return out
+            else:
+                if "position_ids" in accepts:
+                    kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+                if "logits_to_keep" in accepts:
+                    kwargs["logits_to_keep"] = 1
+            logits = loaded.model(**kwargs).logits[:, -1, :].float()
+            probs = torch.softmax(logits, dim=-1)
+            p_yes = probs[:, yes_ids].sum(-1)
+            p_no = probs[:, no_ids].sum(-1)
+            return (p_yes / (p_yes + p_no).clamp(min=1e-30)).tolist()
+
+        def collect(
+            loaded: LoadedModel, ratio: list[float], ids: torch.Tensor
+        ) -> tuple[list[float], int]:
+            return [float(value) for value in ratio], 0
+
+        return self._run_batches(prompts, "score", forward, collect)
 
     # -- accounting ----------------------------------------------------------------------------
 
@@ -556,61 +454,3 @@ def _deep_copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_deep_copy(v) for v in value]
     return value
-
-
-def _eos_ids(loaded: _Loaded) -> list[int]:
-    ids: set[int] = set()
-    configured = loaded.model.generation_config.eos_token_id
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured:
-        ids.update(int(i) for i in configured)
-    if loaded.tokenizer.eos_token_id is not None:
-        ids.add(int(loaded.tokenizer.eos_token_id))
-    return sorted(ids)
-
-
-def _generation_config(max_new_tokens: int, pad: int, eos: list[int]) -> Any:
-    from transformers import GenerationConfig
-
-    return GenerationConfig(
-        do_sample=False,
-        num_beams=1,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=pad,
-        eos_token_id=eos,
-    )
-
-
-def _pad(
-    rows: list[list[int]], pad: int, left: bool, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if left:
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-        else:
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[i, : len(row)] = 1
-    return ids.to(device), mask.to(device)
-
-
-def _until_eos(row: list[int], eos: list[int]) -> list[int]:
-    """Generated tokens up to and including the first end-of-sequence token."""
-    for j, token in enumerate(row):
-        if token in eos:
-            return row[: j + 1]
-    return row
-
-
-def _word_ids(tokenizer: Any, words: Sequence[str]) -> list[int]:
-    """Token ids of the spellings in ``words`` that are a single token."""
-    ids: set[int] = set()
-    for word in words:
-        encoded = tokenizer(word, add_special_tokens=False)["input_ids"]
-        if len(encoded) == 1:
-            ids.add(int(encoded[0]))
-    return sorted(ids)
