@@ -1,5 +1,8 @@
 """The content-addressed label store: reader answers and their downstream scores, in SQLite.
 
+(About 430 lines: one class, the store, whose methods share its connection and write policy;
+its declarations live in :mod:`.tables`, its keys in :mod:`.keys`, its audit in :mod:`.audit`.)
+
 Two layers, so that a new downstream metric re-scores stored answers without running the reader:
 
 ``generations`` — one reader answer per (reader, question, document text)::
@@ -43,7 +46,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,116 +54,44 @@ from urllib.parse import quote
 import polars as pl
 
 from erag_dagster.errors import InputError, StorageError
-from erag_dagster.hashing import sha256_json
+from erag_dagster.labels.audit import AUDIT_COLUMNS, audit_rows
+from erag_dagster.labels.keys import generation_key, gold_hash, score_key, utc_now
 from erag_dagster.labels.label_value import bad_label_rows, checked_label
+from erag_dagster.labels.tables import (
+    GENERATION_COLUMNS,
+    GENERATIONS,
+    GENERATIONS_SCHEMA,
+    INDEXES,
+    LEGACY_RUN_COLUMN,
+    READERS,
+    SCHEMA_VERSION,
+    SCORE_COLUMNS,
+    SCORES,
+    SCORES_SCHEMA,
+    TABLES,
+    Table,
+)
 
-SCHEMA_VERSION = 2
+__all__ = [
+    "AUDIT_COLUMNS",
+    "GENERATIONS_SCHEMA",
+    "GENERATION_COLUMNS",
+    "SCHEMA_VERSION",
+    "SCORES_SCHEMA",
+    "SCORE_COLUMNS",
+    "LabelStore",
+    "StoreLocked",
+    "generation_key",
+    "gold_hash",
+    "score_key",
+    "utc_now",
+]
+
 BUSY_TIMEOUT_S = 60.0
-_LEGACY_RUN_COLUMN = "dagster_run_id"  # schema version 1's name of producer_run_id
-
-
-@dataclass(frozen=True)
-class Table:
-    """One table: ``columns`` maps each name to ``(SQL declaration, polars dtype)``."""
-
-    name: str
-    columns: Mapping[str, tuple[str, Any]]
-    tail: str = ""
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.columns)
-
-    @property
-    def schema(self) -> dict[str, Any]:
-        return {name: dtype for name, (_, dtype) in self.columns.items()}
-
-    def ddl(self) -> str:
-        body = ",\n    ".join(f"{name} {sql}" for name, (sql, _) in self.columns.items())
-        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n    {body}\n) {self.tail}"
-
-
-_S, _F = pl.String, pl.Float64
-GENERATIONS = Table(
-    "generations",
-    {
-        "generation_key": ("TEXT PRIMARY KEY", _S),
-        "reader_fingerprint": ("TEXT NOT NULL", _S),
-        "query_id": ("TEXT NOT NULL", _S),
-        "question_hash": ("TEXT NOT NULL", _S),
-        "doc_id": ("TEXT NOT NULL", _S),
-        "text_hash": ("TEXT NOT NULL", _S),
-        "answer": ("TEXT NOT NULL", _S),
-        "gen_seconds": ("REAL NOT NULL CHECK (gen_seconds >= 0)", _F),
-        "producer_run_id": ("TEXT", _S),
-        "created_at": ("TEXT NOT NULL", _S),
-    },
-    "WITHOUT ROWID",
-)
-SCORES = Table(
-    "scores",
-    {
-        "score_key": ("TEXT PRIMARY KEY", _S),
-        "generation_key": ("TEXT NOT NULL REFERENCES generations (generation_key)", _S),
-        "gold_hash": ("TEXT NOT NULL", _S),
-        "metric": ("TEXT NOT NULL", _S),
-        "score": ("REAL NOT NULL CHECK (score >= 0.0 AND score <= 1.0)", _F),
-        "producer_run_id": ("TEXT", _S),
-        "created_at": ("TEXT NOT NULL", _S),
-    },
-    "WITHOUT ROWID",
-)
-READERS = Table(
-    "readers",
-    {
-        "reader_fingerprint": ("TEXT PRIMARY KEY", _S),
-        "name": ("TEXT NOT NULL", _S),
-        "identity_json": ("TEXT NOT NULL", _S),
-        "spec_json": ("TEXT", _S),
-        "created_at": ("TEXT NOT NULL", _S),
-    },
-)
-GOLD_ANSWERS = Table(
-    "gold_answers",
-    {"gold_hash": ("TEXT PRIMARY KEY", _S), "answers_json": ("TEXT NOT NULL", _S)},
-    "WITHOUT ROWID",
-)
-TABLES = (READERS, GENERATIONS, GOLD_ANSWERS, SCORES)
-_INDEXES = (
-    "CREATE INDEX IF NOT EXISTS generations_pair ON generations (query_id, doc_id)",
-    "CREATE INDEX IF NOT EXISTS scores_generation ON scores (generation_key)",
-)
-GENERATION_COLUMNS, GENERATIONS_SCHEMA = GENERATIONS.names, GENERATIONS.schema
-SCORE_COLUMNS, SCORES_SCHEMA = SCORES.names, SCORES.schema
 
 
 class StoreLocked(StorageError):
     """A write found the store locked by another process for longer than the busy timeout."""
-
-
-# -- keys (pure functions) -----------------------------------------------------------------------
-
-
-def generation_key(
-    reader_fingerprint: str, query_id: str, question_hash: str, doc_id: str, text_hash: str
-) -> str:
-    """Key of one reader answer (see the module docstring)."""
-    return sha256_json([reader_fingerprint, query_id, question_hash, doc_id, text_hash])
-
-
-def gold_hash(answers: Iterable[str]) -> str:
-    """sha256 of the canonical JSON of the sorted gold answers."""
-    return sha256_json(sorted(answers))
-
-
-def score_key(generation: str, gold: str, metric: str) -> str:
-    """Key of one score: (generation key, gold hash, metric name)."""
-    return sha256_json([generation, gold, metric])
-
-
-def utc_now() -> str:
-    """Current UTC time, ISO 8601 with microseconds and ``+00:00``."""
-    return datetime.now(UTC).isoformat()
 
 
 # -- the store -----------------------------------------------------------------------------------
@@ -188,7 +118,7 @@ class LabelStore:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             version = self._create_or_migrate()
-        self._run_column = _LEGACY_RUN_COLUMN if version == 1 else "producer_run_id"
+        self._run_column = LEGACY_RUN_COLUMN if version == 1 else "producer_run_id"
 
     def __repr__(self) -> str:
         return f"LabelStore({str(self.path)!r}{', read_only=True' if self.read_only else ''})"
@@ -234,10 +164,10 @@ class LabelStore:
             if version == 1:
                 for table in (GENERATIONS, SCORES):
                     conn.execute(
-                        f"ALTER TABLE {table.name} RENAME COLUMN {_LEGACY_RUN_COLUMN} "
+                        f"ALTER TABLE {table.name} RENAME COLUMN {LEGACY_RUN_COLUMN} "
                         "TO producer_run_id"
                     )
-            for statement in (*(t.ddl() for t in TABLES), *_INDEXES):
+            for statement in (*(t.ddl() for t in TABLES), *INDEXES):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return SCHEMA_VERSION
@@ -396,46 +326,9 @@ class LabelStore:
     # -- audit ---------------------------------------------------------------------------------
 
     def audit(self, query_id: str, doc_id: str) -> pl.DataFrame:
-        """Every stored label of one (query, document) pair, with who made it and how.
-
-        One row per score (a generation without any score yet gives one row with null metric
-        and score), columns :data:`AUDIT_COLUMNS`: ``model`` is the identity's model JSON,
-        ``model_hash`` the file sha256, commit, or hash of the folder's file hashes,
-        ``prompt_template_hash`` the sha256 of the prompt part of the identity, ``decoding``
-        JSON. Ordered by generation time, then metric. Reads only (works read-only).
-        """
-        run = self._run_column
-        sql = f"""
-            SELECT g.query_id, g.doc_id, r.name AS reader_name, g.reader_fingerprint,
-                   r.identity_json, s.metric, ga.answers_json AS gold_answers, g.answer, s.score,
-                   g.gen_seconds, g.created_at AS generated_at, s.created_at AS scored_at,
-                   g.{run} AS generation_run_id, s.{run} AS score_run_id,
-                   g.question_hash, g.text_hash, g.generation_key
-            FROM generations g
-            LEFT JOIN scores s ON s.generation_key = g.generation_key
-            LEFT JOIN readers r ON r.reader_fingerprint = g.reader_fingerprint
-            LEFT JOIN gold_answers ga ON ga.gold_hash = s.gold_hash
-            WHERE g.query_id = ? AND g.doc_id = ?
-            ORDER BY g.created_at, g.generation_key, s.metric
-        """
-        cursor = self._conn().execute(sql, (query_id, doc_id))
-        names = [d[0] for d in cursor.description]
-        out = []
-        for values in cursor.fetchall():
-            row = dict(zip(names, values, strict=True))
-            identity = json.loads(row.pop("identity_json") or "{}")
-            model = identity.get("model")
-            row |= {
-                "model": json.dumps(model, sort_keys=True),
-                "model_hash": _model_hash(model),
-                "dtype": identity.get("dtype"),
-                "libraries": json.dumps(identity.get("libraries"), sort_keys=True),
-                "prompt_template_hash": _json_hash(identity.get("prompt")),
-                "decoding": json.dumps(identity.get("decoding"), sort_keys=True),
-            }
-            out.append(row)
-        schema = {k: pl.String for k in AUDIT_COLUMNS} | {"score": _F, "gen_seconds": _F}
-        return pl.DataFrame(out, schema=schema).select(AUDIT_COLUMNS)
+        """Every stored label of one (query, document) pair (:func:`.audit.audit_rows`);
+        reads only, so it works on a read-only store."""
+        return audit_rows(self._conn(), self._run_column, query_id, doc_id)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -523,46 +416,6 @@ def _insert_rows(
     except sqlite3.OperationalError as exc:
         raise _locked(exc, store) from None
     return conn.total_changes - before
-
-
-AUDIT_COLUMNS = (
-    "query_id",
-    "doc_id",
-    "reader_name",
-    "reader_fingerprint",
-    "model",
-    "model_hash",
-    "dtype",
-    "libraries",
-    "prompt_template_hash",
-    "decoding",
-    "metric",
-    "gold_answers",
-    "answer",
-    "score",
-    "gen_seconds",
-    "generated_at",
-    "scored_at",
-    "generation_run_id",
-    "score_run_id",
-    "question_hash",
-    "text_hash",
-    "generation_key",
-)
-
-
-def _json_hash(value: Any) -> str | None:
-    return None if value is None else sha256_json(value)
-
-
-def _model_hash(model: Any) -> str | None:
-    """The one hash naming a model: GGUF sha256, hub commit, or hash of a folder's files."""
-    if not isinstance(model, dict):
-        return None
-    for key in ("sha256", "commit"):
-        if model.get(key):
-            return str(model[key])
-    return _json_hash(model["files"]) if model.get("files") else None
 
 
 def _complete(frame: pl.DataFrame, table: Table) -> pl.DataFrame:

@@ -1,5 +1,8 @@
 """TransformersReader: the RAG reader as a plain object (a Dagster resource wraps it).
 
+(About 460 lines: one class whose methods share the loaded model; what stands alone lives in
+:mod:`.batching`, :mod:`.loading`, :mod:`.prompts` and :mod:`.fingerprint`.)
+
 * :meth:`TransformersReader.answer` — eRAG's per-document call: one answer per
   ``(question, passage)`` pair, greedy, post-processed (:mod:`erag_dagster.readers.prompts`).
 * :meth:`TransformersReader.answer_with_context` — end-to-end RAG: the top passages

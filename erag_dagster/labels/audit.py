@@ -1,0 +1,101 @@
+"""Audit of stored labels: who made each label of a (query, document) pair, and how."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import polars as pl
+
+from erag_dagster.hashing import sha256_json
+
+__all__ = ["AUDIT_COLUMNS", "audit_rows"]
+
+
+def audit_rows(
+    conn: sqlite3.Connection, run_column: str, query_id: str, doc_id: str
+) -> pl.DataFrame:
+    """Every stored label of one (query, document) pair, with who made it and how.
+
+    One row per score (a generation without any score yet gives one row with null metric
+    and score), columns :data:`AUDIT_COLUMNS`: ``model`` is the identity's model JSON,
+    ``model_hash`` the file sha256, commit, or hash of the folder's file hashes,
+    ``prompt_template_hash`` the sha256 of the prompt part of the identity, ``decoding``
+    JSON. Ordered by generation time, then metric. Reads only (works read-only).
+    """
+    run = run_column
+    sql = f"""
+        SELECT g.query_id, g.doc_id, r.name AS reader_name, g.reader_fingerprint,
+               r.identity_json, s.metric, ga.answers_json AS gold_answers, g.answer, s.score,
+               g.gen_seconds, g.created_at AS generated_at, s.created_at AS scored_at,
+               g.{run} AS generation_run_id, s.{run} AS score_run_id,
+               g.question_hash, g.text_hash, g.generation_key
+        FROM generations g
+        LEFT JOIN scores s ON s.generation_key = g.generation_key
+        LEFT JOIN readers r ON r.reader_fingerprint = g.reader_fingerprint
+        LEFT JOIN gold_answers ga ON ga.gold_hash = s.gold_hash
+        WHERE g.query_id = ? AND g.doc_id = ?
+        ORDER BY g.created_at, g.generation_key, s.metric
+    """
+    cursor = conn.execute(sql, (query_id, doc_id))
+    names = [d[0] for d in cursor.description]
+    out = []
+    for values in cursor.fetchall():
+        row = dict(zip(names, values, strict=True))
+        identity = json.loads(row.pop("identity_json") or "{}")
+        model = identity.get("model")
+        row |= {
+            "model": json.dumps(model, sort_keys=True),
+            "model_hash": _model_hash(model),
+            "dtype": identity.get("dtype"),
+            "libraries": json.dumps(identity.get("libraries"), sort_keys=True),
+            "prompt_template_hash": _json_hash(identity.get("prompt")),
+            "decoding": json.dumps(identity.get("decoding"), sort_keys=True),
+        }
+        out.append(row)
+    schema = {k: pl.String for k in AUDIT_COLUMNS} | {
+        "score": pl.Float64,
+        "gen_seconds": pl.Float64,
+    }
+    return pl.DataFrame(out, schema=schema).select(AUDIT_COLUMNS)
+
+
+AUDIT_COLUMNS = (
+    "query_id",
+    "doc_id",
+    "reader_name",
+    "reader_fingerprint",
+    "model",
+    "model_hash",
+    "dtype",
+    "libraries",
+    "prompt_template_hash",
+    "decoding",
+    "metric",
+    "gold_answers",
+    "answer",
+    "score",
+    "gen_seconds",
+    "generated_at",
+    "scored_at",
+    "generation_run_id",
+    "score_run_id",
+    "question_hash",
+    "text_hash",
+    "generation_key",
+)
+
+
+def _json_hash(value: Any) -> str | None:
+    return None if value is None else sha256_json(value)
+
+
+def _model_hash(model: Any) -> str | None:
+    """The one hash naming a model: GGUF sha256, hub commit, or hash of a folder's files."""
+    if not isinstance(model, dict):
+        return None
+    for key in ("sha256", "commit"):
+        if model.get(key):
+            return str(model[key])
+    return _json_hash(model["files"]) if model.get("files") else None

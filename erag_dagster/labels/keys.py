@@ -1,0 +1,32 @@
+"""Content keys of the label store (pure functions of content; see :mod:`.store`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from erag_dagster.hashing import sha256_json
+
+__all__ = ["generation_key", "gold_hash", "score_key", "utc_now"]
+
+
+def generation_key(
+    reader_fingerprint: str, query_id: str, question_hash: str, doc_id: str, text_hash: str
+) -> str:
+    """Key of one reader answer (formula: :mod:`erag_dagster.labels.store`)."""
+    return sha256_json([reader_fingerprint, query_id, question_hash, doc_id, text_hash])
+
+
+def gold_hash(answers: Iterable[str]) -> str:
+    """sha256 of the canonical JSON of the sorted gold answers."""
+    return sha256_json(sorted(answers))
+
+
+def score_key(generation: str, gold: str, metric: str) -> str:
+    """Key of one score: (generation key, gold hash, metric name)."""
+    return sha256_json([generation, gold, metric])
+
+
+def utc_now() -> str:
+    """Current UTC time, ISO 8601 with microseconds and ``+00:00``."""
+    return datetime.now(UTC).isoformat()
