@@ -296,7 +296,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if not Path(path).is_file():
         raise InputError(f"{path}: no label store here (run labelling first or pass --store)")
     with concerning(path):
-        rows = LabelStore(path).audit(args.query, args.doc)
+        rows = LabelStore(path, read_only=True).audit(args.query, args.doc)
     if rows.height == 0:
         raise InputError(f"no stored label for query {args.query!r} and document {args.doc!r}")
     if args.json:
