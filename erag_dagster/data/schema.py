@@ -58,26 +58,44 @@ def _first_duplicate(frame: pl.DataFrame, column: str) -> str | None:
     return None if dup.is_empty() else str(dup[0])
 
 
+def _validate_ids(frame: pl.DataFrame, column: str, messages: tuple[str, str, str]) -> None:
+    """The id rule of a table: rows present, ids non-empty and unique. ``messages``: what to
+    say for no rows, an empty id, and a duplicate (``{dup!r}`` is filled in)."""
+    empty_table, empty_id, duplicate = messages
+    if frame.height == 0:
+        raise InputError(empty_table)
+    if frame.filter(pl.col(column).is_null() | (pl.col(column) == "")).height:
+        raise InputError(empty_id)
+    dup = _first_duplicate(frame, column)
+    if dup is not None:
+        raise InputError(duplicate.format(dup=dup))
+
+
 def validate_corpus(corpus: pl.DataFrame, source: str) -> None:
     """Raise ``InputError`` if the corpus is empty, has null/empty or duplicate ``doc_id``s."""
-    if corpus.height == 0:
-        raise InputError(f"{source}: the corpus is empty (no documents)")
-    if corpus.filter(pl.col("doc_id").is_null() | (pl.col("doc_id") == "")).height:
-        raise InputError(f"{source}: a document has an empty doc_id")
-    dup = _first_duplicate(corpus, "doc_id")
-    if dup is not None:
-        raise InputError(f"{source}: duplicate doc_id {dup!r} in the corpus")
+    _validate_ids(
+        corpus,
+        "doc_id",
+        (
+            f"{source}: the corpus is empty (no documents)",
+            f"{source}: a document has an empty doc_id",
+            f"{source}: duplicate doc_id {{dup!r}} in the corpus",
+        ),
+    )
 
 
 def validate_queries(queries: pl.DataFrame, source: str) -> None:
-    """Raise ``InputError`` if there are no queries, or null/empty or duplicate ``query_id``s."""
-    if queries.height == 0:
-        raise InputError(f"{source}: no queries")
-    if queries.filter(pl.col("query_id").is_null() | (pl.col("query_id") == "")).height:
-        raise InputError(f"{source}: a query has an empty query_id")
-    dup = _first_duplicate(queries, "query_id")
-    if dup is not None:
-        raise InputError(f"{source}: duplicate query_id {dup!r}")
+    """Raise ``InputError`` if there are no queries, or null/empty or duplicate ``query_id``s,
+    or an empty question."""
+    _validate_ids(
+        queries,
+        "query_id",
+        (
+            f"{source}: no queries",
+            f"{source}: a query has an empty query_id",
+            f"{source}: duplicate query_id {{dup!r}}",
+        ),
+    )
     blank = queries.filter(
         pl.col("question").is_null() | (pl.col("question").str.strip_chars() == "")
     )

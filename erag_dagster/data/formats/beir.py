@@ -9,13 +9,11 @@ import polars as pl
 
 from erag_dagster.data.formats.records import (
     Column,
-    check_nonempty_corpus,
     check_references,
-    check_unique,
     coerce,
     is_int,
     iter_jsonl_objects,
-    read_table,
+    read_corpus,
     unique_nonempty,
 )
 from erag_dagster.data.schema import MAX_RELEVANCE, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
@@ -73,17 +71,9 @@ def load_beir(directory: Path, split: str = "test", spec: str | None = None) -> 
       an :class:`InputError` at ``file:line``.
     """
     corpus_file, queries_file, qrels_file = beir_files(directory, split)
-    corpus = read_table(
-        corpus_file,
-        "jsonl",
-        [
-            Column("_id", "doc_id", "id"),
-            Column("title", "title", "str", required=False),
-            Column("text", "text", "str", required=False),
-        ],
+    corpus = read_corpus(
+        corpus_file, "_id", "title", Column("text", "text", "str", False), "doc_id"
     )
-    check_nonempty_corpus(corpus, corpus_file)
-    check_unique(corpus, "doc_id", corpus_file, "jsonl", "doc_id")
     queries = _read_beir_queries(queries_file)
     qrels, qrel_lines = _read_qrels_tsv(qrels_file)
 

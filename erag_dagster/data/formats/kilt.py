@@ -9,12 +9,10 @@ import polars as pl
 
 from erag_dagster.data.formats.records import (
     Column,
-    check_nonempty_corpus,
     check_references,
-    check_unique,
     coerce,
     iter_jsonl_objects,
-    read_table,
+    read_corpus,
     unique_nonempty,
 )
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
@@ -141,17 +139,8 @@ def load_kilt(path: Path, corpus_file: Path | None = None, spec: str | None = No
             schema=CORPUS_SCHEMA,
         )
     else:
-        corpus = read_table(
-            corpus_file,
-            "jsonl",
-            [
-                Column("wikipedia_id", "doc_id", "id"),
-                Column("wikipedia_title", "title", "str", required=False),
-                Column("text", "text", "paragraphs", required=False),
-            ],
-        )
-        check_nonempty_corpus(corpus, corpus_file)
-        check_unique(corpus, "doc_id", corpus_file, "jsonl", "wikipedia_id")
+        text = Column("text", "text", "paragraphs", required=False)
+        corpus = read_corpus(corpus_file, "wikipedia_id", "wikipedia_title", text, "wikipedia_id")
         qrel_lines = list(qrel_rows.values())
         check_references(
             qrels, corpus, queries, lambda row: where(path, qrel_lines[row]), path, corpus_file

@@ -332,20 +332,37 @@ def check_references(
 ) -> None:
     """Every judgment must name a known document and query; ``place(row)`` locates a row."""
     indexed = qrels.with_row_index("_row")
-    unknown_doc = indexed.join(corpus.select("doc_id"), on="doc_id", how="anti")
-    if unknown_doc.height:
-        row = unknown_doc.sort("_row").row(0, named=True)
-        raise InputError(
-            f"{place(row['_row'])}: judgment names doc_id {row['doc_id']!r}, "
-            f"which is not in {corpus_file}"
-        )
-    unknown_query = indexed.join(queries.select("query_id"), on="query_id", how="anti")
-    if unknown_query.height:
-        row = unknown_query.sort("_row").row(0, named=True)
-        raise InputError(
-            f"{place(row['_row'])}: judgment names query_id {row['query_id']!r}, "
-            f"which is not in {queries_file}"
-        )
+    for column, known, source in (
+        ("doc_id", corpus, corpus_file),
+        ("query_id", queries, queries_file),
+    ):
+        unknown = indexed.join(known.select(column), on=column, how="anti")
+        if unknown.height:
+            row = unknown.sort("_row").row(0, named=True)
+            raise InputError(
+                f"{place(row['_row'])}: judgment names {column} {row[column]!r}, "
+                f"which is not in {source}"
+            )
+
+
+def read_corpus(
+    path: Path, id_field: str, title_field: str, text: Column, id_label: str
+) -> pl.DataFrame:
+    """A JSON-lines corpus (``id_field`` → ``doc_id``, ``title_field`` → ``title``, ``text`` →
+    ``text``; title and text may be missing), non-empty and with unique ids, else
+    :class:`InputError` at ``file:line`` (a repeated id is called ``id_label``)."""
+    corpus = read_table(
+        path,
+        "jsonl",
+        [
+            Column(id_field, "doc_id", "id"),
+            Column(title_field, "title", "str", required=False),
+            text,
+        ],
+    )
+    check_nonempty_corpus(corpus, path)
+    check_unique(corpus, "doc_id", path, "jsonl", id_label)
+    return corpus
 
 
 def check_nonempty_corpus(corpus: pl.DataFrame, path: Path) -> None:
