@@ -12,8 +12,8 @@ from erag_dagster.data.formats.records import (
     check_references,
     coerce,
     is_int,
-    iter_jsonl_objects,
     read_corpus,
+    records_with_ids,
     unique_nonempty,
 )
 from erag_dagster.data.schema import MAX_RELEVANCE, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
@@ -92,15 +92,9 @@ def _read_beir_queries(path: Path) -> pl.DataFrame:
     ids: list[str] = []
     questions: list[str] = []
     answer_lists: list[list[str]] = []
-    first_line: dict[str, int] = {}
-    id_column = Column("_id", "query_id", "id")
     text_column = Column("text", "question", "str")
-    for number, record in iter_jsonl_objects(path):
-        at = where(path, number)
-        qid = coerce(record, id_column, at)
-        if qid in first_line:
-            raise InputError(f"{at}: duplicate query_id {qid!r} (first at line {first_line[qid]})")
-        first_line[qid] = number
+    id_column = Column("_id", "query_id", "id")
+    for _, at, qid, record in records_with_ids(path, id_column, "query_id"):
         answers: list[str] = []
         metadata = record.get("metadata")
         if isinstance(metadata, dict):

@@ -11,8 +11,8 @@ from erag_dagster.data.formats.records import (
     Column,
     check_references,
     coerce,
-    iter_jsonl_objects,
     read_corpus,
+    records_with_ids,
     unique_nonempty,
 )
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
@@ -75,15 +75,9 @@ def load_kilt(path: Path, corpus_file: Path | None = None, spec: str | None = No
     answer_lists: list[list[str]] = []
     qrel_rows: dict[tuple[str, str], int] = {}
     pages: dict[str, tuple[str, list[str]]] = {}
-    first_line: dict[str, int] = {}
     id_column = Column("id", "query_id", "id")
     page_column = Column("wikipedia_id", "doc_id", "id")
-    for number, record in iter_jsonl_objects(path):
-        at = where(path, number)
-        qid = coerce(record, id_column, at)
-        if qid in first_line:
-            raise InputError(f"{at}: duplicate id {qid!r} (first at line {first_line[qid]})")
-        first_line[qid] = number
+    for number, at, qid, record in records_with_ids(path, id_column, "id"):
         question = record.get("input")
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"{at}: record {qid!r} has no 'input' question")

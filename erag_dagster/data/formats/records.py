@@ -73,6 +73,24 @@ def iter_jsonl_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, value
 
 
+def records_with_ids(
+    path: Path, id_column: Column, label: str
+) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
+    """``(line number, "file:line", id, record)`` for every JSON-lines record, the id read by
+    ``id_column``; a repeated id is an :class:`InputError` naming both lines (``label`` names
+    the id in the message)."""
+    first_line: dict[str, int] = {}
+    for number, record in iter_jsonl_objects(path):
+        at = where(path, number)
+        record_id = coerce(record, id_column, at)
+        if record_id in first_line:
+            raise InputError(
+                f"{at}: duplicate {label} {record_id!r} (first at line {first_line[record_id]})"
+            )
+        first_line[record_id] = number
+        yield number, at, record_id, record
+
+
 def line_of_row(path: Path, row: int) -> int:
     """1-based line number of the ``row``-th (0-based) record: blank lines hold no record."""
     seen = -1
