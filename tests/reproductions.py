@@ -247,7 +247,7 @@ class Conditions:
     def report_asset(self, entry: Reproduction) -> float:
         """A value of a report asset a real ``erag-dagster run`` wrote under
         ``$ERAG_REPRO_STORAGE/assets``: the rows matching ``where``, then ``column``'s only
-        value (``aggregate: only``) or largest (``aggregate: max``)."""
+        value (``aggregate: only``) or its largest non-NaN value (``aggregate: max``)."""
         root = os.environ.get(STORAGE_ENV)
         if not root:
             raise Skip(
@@ -264,10 +264,11 @@ class Conditions:
             mask = mask & _matches(frame.get_column(column), wanted)
         values = frame.filter(mask).get_column(cond["column"]).drop_nulls()
         aggregate = cond.get("aggregate", "only")
-        if aggregate == "max":
-            if values.len() == 0:
-                raise ValueError(f"{entry.id}: no row of {path.name} matches {cond['where']}")
-            return float(values.max())
+        if aggregate == "max":  # over the defined values: tau is NaN for a constant column
+            finite = values.cast(pl.Float64).drop_nans()
+            if finite.len() == 0:
+                raise ValueError(f"{entry.id}: no defined value in {path.name} at {cond['where']}")
+            return float(finite.max())
         if values.len() != 1:
             raise ValueError(f"{entry.id}: {values.len()} rows of {path.name} match, want 1")
         return float(values[0])

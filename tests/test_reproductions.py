@@ -97,14 +97,20 @@ def test_report_asset_reads_the_matching_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """How default-run entries read a stored report: a registry name matches its partition keys
-    and "<key> / <reader>" system names; ``only`` wants one row, ``max`` takes the largest."""
+    and "<key> / <reader>" system names; ``only`` wants one row, ``max`` takes the largest
+    defined value."""
     assets = tmp_path / "assets"
     assets.mkdir()
     pl.DataFrame(
         {
-            "retriever": ["bm25-1a2b3c4d / r-9", "bm25-1a2b3c4d / r-9", "dense-5e6f / r-9"],
-            "method": ["eRAG", "containment", "containment"],
-            "kendall_tau": [0.5, 0.1, 0.2],
+            "retriever": [
+                "bm25-1a2b3c4d / r-9",
+                "bm25-1a2b3c4d / r-9",
+                "dense-5e6f / r-9",
+                "hybrid-7a8b / r-9",
+            ],
+            "method": ["eRAG", "containment", "containment", "containment"],
+            "kendall_tau": [0.5, 0.1, 0.2, float("nan")],  # NaN: tau of a constant column
         }
     ).write_parquet(assets / "correlation_report.parquet")
     entry = next(e for e in ENTRIES if e.condition["kind"] == "report_asset")
