@@ -76,7 +76,8 @@ def plan(defs: dg.Definitions, selection: dg.AssetSelection | None = None) -> li
     nodes = []
     for assets_def in defs.assets or []:
         if isinstance(assets_def, dg.AssetsDefinition) and assets_def.is_materializable:
-            keys = tuple(k for k in assets_def.keys if k in wanted)
+            declared = assets_def.keys_by_output_name.values()  # outs order (a set: .keys)
+            keys = tuple(k for k in declared if k in wanted)
             if keys:
                 nodes.append(keys)
     planned = {k for node in nodes for k in node}

@@ -4,7 +4,8 @@ For every asset of the packaged registry's Definitions the snapshot holds its ke
 (materialisable / observable), group, code version, pools, upstream keys with their partition
 mappings, partitions definition (kind and dimension names, not the registry's hash keys) and
 automation condition (its label and operator tree); plus the names of the jobs, schedules and
-sensors. It lives in ``tests/snapshots/asset_graph.json``.
+sensors, and the main job's plan (:func:`erag_dagster.pipeline.plan`: which assets run together,
+in which order, partitioned how). It lives in ``tests/snapshots/asset_graph.json``.
 
 A deliberate graph change: regenerate the file and commit it with the change::
 
@@ -21,6 +22,7 @@ from typing import Any
 import dagster as dg
 
 from erag_dagster.definitions import build_defs
+from erag_dagster.pipeline import plan
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "asset_graph.json"
 
@@ -68,6 +70,13 @@ def graph_snapshot(defs: dg.Definitions) -> dict[str, Any]:
         "jobs": sorted(j.name for j in defs.resolve_all_job_defs() if not j.name.startswith("__")),
         "schedules": sorted(s.name for s in defs.schedules or []),
         "sensors": sorted(s.name for s in defs.sensors or []),
+        "main_job_plan": [
+            {
+                "assets": [k.to_user_string() for k in step.keys],
+                "partitions": _partitions(step.partitions_def),
+            }
+            for step in plan(defs)
+        ],
     }
 
 
