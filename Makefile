@@ -1,6 +1,7 @@
 # The README's two commands:
 #   make run    set up .venv if needed, materialise every asset on the embedded sample, print the report
-#   make test   set up .venv if needed, lint (ruff check + ruff format --check), run every test
+#   make test   set up .venv if needed, lint (ruff check + ruff format --check + the README's
+#               figures = reproductions/*.yaml), run every test
 # and for the edit loop / measurements:
 #   make test-quick  lint, then the tests not marked slow (pytest -m "not slow")
 #   make bench       the four benchmarks; tables on stdout, JSON rows in $(BENCH_OUT)/<bench>.json
@@ -33,6 +34,7 @@ LINT_PATHS := erag_dagster tests bench scripts
 lint: setup
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/ruff format --check $(LINT_PATHS)
+	.venv/bin/python scripts/check_readme_figures.py
 
 # BENCH_ARGS is passed to every bench (e.g. BENCH_ARGS=--quick for a smoke run of each).
 BENCH_OUT ?= $(DAGSTER_HOME)/bench
