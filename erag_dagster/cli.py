@@ -309,6 +309,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_recovery(args: argparse.Namespace) -> int:
+    """Insert the answers of a label-store recovery file (written when the store stayed locked)."""
+    from erag_dagster.labels.store import LabelStore
+    from erag_dagster.paths import storage_root
+
+    path = args.store or str(storage_root() / "labels.sqlite")
+    with concerning(path, args.file):
+        added = LabelStore(path).import_recovery(args.file)
+    print(f"{args.file}: {added} answers added to {path} (already stored ones kept)")
+    return 0
+
+
 def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.paths import check_output
     from erag_dagster.retrieval.rerank import (
@@ -494,6 +506,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser(
+        "import-recovery",
+        parents=[common],
+        help="add the answers of a recovery file (left when the label store stayed locked)",
+    )
+    p.add_argument("file", help="the <store>.recovery-<time>-<pid>.jsonl file")
+    p.add_argument("--store", help="label store (default: the storage root's labels.sqlite)")
+    p.set_defaults(func=cmd_import_recovery)
     return parser
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.cli import main as cli_main
 from erag_dagster.errors import InputError, StorageError
 from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.cached import CommitPolicy, Subject, generate_stored
@@ -480,7 +481,9 @@ def test_a_lock_that_never_clears_sends_the_answers_to_a_recovery_file(tmp_path:
     assert "\n" not in message and "5 generated answers saved to" in message
     assert str(recovery) in message
     assert store.count_generations() == 0
-    assert store.import_recovery(recovery) == 5
+    assert f"erag-dagster import-recovery {recovery} --store {path}" in message
+    assert cli_main(["import-recovery", str(recovery), "--store", str(path)]) == 0
+    assert store.count_generations() == 5
     assert store.import_recovery(recovery) == 0  # importing twice is harmless
     again = generate_stored(LOCK_SUBJECTS, _upper, store, "t" * 64, "upper", {})
     assert again.generated == 0 and again.outputs == _upper(list(range(5)))

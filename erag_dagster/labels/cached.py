@@ -307,8 +307,8 @@ def _commit(store: LabelStore, frame: pl.DataFrame, policy: CommitPolicy, log: L
                 path = store.write_recovery(frame)
                 raise StorageError(
                     f"{store.path}: still locked by another process after {waited:.0f} s; "
-                    f"{frame.height} generated answers saved to {path} (import them with "
-                    "LabelStore.import_recovery once the lock is gone)"
+                    f"{frame.height} generated answers saved to {path}; once the lock is gone: "
+                    f"erag-dagster import-recovery {path} --store {store.path}"
                 ) from None
             if log is not None:
                 log(f"{store.path} is locked by another process; retrying in {delay:.1f} s")
