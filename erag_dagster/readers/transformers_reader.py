@@ -228,10 +228,13 @@ class TransformersReader:
         # A chat template already writes its special tokens; plain prompts get the model's own.
         return loaded.tokenizer(text, add_special_tokens=not loaded.chat)["input_ids"]
 
-    def _input_limit(self, max_input_tokens: int | None) -> int:
+    def _input_limit(self, max_input_tokens: int | None, new_tokens: int | None = None) -> int:
+        """Prompt budget in tokens: ``max_input_tokens`` (or the spec's), at most the context
+        length less the tokens to generate (``new_tokens``, default the spec's max_new_tokens)."""
         loaded = self._ensure()
         limit = max_input_tokens or self.spec.max_input_tokens
-        ceiling = loaded.context_length - (0 if loaded.is_seq2seq else self.spec.max_new_tokens)
+        new = self.spec.max_new_tokens if new_tokens is None else new_tokens
+        ceiling = loaded.context_length - (0 if loaded.is_seq2seq else new)
         return max(16, min(limit, ceiling) if limit else ceiling)
 
     def _fitted_ids(
@@ -398,7 +401,7 @@ class TransformersReader:
         no_ids = word_ids(loaded.tokenizer, _NO_WORDS)
         if not yes_ids or not no_ids:
             raise InputError(f"reader {self.spec.name!r}: tokenizer has no single 'yes'/'no' token")
-        limit = self._input_limit(None)
+        limit = self._input_limit(None, new_tokens=0)  # scores one forward pass
         prompts = [self._fitted_ids(q, [p], limit, relevance=True) for q, p in items]
         accepts = inspect.signature(loaded.model.forward).parameters
 
