@@ -14,7 +14,10 @@ from erag_dagster.registry import Registry, load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.resources.io import PolarsJsonIOManagerFactory
 
-SOURCE_ASSETS = [automation.dataset_files, automation.reader_models]
+
+def source_assets(registry: Registry) -> list[dg.SourceAsset]:
+    """The observed external inputs (``reader_models`` has one partition per registry reader)."""
+    return [automation.dataset_files, automation.build_reader_models(registry)]
 
 
 def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
@@ -59,10 +62,10 @@ def build_defs(
     """The Definitions for a registry file (default: ``$ERAG_REGISTRY`` or the packaged one)."""
     registry = load_registry(registry_path or (settings.registry_path if settings else None))
     return dg.Definitions(
-        assets=[*SOURCE_ASSETS, *build_assets(registry)],
+        assets=[*source_assets(registry), *build_assets(registry)],
         jobs=[automation.observe_inputs_job],
         schedules=[automation.build_reevaluation_schedule(registry)],
-        sensors=[automation.automation_sensor],
+        sensors=[automation.build_automation_sensor(), automation.build_input_change_sensor()],
         resources=build_resources(registry, settings),
     )
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from erag_dagster.assets.automation import reader_digest
 from erag_dagster.definitions import build_defs
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.registry import load_registry
@@ -168,3 +169,64 @@ def test_schedule_cron_comes_from_the_definitions_registry(tmp_path: Path) -> No
     broken = small_registry(tmp_path / "broken", **{"evaluation.schedule": "every night"})
     with pytest.raises(InputError, match=r"evaluation\.schedule 'every night' is not a cron"):
         build_defs(str(broken))
+
+
+def _sensor_result(defs: dg.Definitions, instance: dg.DagsterInstance):
+    context = dg.build_sensor_context(
+        instance=instance, resources={"settings": defs.resources["settings"]}
+    )
+    return defs.resolve_sensor_def("input_change_sensor")(context)
+
+
+def test_fresh_instance_sensor_observes_every_input(tmp_path: Path) -> None:
+    """A fresh deployment: nothing observed, so the sensor's first tick requests the observation
+    (each reader partition named); once observed, it requests nothing."""
+    registry = small_registry(
+        tmp_path / "two-readers",
+        **{
+            "readers.second": {
+                **load_registry().readers["smollm2-135m"].config,
+                "max_new_tokens": 8,
+            }
+        },
+    )
+    defs = build_defs(str(registry))
+    readers = load_registry(registry).reader_partitions
+    with scoped_env(ERAG_STORAGE=str(tmp_path / "storage")):
+        instance = dg.DagsterInstance.ephemeral()
+        first = _sensor_result(defs, instance)
+        assert isinstance(first, dg.RunRequest)
+        assert first.tags["erag/changed_inputs"].split(",") == sorted(
+            ["dataset_files", *(f"reader_models[{r}]" for r in readers)]
+        )
+        assert defs.resolve_job_def("observe_inputs").execute_in_process(instance=instance).success
+        assert isinstance(_sensor_result(defs, instance), dg.SkipReason)
+        # each reader partition carries its own reader's fingerprint as data version
+        for key in readers:
+            record = instance.get_latest_data_version_record(
+                dg.AssetKey("reader_models"), is_source=True, partition_key=key
+            )
+            entry = load_registry(registry).reader(key)
+            assert record.event_log_entry.asset_observation.tags["dagster/data_version"] == (
+                reader_digest(entry.name, entry.config)
+            )
+
+
+@pytest.mark.slow
+def test_labels_carry_their_own_readers_observed_version(world) -> None:
+    """``dagster/input_data_version/reader_models`` of a label partition is the version observed
+    for its own reader partition (not Dagster's hash over no materialisation)."""
+    instance = world["instance"]
+    registry = load_registry(world["registry"])
+    for asset in ("doc_labels", "end_to_end", "baseline_labels"):
+        event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+        tags = event.asset_materialization.tags
+        reader = tags["dagster/partition/reader"]
+        observed = instance.get_latest_data_version_record(
+            dg.AssetKey("reader_models"), is_source=True, partition_key=reader
+        )
+        entry = registry.reader(reader)
+        assert tags["dagster/input_data_version/reader_models"] == reader_digest(
+            entry.name, entry.config
+        )
+        assert tags["dagster/input_event_pointer/reader_models"] == str(observed.storage_id)

@@ -3,7 +3,11 @@
 import dagster as dg
 import polars as pl
 
-from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, reader_models
+from erag_dagster.assets.automation import (
+    READER_MODELS_BY_READER,
+    RECOMPUTE_WHEN_STALE,
+    reader_lineage_tags,
+)
 from erag_dagster.assets.common import (
     CODE_VERSION,
     by_system,
@@ -57,6 +61,7 @@ def _doc_labels(
     return dg.Output(
         labels,
         data_version=frame_version(labels.drop("answer", strict=False)),
+        tags=reader_lineage_tags(context.instance, reader_key),
         metadata={
             "reader": reader_key,
             "retriever": retriever_key,
@@ -121,7 +126,7 @@ def build_doc_labels(registry: Registry) -> dg.AssetsDefinition:
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
         pool=GPU_POOL,
-        deps=[reader_models],
+        deps=[READER_MODELS_BY_READER],
         op_tags=GPU_OP_TAGS,
         ins={"retrieval_run": RUN_BY_RETRIEVER},
     )(_doc_labels)

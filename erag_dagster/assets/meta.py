@@ -6,7 +6,12 @@ import base64
 import dagster as dg
 import polars as pl
 
-from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, reader_models
+from erag_dagster.assets.automation import (
+    READER_MODELS,
+    READER_MODELS_BY_READER,
+    RECOMPUTE_WHEN_STALE,
+    reader_lineage_tags,
+)
 from erag_dagster.assets.common import (
     CODE_VERSION,
     by_system,
@@ -48,6 +53,9 @@ def _end_to_end(
     return dg.Output(
         scores,
         data_version=frame_version(scores),
+        tags=reader_lineage_tags(
+            context.instance, context.partition_key.keys_by_dimension["reader"]
+        ),
         metadata={
             "reader_fingerprint": model.fingerprint,
             "metric": params.metric,
@@ -82,6 +90,9 @@ def _baseline_labels(
     return dg.Output(
         labels,
         data_version=frame_version(labels),
+        tags=reader_lineage_tags(
+            context.instance, context.partition_key.keys_by_dimension["reader"]
+        ),
         metadata={
             "methods": labels["method"].unique(maintain_order=True).to_list(),
             "mean_label": table_md(summary),
@@ -124,7 +135,7 @@ def correlation_report(
     group_name="efficiency",
     code_version=CODE_VERSION,
     pool=GPU_POOL,
-    deps=[reader_models],
+    deps=[READER_MODELS],
     op_tags=GPU_OP_TAGS,
 )
 def efficiency_report(
@@ -161,7 +172,7 @@ def build_meta_partitioned(registry: Registry) -> list[dg.AssetsDefinition]:
         "code_version": CODE_VERSION,
         "automation_condition": RECOMPUTE_WHEN_STALE,
         "pool": GPU_POOL,
-        "deps": [reader_models],
+        "deps": [READER_MODELS_BY_READER],
         "op_tags": GPU_OP_TAGS,
         "ins": {"retrieval_run": RUN_BY_RETRIEVER},
     }
