@@ -6,6 +6,7 @@ Writes go to a temporary file that is renamed into place (atomic).
 """
 
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,17 @@ class PolarsJsonIOManager(dg.UPathIOManager):
         if target.with_suffix(".json").is_file():
             return json.loads(target.with_suffix(".json").read_text(encoding="utf-8"))
         raise FileNotFoundError(f"no stored value at {target}(.parquet|.json)")
+
+    def load_partitions(self, context: dg.InputContext) -> Any:
+        """A ``dict[str, ...]`` input gets ``{partition key: value}`` also when one partition
+        maps to it (Dagster's UPathIOManager hands over the bare value then: a registry with one
+        retriever broke ``retrieval_report``); any other input type is left as Dagster loads it."""
+        loaded = super().load_partitions(context)
+        wants_mapping = typing.get_origin(context.dagster_type.typing_type) is dict
+        keys = context.asset_partition_keys
+        if wants_mapping and len(keys) == 1:
+            return {keys[0]: loaded}
+        return loaded
 
     def path_exists(self, path: UPath) -> bool:
         target = Path(str(path))
