@@ -64,6 +64,7 @@ def test_end_to_end_batched_equals_one_by_one_and_k1_is_the_erag_prompt(small, r
     assert dict(zip(k1["query_id"], k1["answer"], strict=True)) == expected
 
 
+@pytest.mark.slow
 def test_baseline_labels(small, run, reader, tmp_path: Path) -> None:
     prov = provenance_labels(run, small.qrels)
     judged = run.join(small.qrels, on=["query_id", "doc_id"], how="semi")
