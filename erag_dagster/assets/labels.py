@@ -1,8 +1,12 @@
 """eRAG labels (paper §2, eq. 1) per reader x retriever, and the list-metric report on them."""
 
+from collections.abc import Iterator
+
 import dagster as dg
 import polars as pl
 
+from erag_dagster import checks
+from erag_dagster.assets import checks as asset_checks
 from erag_dagster.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
@@ -41,7 +45,7 @@ def _doc_labels(
     retrieval_run: pl.DataFrame,
     corpus: pl.DataFrame,
     queries: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
+) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Per-document eRAG labels for the top ``label_k`` of one run, judged by one reader.
 
     Pairs already in the label store (same reader fingerprint, question, document text, gold
@@ -50,15 +54,17 @@ def _doc_labels(
     reader_key, retriever_key = system_of(context.partition_key)
     params = settings.resolve()
     model = reader.get(settings.registry(), reader_key)
+    top_run = top_k(retrieval_run, params.label_k)
     result = label_run(
-        top_k(retrieval_run, params.label_k), queries, corpus, model, params.metric,
+        top_run, queries, corpus, model, params.metric,
         label_store.open(), run_id=context.run.run_id, log=context.log.info,
     )  # fmt: skip
     labels = result.labels
     distribution = (
         labels.group_by(pl.col("label").round(2)).len().sort("label").rename({"len": "count"})
     )
-    return dg.Output(
+    complete = checks.check_doc_labels(labels, top_run, model.fingerprint)
+    yield dg.Output(
         labels,
         data_version=frame_version(labels.drop("answer", strict=False)),
         tags=reader_lineage_tags(context.instance, reader_key),
@@ -75,38 +81,54 @@ def _doc_labels(
             "label_distribution": table_md(distribution),
         },
     )
+    yield asset_checks.result(asset_checks.LABELS_COMPLETE, complete)
 
 
 @dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+    group_name="reports",
+    code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
+    check_specs=asset_checks.report_check_specs("erag_per_query"),
 )
 def erag_per_query(
-    settings: EvalSettings, doc_labels: dict[str, pl.DataFrame]
-) -> dg.Output[pl.DataFrame]:
+    context: dg.AssetExecutionContext, settings: EvalSettings, doc_labels: dict[str, pl.DataFrame]
+) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Per-query eRAG list metrics: ``reader, retriever, query_id`` + one column per metric,
     computed on the eRAG labels of each run's top ``label_k`` documents."""
     metrics = settings.resolve().list_metrics
     table = erag_per_query_table(by_system(doc_labels), metrics)
-    return dg.Output(
+    results, _ = asset_checks.report_results(context, "erag_per_query", table)
+    yield dg.Output(
         table,
         data_version=frame_version(table),
         metadata={"rows": table.height, "metrics": metrics, "preview": table_md(table.head(10))},
     )
+    yield from results
 
 
 @dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+    group_name="reports",
+    code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
+    check_specs=asset_checks.report_check_specs("erag_report", figures=True),
 )
-def erag_report(settings: EvalSettings, erag_per_query: pl.DataFrame) -> dg.Output[pl.DataFrame]:
+def erag_report(
+    context: dg.AssetExecutionContext, settings: EvalSettings, erag_per_query: pl.DataFrame
+) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """The retriever comparison table: per (reader, retriever), the mean over queries of each
     eRAG list metric (the queries are those of ``erag_per_query``)."""
-    metrics = [m for m in settings.resolve().list_metrics if m in erag_per_query.columns]
+    params = settings.resolve()
+    metrics = [m for m in params.list_metrics if m in erag_per_query.columns]
     table = erag_summary(erag_per_query, metrics)
-    return dg.Output(
+    results, _ = asset_checks.report_results(
+        context, "erag_report", table, figures_of=(settings.registry(), params)
+    )
+    yield dg.Output(
         table,
         data_version=frame_version(table),
         metadata={"report": table_md(table), "metrics": metrics},
     )
+    yield from results
 
 
 RUN_BY_RETRIEVER = dg.AssetIn(
@@ -129,4 +151,5 @@ def build_doc_labels(registry: Registry) -> dg.AssetsDefinition:
         deps=[READER_MODELS_BY_READER],
         op_tags=GPU_OP_TAGS,
         ins={"retrieval_run": RUN_BY_RETRIEVER},
+        check_specs=asset_checks.labels_check_specs("doc_labels"),
     )(_doc_labels)

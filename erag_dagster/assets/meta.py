@@ -2,10 +2,12 @@
 label agreement, efficiency (Table 2)."""
 
 import base64
+from collections.abc import Iterator
 
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets import checks as asset_checks
 from erag_dagster.assets.automation import (
     READER_MODELS,
     READER_MODELS_BY_READER,
@@ -101,14 +103,20 @@ def _baseline_labels(
 
 
 @dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+    group_name="reports",
+    code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
+    check_specs=asset_checks.report_check_specs(
+        "correlation_report", figures=True, regression=True
+    ),
 )
 def correlation_report(
+    context: dg.AssetExecutionContext,
     settings: EvalSettings,
     doc_labels: dict[str, pl.DataFrame],
     baseline_labels: dict[str, pl.DataFrame],
     end_to_end: dict[str, pl.DataFrame],
-) -> dg.Output[pl.DataFrame]:
+) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Kendall tau-b / Spearman rho (bootstrap 95% CIs) of every labelling method with
     end-to-end quality, per retriever (paper Table 1), and correlation vs k (Figure 1)."""
     params = settings.resolve()
@@ -119,7 +127,10 @@ def correlation_report(
         folder=storage_dir("reports"),
     )  # fmt: skip
     image = base64.b64encode(report.plot.read_bytes()).decode()
-    return dg.Output(
+    results, extra = asset_checks.report_results(
+        context, "correlation_report", report.table, None, (settings.registry(), params), True
+    )
+    yield dg.Output(
         report.table,
         data_version=frame_version(report.table),
         metadata={
@@ -127,8 +138,10 @@ def correlation_report(
             "correlation_vs_k": table_md(report.by_k, max_rows=100),
             "plot": dg.MetadataValue.md(f"![correlation vs k](data:image/png;base64,{image})"),
             "plot_path": dg.MetadataValue.path(str(report.plot)),
+            **extra,
         },
     )
+    yield from results
 
 
 @dg.asset(
@@ -187,15 +200,25 @@ def build_meta_partitioned(registry: Registry) -> list[dg.AssetsDefinition]:
 
 
 @dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+    group_name="reports",
+    code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
+    check_specs=asset_checks.report_check_specs("label_agreement"),
 )
 def label_agreement(
+    context: dg.AssetExecutionContext,
     doc_labels: dict[str, pl.DataFrame],
     baseline_labels: dict[str, pl.DataFrame],
     qrels: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
+) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """How each automatic labelling (eRAG, containment, semantic, LLM annotation) agrees with
     the human/provenance judgments on the same retrieved documents: raw agreement and Cohen's
     kappa per reader x retriever (unjudged documents count as non-relevant)."""
     table = label_agreement_table(by_system(doc_labels), by_system(baseline_labels), qrels)
-    return dg.Output(table, data_version=frame_version(table), metadata={"report": table_md(table)})
+    results, _ = asset_checks.report_results(context, "label_agreement", table)
+    yield dg.Output(
+        table,
+        data_version=frame_version(table),
+        metadata={"report": table_md(table)},
+    )
+    yield from results

@@ -1,10 +1,13 @@
 """Indexes (BM25, dense) and retrieval runs, one partition per registry retriever config."""
 
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 import polars as pl
 
+from erag_dagster import checks
+from erag_dagster.assets import checks as asset_checks
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import (
     CODE_VERSION,
@@ -74,14 +77,20 @@ def _retrieval_run(
     settings: EvalSettings,
     corpus: pl.DataFrame,
     queries: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
+) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Top-k run ``(query_id, doc_id, rank, score)`` of one retriever config (the partition)."""
     registry = settings.registry()
     k = settings.resolve().k
     entry = registry.retriever(context.partition_key)
     timing = RetrievalTiming()
     run = run_retriever(registry, entry.name, corpus, queries, k, context.log.info, timing)
-    return dg.Output(
+    exhaustive = checks.scores_every_document(
+        {e.name: e.config for e in registry.retrievers.values()}, entry.name, k
+    )
+    depth = checks.check_retrieval_run(
+        run, queries.get_column("query_id").to_list(), k, corpus.height, exhaustive
+    )
+    yield dg.Output(
         run,
         data_version=frame_version(run),
         metadata={
@@ -93,38 +102,54 @@ def _retrieval_run(
             "search_seconds": round(timing.search_seconds, 3),
         },
     )
+    yield asset_checks.result(asset_checks.RUN_DEPTH, depth)
 
 
 @dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+    group_name="reports",
+    code_version=CODE_VERSION,
+    automation_condition=RECOMPUTE_WHEN_STALE,
+    check_specs=asset_checks.report_check_specs("retrieval_report", figures=True, regression=True),
 )
 def retrieval_report(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
     qrels: pl.DataFrame,
     retrieval_run: dict[str, pl.DataFrame],
-) -> dg.Output[pl.DataFrame]:
+) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Human-judgment leaderboard (pytrec_eval, trec_eval conventions): per retriever the mean
     of each metric with a bootstrap 95% CI, and a paired comparison (randomisation test and
     t-test) with the first retriever of the registry."""
     params = settings.resolve()
     metrics = params.human_metrics
+    registry = settings.registry()
     if qrels.height == 0:
         context.log.warning("the dataset has no judgments: no human-judgment report")
-        return dg.Output(pl.DataFrame(), metadata={"metrics": metrics})
-    registry = settings.registry()
+        empty = pl.DataFrame()
+        results, extra = asset_checks.report_results(
+            context, "retrieval_report", empty, "the dataset has no judgments",
+            (registry, params), regression=True,
+        )  # fmt: skip
+        yield dg.Output(empty, metadata={"metrics": metrics, **extra})
+        yield from results
+        return
     order = [p for p in registry.retriever_partitions if p in retrieval_run]
     runs = {p: retrieval_run[p] for p in order}
     board = leaderboard(qrels, runs, metrics, n_resamples=params.bootstrap_resamples)
-    return dg.Output(
+    results, extra = asset_checks.report_results(
+        context, "retrieval_report", board, None, (registry, params), regression=True
+    )
+    yield dg.Output(
         board,
         data_version=frame_version(board),
         metadata={
             "report": table_md(format_leaderboard(board)),
             "metrics": metrics,
             "baseline": order[0],
+            **extra,
         },
     )
+    yield from results
 
 
 def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
@@ -136,4 +161,5 @@ def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
         deps=[bm25_index, dense_index],
+        check_specs=asset_checks.run_check_specs("retrieval_run"),
     )(_retrieval_run)
