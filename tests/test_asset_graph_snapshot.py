@@ -2,10 +2,11 @@
 
 For every asset of the packaged registry's Definitions the snapshot holds its key, kind
 (materialisable / observable), group, code version, pools, upstream keys with their partition
-mappings, partitions definition (kind and dimension names, not the registry's hash keys) and
-automation condition (its label and operator tree); plus the names of the jobs, schedules and
-sensors, and the main job's plan (:func:`erag_dagster.pipeline.plan`: which assets run together,
-in which order, partitioned how). It lives in ``tests/snapshots/asset_graph.json``.
+mappings, partitions definition (kind and dimension names, not the registry's hash keys),
+automation condition (its label and operator tree) and asset checks (name: blocking or not);
+plus the names of the jobs, schedules and sensors, and the main job's plan
+(:func:`erag_dagster.pipeline.plan`: which assets run together, in which order, partitioned
+how). It lives in ``tests/snapshots/asset_graph.json``.
 
 A deliberate graph change: regenerate the file and commit it with the change::
 
@@ -50,6 +51,11 @@ def _condition(condition: dg.AutomationCondition | None) -> str | None:
 
 def graph_snapshot(defs: dg.Definitions) -> dict[str, Any]:
     graph = defs.resolve_asset_graph()
+    checks: dict[str, dict[str, str]] = {}
+    for assets_def in defs.assets or []:
+        for spec in getattr(assets_def, "check_specs", []):
+            kind = "blocking" if spec.blocking else "non-blocking"
+            checks.setdefault(spec.asset_key.to_user_string(), {})[spec.name] = kind
     assets = {}
     for key in sorted(graph.get_all_asset_keys()):
         node = graph.get(key)
@@ -64,6 +70,7 @@ def graph_snapshot(defs: dg.Definitions) -> dict[str, Any]:
             },
             "partitions": _partitions(node.partitions_def),
             "automation_condition": _condition(node.automation_condition),
+            "checks": checks.get(key.to_user_string(), {}),
         }
     return {
         "assets": assets,
