@@ -31,24 +31,33 @@ NO_REGRESSION = "no_regression"
 CI_FIGURES = "ci_figures"
 
 
-def run_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
+def run_check_specs(
+    asset: str, partitions_def: dg.PartitionsDefinition | None = None
+) -> list[dg.AssetCheckSpec]:
+    """The run's blocking check, partitioned like the asset (a failed partition blocks only its
+    own downstream partitions under ``all_deps_blocking_checks_passed``)."""
     return [
         dg.AssetCheckSpec(
             RUN_DEPTH,
             asset=asset,
             blocking=True,
+            partitions_def=partitions_def,
             description="k rows per query (fewer only for a lexical retriever), ranks 1..n, "
             "no duplicate (query, doc)",
         )
     ]
 
 
-def labels_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
+def labels_check_specs(
+    asset: str, partitions_def: dg.PartitionsDefinition | None = None
+) -> list[dg.AssetCheckSpec]:
+    """The labels' blocking check, partitioned like the asset."""
     return [
         dg.AssetCheckSpec(
             LABELS_COMPLETE,
             asset=asset,
             blocking=True,
+            partitions_def=partitions_def,
             description="a label in [0, 1] for every (query, doc) of the run's top label_k, "
             "all from the partition's reader fingerprint",
         )

@@ -141,15 +141,16 @@ RUN_BY_RETRIEVER = dg.AssetIn(
 
 def build_doc_labels(registry: Registry) -> dg.AssetsDefinition:
     """``doc_labels`` partitioned by reader x retriever (registry configs)."""
+    partitions = reader_retriever_partitions(registry)
     return dg.asset(
         name="doc_labels",
         group_name="labels",
-        partitions_def=reader_retriever_partitions(registry),
+        partitions_def=partitions,
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
         pool=GPU_POOL,
         deps=[READER_MODELS_BY_READER],
         op_tags=GPU_OP_TAGS,
         ins={"retrieval_run": RUN_BY_RETRIEVER},
-        check_specs=asset_checks.labels_check_specs("doc_labels"),
+        check_specs=asset_checks.labels_check_specs("doc_labels", partitions),
     )(_doc_labels)

@@ -154,12 +154,13 @@ def retrieval_report(
 
 def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
     """``retrieval_run`` partitioned by the registry's retriever configs."""
+    partitions = retriever_partitions(registry)
     return dg.asset(
         name="retrieval_run",
         group_name="retrieval",
-        partitions_def=retriever_partitions(registry),
+        partitions_def=partitions,
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
         deps=[bm25_index, dense_index],
-        check_specs=asset_checks.run_check_specs("retrieval_run"),
+        check_specs=asset_checks.run_check_specs("retrieval_run", partitions),
     )(_retrieval_run)
