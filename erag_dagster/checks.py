@@ -236,6 +236,11 @@ def ci_figures(report: pl.DataFrame) -> list[dict[str, Any]]:
     return records
 
 
+#: Relative slack for comparing a value with a CI bound: the mean and the bootstrap percentile
+#: of a constant column are the same number computed two ways (they differ in the last bits).
+_ROUNDING = 1e-9
+
+
 def _defined(*values: Any) -> bool:
     return all(v is not None and not math.isnan(v) for v in values)
 
@@ -245,8 +250,8 @@ def check_regression(
 ) -> CheckOutcome:
     """Each figure of ``current`` (:func:`ci_figures`) against the same ``(row, figure)`` of the
     ``previous`` materialisation: fails when the new value is outside the previous ``[low,
-    high]``. Undefined (NaN/null) values are not compared. ``previous`` None: first
-    materialisation, passes."""
+    high]`` (widened by :data:`_ROUNDING`, relative). Undefined (NaN/null) values are not
+    compared. ``previous`` None: first materialisation, passes."""
     if previous is None:
         return CheckOutcome(
             True, "first materialisation: nothing to compare", {"figures": len(current)}
@@ -258,7 +263,8 @@ def check_regression(
         if old is None or not _defined(fig["value"], old["value"], old["low"], old["high"]):
             continue
         compared += 1
-        if not old["low"] <= fig["value"] <= old["high"]:
+        slack = _ROUNDING * max(1.0, abs(fig["value"]))  # a mean equal to a CI bound
+        if not old["low"] - slack <= fig["value"] <= old["high"] + slack:
             moved.append(
                 f"{fig['row']} {fig['figure']}: {old['value']:.4f} -> {fig['value']:.4f} "
                 f"(previous CI [{old['low']:.4f}, {old['high']:.4f}])"

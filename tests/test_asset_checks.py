@@ -193,6 +193,16 @@ def test_regression_outside_previous_ci_flags():
     )
 
 
+def test_regression_tolerates_rounding_at_a_degenerate_ci():
+    """A constant column: the mean and its bootstrap CI bounds differ only in the last bits."""
+    mean = sum([0.2] * 12) / 12  # 0.19999999999999998
+    previous = checks.ci_figures(_board(0.2, 0.2, 0.2))
+    outcome = checks.check_regression(checks.ci_figures(_board(mean, mean, mean)), previous)
+    assert outcome.passed, outcome.description
+    moved = checks.check_regression(checks.ci_figures(_board(0.2001, 0.2, 0.2)), previous)
+    assert not moved.passed
+
+
 def test_regression_first_materialisation_and_nan():
     first = checks.check_regression(checks.ci_figures(_board(0.8, 0.7, 0.9)), None)
     assert first.passed and first.description == "first materialisation: nothing to compare"
