@@ -215,7 +215,8 @@ def label_agreement(
     the human/provenance judgments on the same retrieved documents: raw agreement and Cohen's
     kappa per reader x retriever (unjudged documents count as non-relevant)."""
     table = label_agreement_table(by_system(doc_labels), by_system(baseline_labels), qrels)
-    results, _ = asset_checks.report_results(context, "label_agreement", table)
+    no_judgments = "the dataset has no judgments" if qrels.height == 0 else None
+    results, _ = asset_checks.report_results(context, "label_agreement", table, no_judgments)
     yield dg.Output(
         table,
         data_version=frame_version(table),
