@@ -150,17 +150,6 @@ def kilt_gold_answers(record: dict[str, Any]) -> list[str]:
     return sorted(answers)
 
 
-def _matches(series: pl.Series, wanted: Any) -> pl.Series:
-    """Rows whose value is ``wanted`` (or one of a list), or starts with ``wanted + "-"`` (a
-    registry name matches its partition keys and ``"<key> / <reader>"`` system names)."""
-    options = [str(w) for w in (wanted if isinstance(wanted, list) else [wanted])]
-    text = series.cast(pl.String)
-    hit = pl.Series([False] * len(series))
-    for option in options:
-        hit = hit | (text == option) | text.str.starts_with(f"{option}-")
-    return hit
-
-
 @dataclass
 class Conditions:
     """Computes entries' conditions, caching runs and datasets (keep one per session)."""
@@ -258,20 +247,12 @@ class Conditions:
         path = Path(root) / "assets" / f"{cond['asset']}.parquet"
         if not path.is_file():
             raise FileNotFoundError(f"{STORAGE_ENV}={root}: no report asset {path}")
-        frame = pl.read_parquet(path)
-        mask = pl.Series([True] * frame.height)
-        for column, wanted in (cond.get("where") or {}).items():
-            mask = mask & _matches(frame.get_column(column), wanted)
-        values = frame.filter(mask).get_column(cond["column"]).drop_nulls()
-        aggregate = cond.get("aggregate", "only")
-        if aggregate == "max":  # over the defined values: tau is NaN for a constant column
-            finite = values.cast(pl.Float64).drop_nans()
-            if finite.len() == 0:
-                raise ValueError(f"{entry.id}: no defined value in {path.name} at {cond['where']}")
-            return float(finite.max())
-        if values.len() != 1:
-            raise ValueError(f"{entry.id}: {values.len()} rows of {path.name} match, want 1")
-        return float(values[0])
+        from erag_dagster.checks import report_value  # the rule the readme_figures check uses
+
+        try:
+            return report_value(pl.read_parquet(path), cond)
+        except ValueError as error:
+            raise ValueError(f"{entry.id}: {path.name}: {error}") from None
 
     KINDS: ClassVar[dict[str, Callable[[Conditions, Reproduction], float]]] = {
         "retrieval": retrieval,
