@@ -1,0 +1,246 @@
+"""Acceptance (issue #15 §6) with a real `dagster dev` daemon, not evaluate_automation_conditions.
+
+A fresh deployment (its own ``DAGSTER_HOME`` and ``ERAG_STORAGE``, two questions, two readers,
+BM25 only, ``label_k`` 1) builds the graph with no click: ``input_change_sensor`` observes the
+never-observed inputs on its first tick and the automation sensor then materialises every
+partition. A reader edit (a new system prompt for one reader, then "Reload definitions", here
+the ``reloadRepositoryLocation`` mutation) runs that reader's new ``doc_labels`` partition once,
+with that reader's observed version as ``dagster/input_data_version/reader_models``, and no other
+``doc_labels`` partition again. ``dagster dev`` then stops on SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from erag_dagster.assets.automation import reader_digest
+from erag_dagster.registry import default_registry_path, load_registry
+from tests.pipeline_fixtures import write_instance_yaml
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+LOCATION = "erag_dagster.definitions"
+BUILD_TIMEOUT_S = 480  # the first build: about 10 runs, each a fresh process (2 loaded cores)
+EDIT_TIMEOUT_S = 300
+SETTLE_S = 30  # after the edit's partition is done: several sensor ticks in which nothing may run
+DOC_LABELS = dg.AssetKey("doc_labels")
+READER_MODELS = dg.AssetKey("reader_models")
+
+
+def _registry(path: Path, beta_prompt: str | None = None) -> Path:
+    """BM25 only, two readers (``alpha``, ``beta``: the packaged reader, 8 new tokens, float32)."""
+    packaged = yaml.safe_load(Path(default_registry_path()).read_text())
+    reader = {**packaged["readers"]["smollm2-135m"], "max_new_tokens": 8, "dtype": "float32"}
+    beta = dict(reader) if beta_prompt is None else {**reader, "system_prompt": beta_prompt}
+    raw = {
+        "retrievers": {"bm25": packaged["retrievers"]["bm25"]},
+        "readers": {"alpha": reader, "beta": beta},
+        "evaluation": {
+            **packaged["evaluation"],
+            "dataset": "sample?max_questions=2",
+            "k": 3,
+            "label_k": 1,
+            "e2e_ks": [1],
+            "list_metrics": ["P@1", "RR"],
+            "human_metrics": ["nDCG@3", "RR"],
+        },
+    }
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    request = urllib.request.Request(
+        f"{base}/graphql", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def _wait_for_server(base: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "dagster dev exited during start-up"
+        try:
+            with urllib.request.urlopen(f"{base}/server_info", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError(f"{base}/server_info did not answer within {timeout} s")
+
+
+def _doc_label_events(instance: dg.DagsterInstance) -> list[dg.EventLogRecord]:
+    return list(instance.fetch_materializations(DOC_LABELS, limit=1000, ascending=True).records)
+
+
+def _counts(instance: dg.DagsterInstance) -> Counter[str]:
+    return Counter(r.partition_key for r in _doc_label_events(instance))
+
+
+def _failed_runs(instance: dg.DagsterInstance) -> list[str]:
+    failed = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+    return [
+        f"{run.run_id[:8]} {run.job_name} {run.tags.get('dagster/partition', '')}" for run in failed
+    ]
+
+
+def _wait_until(instance, done, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        failed = _failed_runs(instance)
+        assert not failed, f"runs failed while waiting for {what}: {failed} (log: {log})"
+        if done():
+            return
+        time.sleep(3)
+    raise AssertionError(
+        f"{what} not done within {timeout} s; doc_labels so far: {dict(_counts(instance))} "
+        f"(log: {log})"
+    )
+
+
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def _quiet(instance: dg.DagsterInstance, quiet_s: float = 20) -> Callable[[], bool]:
+    """A condition: no run queued or running for ``quiet_s`` seconds (several sensor ticks).
+
+    A registry edit while a run of an old partition is in flight fails that run's later steps
+    (each step process loads the edited registry, where the old partition no longer exists), so
+    the test edits only once the first build has settled."""
+    since = [time.monotonic()]
+
+    def done() -> bool:
+        if instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT)):
+            since[0] = time.monotonic()
+        return time.monotonic() - since[0] >= quiet_s
+
+    return done
+
+
+def _pair(reader: str, retriever: str) -> str:
+    return str(dg.MultiPartitionKey({"reader": reader, "retriever": retriever}))
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 90) -> float:
+    """SIGINT to the whole process group; seconds until every process of the group is gone."""
+    started = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        raise AssertionError(f"dagster dev still running {timeout} s after SIGINT") from None
+    while time.monotonic() - started < timeout:
+        try:
+            os.killpg(proc.pid, 0)
+            time.sleep(0.2)
+        except ProcessLookupError:
+            return time.monotonic() - started
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"a child of dagster dev outlived it by {timeout} s after SIGINT")
+
+
+def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path: Path) -> None:
+    home = write_instance_yaml(tmp_path / "dagster_home")
+    registry_path = _registry(tmp_path / "registry.yaml")
+    env = dict(os.environ)
+    env.update(
+        DAGSTER_HOME=str(home),
+        ERAG_STORAGE=str(tmp_path / "storage"),
+        ERAG_REGISTRY=str(registry_path),
+        ERAG_SENSOR_INTERVAL_S="5",
+        ERAG_TORCH_THREADS="1",
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    before = load_registry(registry_path)
+    alpha, beta = before.reader("alpha").partition_key, before.reader("beta").partition_key
+    bm25 = before.retriever("bm25").partition_key
+    port, log = _free_port(), tmp_path / "dagster-dev.log"
+    dagster = str(Path(sys.executable).parent / "dagster")
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [dagster, "dev", "-m", LOCATION, "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        _wait_for_server(base, proc, timeout=120)
+        # 1. no click: the inputs are observed, then every doc_labels partition is built
+        first = {_pair(alpha, bm25), _pair(beta, bm25)}
+        _wait_until(
+            instance, lambda: first <= set(_counts(instance)), BUILD_TIMEOUT_S,
+            "the first build", log,
+        )  # fmt: skip
+        _wait_until(instance, _quiet(instance), BUILD_TIMEOUT_S, "the first build to settle", log)
+        observations = instance.get_runs(filters=dg.RunsFilter(job_name="observe_inputs"))
+        assert observations, "no observe_inputs run: the inputs were observed another way"
+
+        # 2. edit one reader, reload the definitions (what the UI's "Reload" does)
+        _registry(registry_path, beta_prompt="Answer in as few words as possible.")
+        after = load_registry(registry_path)
+        new_beta = after.reader("beta").partition_key
+        assert new_beta != beta and after.reader("alpha").partition_key == alpha
+        reloaded = _graphql(
+            base,
+            "mutation($name: String!) { reloadRepositoryLocation(repositoryLocationName: $name)"
+            " { __typename } }",
+            {"name": LOCATION},
+        )
+        assert (
+            reloaded["data"]["reloadRepositoryLocation"]["__typename"] == "WorkspaceLocationEntry"
+        )
+        edited = _pair(new_beta, bm25)
+        _wait_until(
+            instance, lambda: edited in _counts(instance), EDIT_TIMEOUT_S, "the edit's run", log
+        )
+        _wait_until(instance, _quiet(instance, SETTLE_S), EDIT_TIMEOUT_S, "settling", log)
+        counts = _counts(instance)
+        assert counts == {_pair(alpha, bm25): 1, _pair(beta, bm25): 1, edited: 1}, counts
+
+        # 3. each label partition carries its own reader's observed version
+        for record in _doc_label_events(instance):
+            tags = record.asset_materialization.tags
+            entry = (after if record.partition_key == edited else before).reader(
+                tags["dagster/partition/reader"]
+            )
+            assert tags["dagster/input_data_version/reader_models"] == reader_digest(
+                entry.name, entry.config
+            ), record.partition_key
+        assert not _failed_runs(instance)
+    finally:
+        stop_s = _stop(proc)
+    # 4. a clean stop: the whole group is gone soon after one SIGINT
+    assert stop_s < 60, f"dagster dev took {stop_s:.0f} s to stop"
