@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from erag_dagster import notices  # noqa: F401  (Dagster's beta notices filtered, before dagster)
 from erag_dagster.errors import EnvironmentFault, InputError, as_fault, concerning
 
 MAX_K = 2**31 - 1
@@ -273,9 +274,16 @@ def _ids(ids: list[str], shown: int = 5) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from erag_dagster.pipeline import materialize_all, print_reports
+    from erag_dagster.pipeline import (
+        DEFAULT_REPORTS,
+        DEFAULT_STAGES,
+        materialize_all,
+        print_reports,
+    )
+    from erag_dagster.progress import Progress
     from erag_dagster.resources import EvalSettings
 
+    _registry(args.registry)  # a bad registry file is one line naming it, before any run
     settings = EvalSettings(
         dataset=args.dataset or "",
         registry_path=args.registry or "",
@@ -283,8 +291,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         label_k=args.label_k or 0,
         metric=args.metric or "",
     )
-    materialize_all(settings, log=lambda m: print(f"[erag-dagster] {m}", file=sys.stderr))
-    print_reports()
+    materialize_all(
+        settings,
+        stages=DEFAULT_STAGES,
+        verbose=args.verbose,
+        progress=Progress.to_stream,
+        load_dataset=_dataset,
+    )
+    print_reports(registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose)
     return 0
 
 
@@ -364,10 +378,10 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 
 def cmd_correlate(args: argparse.Namespace) -> int:
     from erag_dagster.pipeline import materialize_all, print_reports
-    from erag_dagster.registry import load_registry
+    from erag_dagster.progress import Progress
     from erag_dagster.resources import EvalSettings
 
-    registry = load_registry(args.registry)
+    registry = _registry(args.registry)
     wanted = [r.strip() for r in args.retrievers.split(",") if r.strip()]
     for name in wanted:
         registry.retriever(name)  # unknown names fail here, with the known ones listed
@@ -384,9 +398,11 @@ def cmd_correlate(args: argparse.Namespace) -> int:
     materialize_all(
         settings,
         stages=["labels", "meta"],
-        log=lambda m: print(f"[erag-dagster] {m}", file=sys.stderr),
+        verbose=args.verbose,
+        progress=Progress.to_stream,
+        load_dataset=_dataset,
     )
-    print_reports(registry_path=str(path), only=("correlation_report",))
+    print_reports(registry_path=str(path), only=("correlation_report",), verbose=args.verbose)
     return 0
 
 
@@ -429,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_count, help="retrieval depth")
     p.add_argument("--label-k", type=_count, help="label the top N documents of each run")
     p.add_argument("--metric", help="downstream metric (em, f1, rougel, accuracy, contains)")
+    p.add_argument("--verbose", action="store_true", help=_VERBOSE_RUN_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -496,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reader", help="registry reader (default: every registry reader)")
     p.add_argument("--k", type=_count, default=5, help="documents labelled / given end-to-end")
     p.add_argument("--registry")
+    p.add_argument("--verbose", action="store_true", help=_VERBOSE_RUN_HELP)
     p.set_defaults(func=cmd_correlate)
 
     p = sub.add_parser(
@@ -519,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _DEBUG_HELP = "on an error, print the traceback too (or set ERAG_DEBUG=1)"
+_VERBOSE_RUN_HELP = "show Dagster's own log on the terminal too (always in the run's event log)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

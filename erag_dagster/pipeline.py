@@ -15,20 +15,22 @@ three: none, retriever, reader x retriever.)
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+# isort: off
+from erag_dagster import notices  # noqa: F401  (first: Dagster's beta notices filtered)
 import dagster as dg
+# isort: on
 
 from erag_dagster.definitions import build_defs
-from erag_dagster.resources import EvalSettings
-
-# Beta/preview notices (data versions, partition mappings) are for developers, not run output.
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.progress import Progress
+from erag_dagster.resources import EvalSettings, Evaluation
 
 Log = Callable[[str], None]
 
@@ -110,38 +112,144 @@ def _instance() -> dg.DagsterInstance:
     )
 
 
+#: The stages of ``erag-dagster run`` (:data:`STAGES`): every report but the efficiency
+#: benchmark (Table 2), which times fresh reader processes for minutes and is materialised on
+#: purpose (the UI, or ``bench/efficiency.py``).
+DEFAULT_STAGES: tuple[str, ...] = ("labels", "meta")
+
+#: The reports ``erag-dagster run`` prints (:func:`print_reports`).
+DEFAULT_REPORTS: tuple[str, ...] = (
+    "retrieval_report",
+    "erag_report",
+    "correlation_report",
+    "label_agreement",
+)
+
+
+class StepFailed(EnvironmentFault):
+    """A step of the main job failed (exit status 1); the message names the asset, the
+    partition, the error and the Dagster run to look at. The step's traceback is a note
+    (shown by ``--debug``) and in the run's event log."""
+
+
+def check_settings(
+    settings: EvalSettings, load_dataset: Callable[[str], object] | None = None
+) -> Evaluation:
+    """The settings in force, checked before any run starts: registry, downstream metric, list
+    and human metric names, and the dataset (loaded once with ``load_dataset``, default
+    :func:`erag_dagster.data.loaders.load_dataset`). Raises :class:`InputError` naming the
+    bad value (a bad registry file: its path), so a bad run costs one line, not a failed run.
+    """
+    from erag_dagster.data.loaders import load_dataset as default_loader
+    from erag_dagster.metrics.downstream import get_downstream_metric
+    from erag_dagster.metrics.names import parse_metric_names
+
+    params = settings.resolve()  # parses the registry
+    get_downstream_metric(params.metric)
+    parse_metric_names(params.list_metrics)
+    parse_metric_names(params.human_metrics)
+    (load_dataset or default_loader)(params.dataset)
+    return params
+
+
+def _run_config(verbose: bool) -> dict:
+    """Dagster's console logger: its default level with ``verbose``, else silent (CRITICAL).
+
+    The run's event log (the instance, the UI) keeps every event either way: Dagster's own
+    handlers are separate from the console logger.
+    """
+    level = "DEBUG" if verbose else "CRITICAL"
+    return {"loggers": {"console": {"config": {"log_level": level}}}}
+
+
+def _failure(result: dg.ExecuteInProcessResult, label: str) -> Exception:
+    """One-line error of a failed run: the erag error raised inside it (an :class:`InputError`
+    keeps exit status 2), else :class:`StepFailed` with the innermost error's class and message."""
+    errors = [
+        event.event_specific_data.error
+        for event in result.all_events
+        if event.is_failure and getattr(event.event_specific_data, "error", None) is not None
+    ]
+    if not errors:
+        return StepFailed(f"{label} failed (Dagster run {result.run_id}; see it in the UI)")
+    chain = []
+    info = errors[0]
+    while info is not None:
+        chain.append(info)
+        info = info.cause
+    ours = next((e for e in chain if e.cls_name in _ERAG_ERRORS), None)
+    cause = ours or chain[-1]
+    message = (cause.message or cause.cls_name or "").strip().splitlines()
+    text = message[0] if message else cause.cls_name
+    if not text.startswith(f"{cause.cls_name}:"):
+        text = f"{cause.cls_name}: {text}"
+    line = f"{label} failed: {text} (Dagster run {result.run_id}; see it in the UI)"
+    error: Exception = InputError(line) if cause.cls_name == "InputError" else StepFailed(line)
+    error.add_note(errors[0].to_string())
+    return error
+
+
+_ERAG_ERRORS = ("InputError", "EnvironmentFault", "StorageError")
+
+
 def materialize_all(
     settings: EvalSettings | None = None,
     instance: dg.DagsterInstance | None = None,
     log: Log = print,
     stages: Sequence[str] | None = None,
-    log_level: str = "INFO",
+    verbose: bool = False,
+    progress: Callable[[list], Progress] | None = None,
+    load_dataset: Callable[[str], object] | None = None,
 ) -> None:
-    """Observe the inputs, then materialise the graph step by step (:func:`plan`).
+    """Check the settings, observe the inputs, then materialise the graph step by step
+    (:func:`plan`).
 
     Partitioned assets are materialised one partition per run (as a user would from the UI);
     the reports read every partition of their upstream. ``stages`` keeps only the named
-    optional stages (:data:`STAGES`); ``None`` runs everything.
+    optional stages (:data:`STAGES`); ``None`` runs everything. Nothing runs when
+    :func:`check_settings` refuses the settings. Dagster's console log is silent unless
+    ``verbose`` (the runs' event logs keep it); the terminal gets one progress line per run
+    (``progress``: a :class:`~erag_dagster.progress.Progress` factory over the planned steps,
+    default lines through ``log``). A failed run raises :class:`StepFailed` (or the
+    :class:`InputError` raised in it) naming the asset, the partition and the run id.
     """
     settings = settings or EvalSettings()
+    check_settings(settings, load_dataset)
     defs = build_defs(settings.registry_path or None, settings)
     instance = instance or _instance()
-    log("observing dataset_files, reader_models")
-    defs.resolve_job_def("observe_inputs").execute_in_process(instance=instance)
+    run_config = _run_config(verbose)
+    runs = [
+        (step, partition_key)
+        for step in plan(defs, stage_selection(stages))
+        for partition_key in step.partition_keys()
+    ]
+    tracker = (progress or (lambda planned: Progress(planned, log)))(
+        ["observe"] + [step.keys for step, _ in runs]
+    )
+    tracker.started("observe dataset_files, reader_models")
+    observed = defs.resolve_job_def("observe_inputs").execute_in_process(
+        instance=instance, run_config=run_config, raise_on_error=False
+    )
+    if not observed.success:
+        raise _failure(observed, "observe_inputs")
+    tracker.finished("observe dataset_files, reader_models")
     assets = list(defs.assets or [])
-    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
-    for step in plan(defs, stage_selection(stages)):
+    for step, partition_key in runs:
         names = ", ".join(k.to_user_string() for k in step.keys)
-        for partition_key in step.partition_keys():
-            log(f"materialising {names}" + (f" [{partition_key}]" if partition_key else ""))
-            dg.materialize(
-                assets,
-                selection=list(step.keys),
-                partition_key=partition_key,
-                resources=dict(defs.resources or {}),
-                instance=instance,
-                run_config=run_config,
-            )
+        label = names + (f" [{partition_key}]" if partition_key else "")
+        tracker.started(label)
+        result = dg.materialize(
+            assets,
+            selection=list(step.keys),
+            partition_key=partition_key,
+            resources=dict(defs.resources or {}),
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=False,
+        )
+        if not result.success:
+            raise _failure(result, label)
+        tracker.finished(label)
 
 
 def request_full_reevaluation(
@@ -173,10 +281,21 @@ def request_full_reevaluation(
     return backfill.backfill_id
 
 
-def load_asset_value(key: str, instance: dg.DagsterInstance | None = None, registry_path: str = ""):
-    """Read a materialised unpartitioned asset's value through the IO manager."""
+def load_asset_value(
+    key: str,
+    instance: dg.DagsterInstance | None = None,
+    registry_path: str = "",
+    verbose: bool = False,
+):
+    """Read a materialised unpartitioned asset's value through the IO manager.
+
+    Dagster's console log of the load (the IO manager's "Loading file from ...") is dropped
+    unless ``verbose``: the loader's console logger writes to the ``sys.stderr`` of the moment
+    it is created, so it is created with stderr redirected.
+    """
     defs = build_defs(registry_path or None)
-    with defs.get_asset_value_loader(instance=instance or _instance()) as loader:
+    quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
+    with quiet, defs.get_asset_value_loader(instance=instance or _instance()) as loader:
         return loader.load_asset_value(key)
 
 
@@ -184,8 +303,10 @@ def print_reports(
     instance: dg.DagsterInstance | None = None,
     registry_path: str = "",
     only: Sequence[str] | None = None,
+    verbose: bool = False,
 ) -> None:
-    """Print the report assets that exist, as terminal tables."""
+    """Print the report assets that exist, as terminal tables (``verbose``: with Dagster's
+    console log of the loads, see :func:`load_asset_value`)."""
     from erag_dagster.reports.tables import format_table
 
     titles = {
@@ -200,7 +321,7 @@ def print_reports(
         if only is not None and key not in only:
             continue
         try:
-            frame = load_asset_value(key, instance, registry_path)
+            frame = load_asset_value(key, instance, registry_path, verbose)
         except Exception as exc:  # a report not materialised yet is not an error here
             print(f"\n{title}: not available ({type(exc).__name__})")
             continue

@@ -22,6 +22,7 @@ from erag_dagster.assets.common import (
     table_md,
 )
 from erag_dagster.assets.labels import GPU_OP_TAGS, GPU_POOL, RUN_BY_RETRIEVER
+from erag_dagster.data.spec import parse_spec
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation import table1
 from erag_dagster.meta.correlation_report import correlation_report as build_correlation_report
@@ -122,7 +123,8 @@ def correlation_report(
     params = settings.resolve()
     report = build_correlation_report(
         by_system(doc_labels), by_system(baseline_labels), by_system(end_to_end),
-        dataset=params.dataset, metrics=params.list_metrics, label_k=params.label_k,
+        dataset=parse_spec(params.dataset).name, metrics=params.list_metrics,
+        label_k=params.label_k,
         e2e_ks=params.e2e_ks, n_resamples=params.bootstrap_resamples,
         folder=storage_dir("reports"),
     )  # fmt: skip
@@ -134,6 +136,7 @@ def correlation_report(
         report.table,
         data_version=frame_version(report.table),
         metadata={
+            "dataset": params.dataset,
             "table1_kendall": table_md(table1(report.table, "kendall_tau"), max_rows=100),
             "correlation_vs_k": table_md(report.by_k, max_rows=100),
             "plot": dg.MetadataValue.md(f"![correlation vs k](data:image/png;base64,{image})"),

@@ -55,6 +55,15 @@ class DatasetSpec(NamedTuple):
     path: Path | None
     options: dict[str, str]
 
+    @property
+    def name(self) -> str:
+        """A short name for reports: the kind for ``sample`` (or a spec whose path has no
+        name, such as ``/``), else the path's folder name or file name without its suffix;
+        options are left out (the full spec belongs in metadata)."""
+        if self.path is None or not self.path.name:
+            return self.kind
+        return self.path.name if self.path.is_dir() or not self.path.suffix else self.path.stem
+
 
 def parse_spec(spec: str) -> DatasetSpec:
     """Split ``kind[:PATH][?key=value&...]`` into its parts and check them.

@@ -1,0 +1,205 @@
+"""What ``erag-dagster run`` prints, through the installed console script (a real process).
+
+Bad input (dataset, metric, registry) is one line and exit status 2 before any Dagster run
+starts; a successful run prints one progress line per step on stderr and the reports on stdout
+(no Beta/Preview warning, no Dagster log line), and ``--verbose`` brings Dagster's console log
+back. The run drives the real graph on three questions, a BM25-only registry and label_k 1.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from erag_dagster.errors import InputError
+from erag_dagster.pipeline import StepFailed, _failure, _run_config
+from erag_dagster.progress import Progress
+from tests.pipeline_fixtures import small_registry, write_instance_yaml
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")
+PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] \S.* \d+\.\ds · elapsed \d+:\d\d · ETA (\d+:\d\d|\?)$")
+DAGSTER_LOG = " - dagster - "
+REPORT_TITLES = (
+    "== Retrieval quality",
+    "== eRAG: list metrics",
+    "== Meta-evaluation: Kendall tau-b",
+    "== Agreement of automatic labels",
+)
+
+
+def _tiny_registry(folder: Path, **changes) -> Path:
+    """BM25 only, one reader, three questions, label and end-to-end depth 1."""
+    path = small_registry(folder, dataset="sample?max_questions=3", **changes)
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())
+    raw["retrievers"] = {"bm25": raw["retrievers"]["bm25"]}
+    raw["evaluation"].update({"k": 5, "label_k": 1, "e2e_ks": [1], "list_metrics": ["P@1", "RR"]})
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _run(root: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(write_instance_yaml(root / "home")),
+        "ERAG_STORAGE": str(root / "storage"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    env.pop("ERAG_DEBUG", None)
+    env.pop("ERAG_REGISTRY", None)
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), "run", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+
+
+def _runs(root: Path) -> int:
+    instance = dg.DagsterInstance.from_config(str(root / "home"))
+    try:
+        return instance.get_runs_count()
+    finally:
+        instance.dispose()
+
+
+@pytest.mark.parametrize(
+    ("argv", "registry_changes", "part"),
+    [
+        (["--dataset", "nope:x"], {}, "unknown dataset kind 'nope'"),
+        (["--dataset", "squad:/no/such/file.json"], {}, "/no/such/file.json"),
+        (["--metric", "nope"], {}, "unknown downstream metric 'nope'"),
+        ([], {"evaluation.human_metrics": ["nDCG@x"]}, "nDCG@x"),
+    ],
+    ids=["dataset-kind", "dataset-missing", "metric", "registry-metric"],
+)
+def test_bad_input_is_one_line_and_no_run_starts(tmp_path, argv, registry_changes, part) -> None:
+    registry = _tiny_registry(tmp_path / "reg", **registry_changes)
+    done = _run(tmp_path, "--registry", str(registry), *argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("erag-dagster: error: ") and done.stderr.count("\n") == 1, (
+        done.stderr
+    )
+    assert part in done.stderr
+    assert _runs(tmp_path) == 0  # refused before observe_inputs or any materialisation
+
+
+@pytest.fixture(scope="module")
+def quiet_and_verbose(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("run-output")
+    registry = _tiny_registry(root / "reg")
+    quiet = _run(root, "--registry", str(registry))
+    runs_after_quiet = _runs(root)
+    verbose = _run(root, "--registry", str(registry), "--verbose")
+    return {"root": root, "quiet": quiet, "verbose": verbose, "runs": runs_after_quiet}
+
+
+@pytest.mark.slow
+def test_run_prints_progress_lines_and_reports_only(quiet_and_verbose) -> None:
+    done = quiet_and_verbose["quiet"]
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert lines, "no progress line"
+    for line in lines:
+        assert PROGRESS.match(line), line
+    counts = [PROGRESS.match(line).groups()[:2] for line in lines]
+    total = len(lines)
+    assert counts == [(str(i), str(total)) for i in range(1, total + 1)]
+    assert lines[-1].endswith("ETA 0:00")
+    assert any("doc_labels [" in line for line in lines)
+    assert not any("efficiency_report" in line for line in lines)  # a benchmark, not the run
+    for text in (done.stdout, done.stderr):
+        assert "Warning" not in text and DAGSTER_LOG not in text
+    positions = [done.stdout.index(title) for title in REPORT_TITLES]
+    assert positions == sorted(positions)
+    assert "Efficiency" not in done.stdout
+    # Dagster's log went to the runs' event logs: one run per progress line, in the instance
+    assert quiet_and_verbose["runs"] == total
+
+
+@pytest.mark.slow
+def test_run_report_names_the_dataset_briefly(quiet_and_verbose) -> None:
+    table = quiet_and_verbose["quiet"].stdout.split("== Meta-evaluation")[1]
+    assert "sample" in table and "max_questions" not in table
+
+
+@pytest.mark.slow
+def test_verbose_brings_the_dagster_log_back(quiet_and_verbose) -> None:
+    done = quiet_and_verbose["verbose"]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert DAGSTER_LOG in done.stderr
+    assert "STEP_SUCCESS" in done.stderr
+    assert "Warning" not in done.stderr
+    assert all(title in done.stdout for title in REPORT_TITLES)
+
+
+def test_progress_lines_count_steps_and_estimate_the_rest() -> None:
+    ticks = iter([0.0, 0.0, 2.0, 2.0, 12.0, 12.0, 22.0, 22.0, 52.0])
+    lines: list[str] = []
+    progress = Progress(["observe", "a", "a", "b"], lines.append, now=lambda: next(ticks))
+    for label in ("observe", "a [p1]", "a [p2]", "b"):
+        progress.started(label)
+        progress.finished(label)
+    assert lines == [
+        "[1/4] observe 2.0s · elapsed 0:02 · ETA ?",
+        "[2/4] a [p1] 10.0s · elapsed 0:12 · ETA 0:16",  # a [p2] as a [p1], b as the mean (6 s)
+        "[3/4] a [p2] 10.0s · elapsed 0:22 · ETA 0:07",
+        "[4/4] b 30.0s · elapsed 0:52 · ETA 0:00",
+    ]
+    assert all(PROGRESS.match(line) for line in lines)
+
+
+def test_progress_on_a_terminal_draws_a_bar() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    progress = Progress.to_stream(["a", "b"], out)
+    progress.started("a")
+    progress.finished("a")
+    text = out.getvalue()
+    assert text.startswith("\r[" + "-" * 20 + "] 1/2 a …")
+    assert "\r[" + "#" * 10 + "-" * 10 + "] [1/2] a " in text and text.endswith("\n")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "part"),
+    [
+        (InputError("queries.jsonl:3: empty question"), InputError, "queries.jsonl:3"),
+        (RuntimeError("model exploded"), StepFailed, "RuntimeError: model exploded"),
+    ],
+)
+def test_a_failed_step_is_one_line_naming_asset_partition_and_run(error, kind, part) -> None:
+    partitions = dg.StaticPartitionsDefinition(["bm25-1234abcd"])
+
+    @dg.asset(partitions_def=partitions)
+    def retrieval_run() -> int:
+        raise error
+
+    result = dg.materialize(
+        [retrieval_run],
+        partition_key="bm25-1234abcd",
+        instance=dg.DagsterInstance.ephemeral(),
+        run_config=_run_config(verbose=False),
+        raise_on_error=False,
+    )
+    failure = _failure(result, "retrieval_run [bm25-1234abcd]")
+    assert type(failure) is kind
+    message = str(failure)
+    assert "\n" not in message
+    assert message.startswith("retrieval_run [bm25-1234abcd] failed: ") and part in message
+    assert result.run_id in message
+    assert "raise error" in failure.__notes__[0]  # the step's stack, what --debug prints
