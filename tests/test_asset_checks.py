@@ -17,7 +17,6 @@ import yaml
 from erag_dagster import checks
 from erag_dagster.assets import checks as asset_checks
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.definitions import build_defs
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.resources import EvalSettings
 from tests.pipeline_fixtures import small_registry
@@ -337,12 +336,6 @@ def test_blocking_check_stops_the_main_job(tmp_path: Path, monkeypatch: pytest.M
     assert failed[1].startswith("3 labels outside [0, 1], e.g. 1.5 at (")
     assert _materialisations(instance, "erag_per_query") == 1  # downstream not re-materialised
     assert _materialisations(instance, "erag_report") == 1
-    # The bad labels were stored (Dagster records the value before its checks fail), but the
-    # daemon's condition does not compute anything downstream of them either.
-    evaluation = dg.evaluate_automation_conditions(
-        defs=build_defs(str(registry)), instance=instance
-    )
-    assert evaluation.get_num_requested(dg.AssetKey("erag_per_query")) == 0
 
 
 @pytest.mark.slow

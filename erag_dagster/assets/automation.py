@@ -45,8 +45,6 @@ RECOMPUTE_WHEN_STALE = (
     & ~AC.any_deps_missing()
     & ~AC.any_deps_in_progress()
     & ~AC.in_progress()
-    # a value whose blocking check failed is stored, but nothing downstream is computed on it
-    & AC.all_deps_blocking_checks_passed()
 ).with_label("eager_on_data_version_or_code_change")
 
 DEFAULT_CRON = "0 3 * * *"
