@@ -116,8 +116,19 @@ def test_changed_reader_requests_only_its_partitions(world) -> None:
     )
     registry = load_registry(edited)
     new_reader = registry.reader("smollm2-135m").partition_key
+    edited_defs = build_defs(str(edited))
+    # the new reader partition of reader_models is not observed yet: its labels wait for it
+    blocked = dg.evaluate_automation_conditions(
+        defs=edited_defs, instance=world["instance"], cursor=tick.cursor
+    )
+    assert "doc_labels" not in requested(blocked)
+    # what input_change_sensor requests on its next tick: an observation of the new partition
+    sensor = _sensor_result(edited_defs, world["instance"])
+    assert sensor.tags["erag/changed_inputs"] == f"reader_models[{new_reader}]"
+    observe = edited_defs.resolve_job_def("observe_inputs")
+    assert observe.execute_in_process(instance=world["instance"]).success
     result = dg.evaluate_automation_conditions(
-        defs=build_defs(str(edited)), instance=world["instance"], cursor=tick.cursor
+        defs=edited_defs, instance=world["instance"], cursor=blocked.cursor
     )
     expected = {_pair(new_reader, r) for r in registry.retriever_partitions}
     got = requested(result)
@@ -219,11 +230,15 @@ def test_labels_carry_their_own_readers_observed_version(world) -> None:
     instance = world["instance"]
     registry = load_registry(world["registry"])
     for asset in ("doc_labels", "end_to_end", "baseline_labels"):
-        event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-        tags = event.asset_materialization.tags
+        made = instance.fetch_materializations(dg.AssetKey(asset), limit=1).records[0]
+        tags = made.asset_materialization.tags
         reader = tags["dagster/partition/reader"]
+        # the observation of this reader's partition that was the latest when it was made
         observed = instance.get_latest_data_version_record(
-            dg.AssetKey("reader_models"), is_source=True, partition_key=reader
+            dg.AssetKey("reader_models"),
+            is_source=True,
+            partition_key=reader,
+            before_cursor=made.storage_id,
         )
         entry = registry.reader(reader)
         assert tags["dagster/input_data_version/reader_models"] == reader_digest(
