@@ -8,6 +8,10 @@ are mapped with the file they concern (:func:`~erag_dagster.errors.concerning`);
 exception is a bug and keeps its traceback. ``--debug`` (or ``ERAG_DEBUG=1``) prints the
 traceback of an expected failure too. Output files are checked for writability before the work
 that fills them runs.
+
+Why one module over 400 lines: each command is a short adapter (parse, call one library
+function, print), and the parser table, the commands and the error boundary are read together
+when a command is added; the logic they call lives in the library modules.
 """
 
 from __future__ import annotations
