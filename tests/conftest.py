@@ -30,3 +30,17 @@ def storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "storage"
     monkeypatch.setenv("ERAG_STORAGE", str(root))
     return root
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Each test starts without a current Dagster definitions-state storage.
+
+    Dagster keeps it in a ContextVar that ``with instance:`` sets and its exit resets; an
+    instance entered and never exited by an earlier test leaves a storage whose instance has been
+    garbage-collected, and every later in-process Definitions load then fails with "Attempted to
+    resolve undefined DagsterInstance weakref" (seen in the full suite only, from test order).
+    Runs before the test's fixtures, module-scoped ones included.
+    """
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    _current_storage.set(None)
