@@ -25,6 +25,7 @@ from dataclasses import dataclass
 # isort: off
 from erag_dagster import notices  # noqa: F401  (first: Dagster's beta notices filtered)
 import dagster as dg
+from dagster._core.storage.defs_state.base import set_defs_state_storage
 # isort: on
 
 from erag_dagster.definitions import build_defs
@@ -215,41 +216,45 @@ def materialize_all(
     """
     settings = settings or EvalSettings()
     check_settings(settings, load_dataset)
-    defs = build_defs(settings.registry_path or None, settings)
     instance = instance or _instance()
-    run_config = _run_config(verbose)
-    runs = [
-        (step, partition_key)
-        for step in plan(defs, stage_selection(stages))
-        for partition_key in step.partition_keys()
-    ]
-    tracker = (progress or (lambda planned: Progress(planned, log)))(
-        ["observe"] + [step.keys for step, _ in runs]
-    )
-    tracker.started("observe dataset_files, reader_models")
-    observed = defs.resolve_job_def("observe_inputs").execute_in_process(
-        instance=instance, run_config=run_config, raise_on_error=False
-    )
-    if not observed.success:
-        raise _failure(observed, "observe_inputs")
-    tracker.finished("observe dataset_files, reader_models")
-    assets = list(defs.assets or [])
-    for step, partition_key in runs:
-        names = ", ".join(k.to_user_string() for k in step.keys)
-        label = names + (f" [{partition_key}]" if partition_key else "")
-        tracker.started(label)
-        result = dg.materialize(
-            assets,
-            selection=list(step.keys),
-            partition_key=partition_key,
-            resources=dict(defs.resources or {}),
-            instance=instance,
-            run_config=run_config,
-            raise_on_error=False,
+    # Dagster keeps the current definitions-state storage in a ContextVar; one left behind by an
+    # instance that is gone would fail every Definitions load here, so this instance's is used.
+    with set_defs_state_storage(instance.defs_state_storage):
+        defs = build_defs(settings.registry_path or None, settings)
+        run_config = _run_config(verbose)
+        runs = [
+            (step, partition_key)
+            for step in plan(defs, stage_selection(stages))
+            for partition_key in step.partition_keys()
+        ]
+        tracker = (progress or (lambda planned: Progress(planned, log)))(
+            ["observe"] + [step.keys for step, _ in runs]
         )
-        if not result.success:
-            raise _failure(result, label)
-        tracker.finished(label)
+        tracker.started("observe dataset_files, reader_models")
+        observed = defs.resolve_job_def("observe_inputs").execute_in_process(
+            instance=instance, run_config=run_config, raise_on_error=False
+        )
+        if not observed.success:
+            raise _failure(observed, "observe_inputs")
+        tracker.finished("observe dataset_files, reader_models")
+        assets = list(defs.assets or [])
+        for step, partition_key in runs:
+            names = ", ".join(k.to_user_string() for k in step.keys)
+            label = names + (f" [{partition_key}]" if partition_key else "")
+            tracker.started(label)
+            with set_defs_state_storage(instance.defs_state_storage):  # per run, as above
+                result = dg.materialize(
+                    assets,
+                    selection=list(step.keys),
+                    partition_key=partition_key,
+                    resources=dict(defs.resources or {}),
+                    instance=instance,
+                    run_config=run_config,
+                    raise_on_error=False,
+                )
+            if not result.success:
+                raise _failure(result, label)
+            tracker.finished(label)
 
 
 def request_full_reevaluation(
