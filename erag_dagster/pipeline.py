@@ -28,12 +28,11 @@ import dagster as dg
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 # isort: on
 
+from erag_dagster.callbacks import Log
 from erag_dagster.definitions import build_defs
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.progress import Progress
 from erag_dagster.resources import EvalSettings, Evaluation
-
-Log = Callable[[str], None]
 
 #: The optional stages of the main job (``stages=`` of :func:`materialize_all`), by asset group:
 #: the assets of a stage's group and everything downstream of them that is not in a later stage.

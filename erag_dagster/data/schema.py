@@ -96,6 +96,12 @@ def validate_queries(queries: pl.DataFrame, source: str) -> None:
             f"{source}: duplicate query_id {{dup!r}}",
         ),
     )
+    require_questions(queries, source)
+
+
+def require_questions(queries: pl.DataFrame, source: str) -> None:
+    """Raise ``InputError`` naming the first query whose question is null, empty or only
+    whitespace (BM25 would silently drop it; a reader would answer nothing)."""
     blank = queries.filter(
         pl.col("question").is_null() | (pl.col("question").str.strip_chars() == "")
     )

@@ -38,6 +38,7 @@ from typing import Any
 
 import polars as pl
 
+from erag_dagster.callbacks import Log, OnBatch
 from erag_dagster.errors import EnvironmentFault, InputError, StorageError
 from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.store import (
@@ -59,8 +60,6 @@ __all__ = [
     "task_fingerprint",
 ]
 
-Log = Callable[[str], None]
-OnBatch = Callable[[list[int], Sequence[str | None]], None]
 """``on_batch(positions, outputs)``: outputs of a generator call as they come (see below)."""
 
 

@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from erag_dagster.data.schema import require_answers
+from erag_dagster.callbacks import Log
+from erag_dagster.data.schema import require_answers, require_questions
 from erag_dagster.errors import InputError
 from erag_dagster.labels.cached import (
     CommitPolicy,
@@ -44,7 +45,6 @@ from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
 LABEL_COLUMNS = ("query_id", "doc_id", "rank", "label", "answer", "reader_fingerprint", "metric")
-Log = Callable[[str], None]
 
 
 class Reader(Protocol):
@@ -214,11 +214,7 @@ def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> p
         )
     )
     require_answers(used, "labelling")
-    empty_q = used.filter(
-        pl.col("question").is_null() | (pl.col("question").str.strip_chars() == "")
-    )
-    if empty_q.height:
-        raise InputError(f"labelling: query {empty_q.get_column('query_id')[0]!r} has no question")
+    require_questions(used, "labelling")
     return run.join(used, on="query_id", how="left", maintain_order="left")
 
 

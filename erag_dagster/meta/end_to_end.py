@@ -11,11 +11,11 @@ the standard equivalent.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
+from erag_dagster.callbacks import Log
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
@@ -29,8 +29,6 @@ from erag_dagster.labels.cached import (
 from erag_dagster.labels.store import generation_key
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.passages import run_with_passages
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)

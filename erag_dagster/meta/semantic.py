@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -79,7 +79,6 @@ from erag_dagster.retrieval.encoder import TextEncoder
 
 Method = Literal["cosine", "bertscore"]
 Against = Literal["answer", "question"]
-Log = Callable[[str], None]
 
 METHODS: tuple[str, ...] = ("cosine", "bertscore")
 AGAINST: tuple[str, ...] = ("answer", "question")

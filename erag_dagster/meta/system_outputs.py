@@ -3,11 +3,12 @@ end-to-end scores at every depth, and the set of baseline labels of its top-k li
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
+from erag_dagster.callbacks import Log
 from erag_dagster.meta.baselines import (
     containment_labels,
     llm_annotation_labels,
@@ -15,8 +16,6 @@ from erag_dagster.meta.baselines import (
     semantic_labels,
 )
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)

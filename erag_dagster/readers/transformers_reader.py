@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from erag_dagster.callbacks import OnBatch
 from erag_dagster.devices import resolve_device
 from erag_dagster.errors import InputError
 from erag_dagster.readers.batching import (
@@ -77,7 +78,6 @@ __all__ = [
 
 #: On CPU, a batch's padded positions stay within (1 + this) x its real prompt tokens.
 CPU_PAD_SLACK = 0.25
-OnBatch = Callable[[list[int], list[str]], None]
 """Called after each model batch with the item positions it answered and their answers."""
 _YES_WORDS = ("yes", "Yes", " yes", " Yes", "YES")
 _NO_WORDS = ("no", "No", " no", " No", "NO")

@@ -15,18 +15,16 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_frame
 from erag_dagster.java import ensure_jvm
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score
-
-Log = Callable[[str], None]
 
 
 def corpus_fingerprint(corpus: pl.DataFrame) -> str:

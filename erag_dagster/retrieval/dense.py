@@ -13,7 +13,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,13 +20,12 @@ import faiss
 import numpy as np
 import polars as pl
 
+from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
 from erag_dagster.retrieval.bm25 import corpus_fingerprint
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score
-
-Log = Callable[[str], None]
 
 
 def passage_texts(corpus: pl.DataFrame) -> list[str]:

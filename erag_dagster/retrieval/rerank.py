@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -48,6 +48,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.report import ListMetricReport
@@ -55,7 +56,6 @@ from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score, top_k
 from erag_dagster.stats.significance import compare_paired
 
-Log = Callable[[str], None]
 Pairs = Sequence[tuple[str, str]]
 
 #: Pairs handed to the scorer per call (progress is logged after each call).

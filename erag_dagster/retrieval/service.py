@@ -8,13 +8,13 @@ once per corpus and reused by every later call.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
 from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Entry, Registry
@@ -22,8 +22,6 @@ from erag_dagster.retrieval.bm25 import BM25Index, build_bm25_index
 from erag_dagster.retrieval.dense import DenseIndex, build_dense_index
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.hybrid import reciprocal_rank_fusion
-
-Log = Callable[[str], None]
 
 
 def index_root() -> Path:
