@@ -17,6 +17,7 @@ import yaml
 from erag_dagster import checks
 from erag_dagster.assets import checks as asset_checks
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.definitions import build_defs
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.resources import EvalSettings
 from tests.pipeline_fixtures import small_registry
@@ -321,6 +322,7 @@ def test_blocking_check_stops_the_main_job(tmp_path: Path, monkeypatch: pytest.M
         "README figures do not apply: the registry's retrievers/readers are not the packaged"
     )
     assert _materialisations(instance, "erag_per_query") == 1
+    labels_before = _materialisations(instance, "doc_labels")
 
     # A corrupted label store (a score the schema forbids, written past its CHECK) gives a
     # label of 1.5: the doc_labels check fails, the step fails, and the job stops there.
@@ -336,6 +338,14 @@ def test_blocking_check_stops_the_main_job(tmp_path: Path, monkeypatch: pytest.M
     assert failed[1].startswith("3 labels outside [0, 1], e.g. 1.5 at (")
     assert _materialisations(instance, "erag_per_query") == 1  # downstream not re-materialised
     assert _materialisations(instance, "erag_report") == 1
+    # The bad labels were never stored as the asset's value (no new materialisation, so no new
+    # data version), so the daemon's conditions compute nothing downstream of them either.
+    assert _materialisations(instance, "doc_labels") == labels_before
+    evaluation = dg.evaluate_automation_conditions(
+        defs=build_defs(str(registry)), instance=instance
+    )
+    assert evaluation.get_num_requested(dg.AssetKey("erag_per_query")) == 0
+    assert evaluation.get_num_requested(dg.AssetKey("doc_labels")) == 0
 
 
 @pytest.mark.slow

@@ -1,9 +1,11 @@
 """Asset checks as the Dagster UI shows them: specs attached to the assets (``check_specs=``)
 and results returned with each materialisation; the logic is in :mod:`erag_dagster.checks`.
 
-- Blocking (ERROR; a failure fails the step, so nothing downstream runs on the bad value):
-  ``retrieval_run`` depth and duplicates, ``doc_labels`` coverage, range and reader, reports
-  not empty.
+- Blocking (ERROR): ``retrieval_run`` depth and duplicates, ``doc_labels`` coverage, range and
+  reader, reports not empty. A failed blocking check is recorded and the step fails *before*
+  the value is stored (:func:`checked`): no materialisation, so no new data version, so
+  nothing downstream runs on the bad value — neither later in the same run nor under the
+  automation daemon (whose conditions react to data versions).
 - ``readme_figures`` (ERROR, not blocking): the README's default-run figures hold. Reports are
   leaves, so blocking would only turn a figure drift (another CPU, bf16 answers) into a failed
   ``erag-dagster run`` that stops before the remaining reports are printed.
@@ -14,6 +16,7 @@ and results returned with each materialisation; the logic is in :mod:`erag_dagst
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
@@ -29,6 +32,8 @@ NOT_EMPTY = "not_empty"
 README_FIGURES = "readme_figures"
 NO_REGRESSION = "no_regression"
 CI_FIGURES = "ci_figures"
+BLOCKING = frozenset({RUN_DEPTH, LABELS_COMPLETE, NOT_EMPTY})
+"""The checks declared ``blocking=True`` by the spec builders below."""
 
 
 def run_check_specs(
@@ -106,6 +111,23 @@ def result(
         metadata=metadata,
         severity=severity,
     )
+
+
+def checked(
+    output: dg.Output, results: list[dg.AssetCheckResult]
+) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """``output`` then its check ``results``; when a blocking check failed, only the results,
+    then :class:`dagster.Failure` ("blocking asset check failed: …"), so the value is never
+    stored and its materialisation never recorded (Dagster would otherwise record the value
+    before the check's verdict, and eager automation would compute downstream of it)."""
+    failed = [r for r in results if r.check_name in BLOCKING and not r.passed]
+    if not failed:
+        yield output
+        yield from results
+        return
+    yield from results
+    reasons = "; ".join(f"{r.check_name}: {r.description}" for r in failed)
+    raise dg.Failure(description=f"blocking asset check failed: {reasons}")
 
 
 def default_run_difference(registry: Registry, evaluation: Any) -> str | None:

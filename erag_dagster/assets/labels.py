@@ -64,7 +64,7 @@ def _doc_labels(
         labels.group_by(pl.col("label").round(2)).len().sort("label").rename({"len": "count"})
     )
     complete = checks.check_doc_labels(labels, top_run, model.fingerprint)
-    yield dg.Output(
+    output = dg.Output(
         labels,
         data_version=frame_version(labels.drop("answer", strict=False)),
         tags=reader_lineage_tags(context.instance, reader_key),
@@ -81,7 +81,9 @@ def _doc_labels(
             "label_distribution": table_md(distribution),
         },
     )
-    yield asset_checks.result(asset_checks.LABELS_COMPLETE, complete)
+    yield from asset_checks.checked(
+        output, [asset_checks.result(asset_checks.LABELS_COMPLETE, complete)]
+    )
 
 
 @dg.asset(
@@ -98,12 +100,12 @@ def erag_per_query(
     metrics = settings.resolve().list_metrics
     table = erag_per_query_table(by_system(doc_labels), metrics)
     results, _ = asset_checks.report_results(context, "erag_per_query", table)
-    yield dg.Output(
+    output = dg.Output(
         table,
         data_version=frame_version(table),
         metadata={"rows": table.height, "metrics": metrics, "preview": table_md(table.head(10))},
     )
-    yield from results
+    yield from asset_checks.checked(output, results)
 
 
 @dg.asset(
@@ -123,12 +125,12 @@ def erag_report(
     results, _ = asset_checks.report_results(
         context, "erag_report", table, figures_of=(settings.registry(), params)
     )
-    yield dg.Output(
+    output = dg.Output(
         table,
         data_version=frame_version(table),
         metadata={"report": table_md(table), "metrics": metrics},
     )
-    yield from results
+    yield from asset_checks.checked(output, results)
 
 
 RUN_BY_RETRIEVER = dg.AssetIn(

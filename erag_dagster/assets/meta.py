@@ -132,7 +132,7 @@ def correlation_report(
     results, extra = asset_checks.report_results(
         context, "correlation_report", report.table, None, (settings.registry(), params), True
     )
-    yield dg.Output(
+    output = dg.Output(
         report.table,
         data_version=frame_version(report.table),
         metadata={
@@ -144,7 +144,7 @@ def correlation_report(
             **extra,
         },
     )
-    yield from results
+    yield from asset_checks.checked(output, results)
 
 
 @dg.asset(
@@ -220,9 +220,9 @@ def label_agreement(
     table = label_agreement_table(by_system(doc_labels), by_system(baseline_labels), qrels)
     no_judgments = "the dataset has no judgments" if qrels.height == 0 else None
     results, _ = asset_checks.report_results(context, "label_agreement", table, no_judgments)
-    yield dg.Output(
+    output = dg.Output(
         table,
         data_version=frame_version(table),
         metadata={"report": table_md(table)},
     )
-    yield from results
+    yield from asset_checks.checked(output, results)

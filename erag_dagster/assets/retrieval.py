@@ -90,7 +90,7 @@ def _retrieval_run(
     depth = checks.check_retrieval_run(
         run, queries.get_column("query_id").to_list(), k, corpus.height, exhaustive
     )
-    yield dg.Output(
+    output = dg.Output(
         run,
         data_version=frame_version(run),
         metadata={
@@ -102,7 +102,7 @@ def _retrieval_run(
             "search_seconds": round(timing.search_seconds, 3),
         },
     )
-    yield asset_checks.result(asset_checks.RUN_DEPTH, depth)
+    yield from asset_checks.checked(output, [asset_checks.result(asset_checks.RUN_DEPTH, depth)])
 
 
 @dg.asset(
@@ -130,8 +130,8 @@ def retrieval_report(
             context, "retrieval_report", empty, "the dataset has no judgments",
             (registry, params), regression=True,
         )  # fmt: skip
-        yield dg.Output(empty, metadata={"metrics": metrics, **extra})
-        yield from results
+        output = dg.Output(empty, metadata={"metrics": metrics, **extra})
+        yield from asset_checks.checked(output, results)
         return
     order = [p for p in registry.retriever_partitions if p in retrieval_run]
     runs = {p: retrieval_run[p] for p in order}
@@ -139,7 +139,7 @@ def retrieval_report(
     results, extra = asset_checks.report_results(
         context, "retrieval_report", board, None, (registry, params), regression=True
     )
-    yield dg.Output(
+    output = dg.Output(
         board,
         data_version=frame_version(board),
         metadata={
@@ -149,7 +149,7 @@ def retrieval_report(
             **extra,
         },
     )
-    yield from results
+    yield from asset_checks.checked(output, results)
 
 
 def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
