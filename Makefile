@@ -27,7 +27,7 @@ test-quick: setup lint
 	.venv/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 dev: setup
-	.venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+	.venv/bin/python -m erag_dagster.dev_server -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
 LINT_PATHS := erag_dagster tests bench scripts
 

@@ -244,3 +244,38 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
         stop_s = _stop(proc)
     # 4. a clean stop: the whole group is gone soon after one SIGINT
     assert stop_s < 60, f"dagster dev took {stop_s:.0f} s to stop"
+
+
+def _ignore_sigint() -> None:
+    """What a non-interactive shell does to a background job (``cmd &`` in a script)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_dev_started_in_the_background_of_a_script_stops_on_sigint(tmp_path: Path) -> None:
+    """Issue #15 §6: ``dagster dev`` that inherited an ignored SIGINT (so, through Dagster's
+    SIGTERM→SIGINT mapping, an ignored SIGTERM too) hung after "Daemon threads shut down." until
+    SIGKILL. ``python -m erag_dagster.dev_server`` (what ``make dev`` runs) stops cleanly."""
+    home = write_instance_yaml(tmp_path / "dagster_home")
+    env = dict(os.environ)
+    env.update(
+        DAGSTER_HOME=str(home),
+        ERAG_STORAGE=str(tmp_path / "storage"),
+        ERAG_REGISTRY=str(_registry(tmp_path / "registry.yaml")),
+        ERAG_SENSOR_INTERVAL_S="3600",  # nothing to build: this test is about stopping
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
+    port, log = _free_port(), tmp_path / "dagster-dev.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "erag_dagster.dev_server", "-m", LOCATION,
+             "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
+            preexec_fn=_ignore_sigint,
+        )  # fmt: skip
+    try:
+        _wait_for_server(f"http://127.0.0.1:{port}", proc, timeout=180)
+    finally:
+        stop_s = _stop(proc)
+    assert stop_s < 60, f"dagster dev took {stop_s:.0f} s to stop (log: {log})"
+    assert "Dagster services shut down" in log.read_text()

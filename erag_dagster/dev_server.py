@@ -1,0 +1,37 @@
+"""``dagster dev`` that stops on Ctrl-C / SIGINT / SIGTERM however it was started.
+
+A process started in the background of a non-interactive shell (``dagster dev &`` in a script,
+a CI step, ``nohup``) inherits SIGINT as *ignored* (POSIX job control is off there), and Dagster
+maps SIGTERM onto SIGINT's handler (``dagster._utils.interrupts.setup_interrupt_handlers``), so
+``dagster dev`` then ignores both. Its daemon and webserver children still take the group's
+SIGINT, shut their threads down ("Daemon threads shut down.") and wait for the parent's shutdown
+message, which never comes: the whole tree hangs until SIGKILL. This entry point restores the
+default handlers first, then runs Dagster's own ``dagster dev`` with the arguments given::
+
+    python -m erag_dagster.dev_server -w workspace.yaml -h 127.0.0.1 -p 3000   # = make dev
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+
+
+def restore_interrupt_signals() -> None:
+    """SIGINT raises KeyboardInterrupt again and SIGTERM terminates, even if inherited ignored."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run ``dagster dev`` with ``argv`` (default: this process's arguments)."""
+    restore_interrupt_signals()
+    from dagster._cli import main as dagster_main
+
+    sys.argv = ["dagster", "dev", *(sys.argv[1:] if argv is None else argv)]
+    dagster_main()
+
+
+if __name__ == "__main__":
+    main()
