@@ -182,7 +182,14 @@ def load_registry(path: str | Path | None = None) -> Registry:
     evaluation = raw.get("evaluation") or {}
     if not isinstance(evaluation, dict):
         raise InputError(f"{path}: 'evaluation' must be a mapping")
-    for key in ("k", "label_k", "efficiency_queries", "e2e_ks", "efficiency_ks"):
+    for key in (
+        "k",
+        "label_k",
+        "efficiency_queries",
+        "efficiency_rounds",
+        "e2e_ks",
+        "efficiency_ks",
+    ):
         value = evaluation.get(key, 1)
         counts = value if key.endswith("_ks") and isinstance(value, list) else [value]
         if not counts or not all(_count(v) and v <= 2**31 - 1 for v in counts):

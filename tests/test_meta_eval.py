@@ -14,7 +14,7 @@ from erag_dagster.meta.baselines import (
     llm_annotation_labels,
     provenance_labels,
 )
-from erag_dagster.meta.efficiency import MODES, measure_efficiency
+from erag_dagster.meta.efficiency import MODES, measure_efficiency, round_orders, summarise_rounds
 from erag_dagster.meta.end_to_end import context_lists, evaluate_end_to_end
 from erag_dagster.readers.prompts import reader_passage
 from erag_dagster.readers.transformers_reader import reader_from_config
@@ -89,15 +89,52 @@ def test_efficiency_table_has_every_mode(small, run) -> None:
     entry = load_registry().reader("smollm2-135m")
     contexts = context_lists(run, small.queries.head(1), small.corpus, 3)
     items = list(zip(contexts["question"], contexts["passages"], strict=True))
-    table = measure_efficiency(entry.name, {**entry.config, "num_threads": 1}, items, ks=(2, 3))
+    config = {**entry.config, "num_threads": 1}
+    table = measure_efficiency(entry.name, config, items, ks=(2, 3), rounds=2)
     assert table.height == 2 * len(MODES)
     assert set(table.get_column("mode").to_list()) == set(MODES)
+    assert table.get_column("rounds").to_list() == [2] * table.height
     assert (table.get_column("seconds") > 0).all()
+    assert (table["seconds_min"] <= table["seconds"]).all()
+    assert (table["seconds"] <= table["seconds_max"]).all()
+    # prefill (1 new token) costs part of a full generation, never nothing
+    assert (table.get_column("prefill_share") > 0).all()
     assert (table.get_column("peak_memory_mib") > 100).all()
     e2e = table.filter(pl.col("mode") == "end_to_end")
     assert e2e.get_column("time_vs_end_to_end").to_list() == [1.0, 1.0]
     docs = dict(zip(table["mode"] + table["k"].cast(str), table["documents"], strict=True))
     assert docs["erag_doc_batch3"] == 3 and docs["end_to_end2"] == 2
+
+
+def test_round_orders_alternate_so_no_cell_is_always_first_or_last() -> None:
+    orders = round_orders(["a", "b", "c"], 4)
+    assert orders == [["a", "b", "c"], ["a", "c", "b"], ["c", "a", "b"], ["c", "b", "a"]]
+    assert {o[0] for o in orders} == {"a", "c"} and {o[-1] for o in orders} == {"c", "b", "a"}
+    assert round_orders(["a"], 0) == []
+
+
+def test_summarise_rounds_gives_medians_ranges_and_ratios() -> None:
+    timings = pl.DataFrame(
+        {
+            "round": [0, 0, 1, 1, 2, 2],
+            "mode": ["end_to_end", "erag_doc_batch"] * 3,
+            "k": [10] * 6,
+            "queries": [2] * 6,
+            "documents": [20] * 6,
+            "seconds": [4.0, 10.0, 6.0, 30.0, 5.0, 20.0],
+            "prefill_seconds": [3.0, 2.0, 3.0, 3.0, 4.0, 4.0],
+            "peak_memory_mib": [900.0, 700.0, 1000.0, 800.0, 950.0, 750.0],
+            "memory_kind": ["peak_rss"] * 6,
+        }
+    )
+    table = summarise_rounds(timings)
+    e2e, doc = table.row(0, named=True), table.row(1, named=True)
+    assert (e2e["mode"], e2e["rounds"], e2e["seconds"]) == ("end_to_end", 3, 5.0)
+    assert (e2e["seconds_min"], e2e["seconds_max"], e2e["seconds_per_query"]) == (4.0, 6.0, 2.5)
+    assert e2e["prefill_share"] == pytest.approx(0.75)  # median of 3/4, 3/6, 4/5
+    assert doc["seconds"] == 20.0 and doc["prefill_share"] == pytest.approx(0.2)  # 2/10,1/10,1/5
+    assert doc["time_vs_end_to_end"] == pytest.approx(4.0)  # 20 / 5
+    assert doc["memory_vs_end_to_end"] == pytest.approx(750 / 950)
 
 
 def test_end_to_end_answers_are_stored_and_reused(small, run, reader, tmp_path: Path) -> None:

@@ -168,7 +168,7 @@ def efficiency_report(
     first = sorted(retrieval_run)[0]
     table = measure_efficiency_report(
         reader_entry.name, reader_entry.config, retrieval_run[first], queries, corpus,
-        params.efficiency_ks, params.efficiency_queries,
+        params.efficiency_ks, params.efficiency_queries, params.efficiency_rounds,
     )  # fmt: skip
     if table.is_empty():
         context.log.warning(
@@ -177,7 +177,12 @@ def efficiency_report(
     return dg.Output(
         table,
         data_version=frame_version(table),
-        metadata={"report": table_md(table), "retriever": first, "ks": params.efficiency_ks},
+        metadata={
+            "report": table_md(table),
+            "retriever": first,
+            "ks": params.efficiency_ks,
+            "rounds": params.efficiency_rounds,
+        },
     )
 
 

@@ -8,13 +8,23 @@ Three ways to spend the same reader on the same queries and top-``k`` lists:
   (question, document) pairs;
 * ``erag_doc_batch`` — eRAG with document-level batching: batch size 1.
 
-Each (mode, k) runs in a fresh process (``multiprocessing`` spawn) so peak memory is its own:
-peak RSS (``VmHWM``, MiB) on CPU, ``torch.cuda.max_memory_allocated`` (MiB) on a GPU.
-Wall time counts generation only (the model is loaded and warmed up before the clock starts).
+How it is timed, so that a figure is a measurement and not one noisy draw:
+
+* Each (mode, k) cell runs in a fresh process (``multiprocessing`` spawn), so its peak memory is
+  its own: peak RSS (``VmHWM``, MiB) on CPU, ``torch.cuda.max_memory_allocated`` (MiB) on a GPU.
+  The model is loaded and warmed up before the clock starts; wall time counts generation only.
+* Every cell is timed in ``rounds`` repeated rounds, and the order of the cells alternates
+  between rounds (:func:`round_orders`), so warm-up, neighbour load and clock drift fall on
+  every cell alike. The table reports the **median** over rounds with its range (min, max).
+* Prefill vs decode: each cell is timed twice in its process, with the reader's
+  ``max_new_tokens`` and with 1 new token (prompt prefill plus one step). ``prefill_share`` =
+  the 1-token time / the full time (median over rounds): near 1, prompt processing dominates
+  (long contexts: end-to-end at large k); near 0, decoding does (many short prompts).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import resource
 import time
@@ -42,8 +52,21 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _time_mode(reader: Any, mode: str, k: int, items: list[tuple[str, list[str]]]) -> float:
+    """Seconds to run ``mode`` at depth ``k`` over ``items`` (generation only)."""
+    started = time.perf_counter()
+    for question, passages in items:
+        top = passages[:k]
+        if mode == "end_to_end":
+            reader.answer_with_context(question, top)
+        else:
+            reader.answer([(question, p) for p in top])
+    return time.perf_counter() - started
+
+
 def _child(payload: dict[str, Any]) -> dict[str, Any]:
-    """Runs in a spawned process: load the reader, warm up, time one mode."""
+    """Runs in a spawned process: load the reader, warm up, time one mode with the reader's
+    ``max_new_tokens`` and then with 1 new token (prefill)."""
     import torch
 
     from erag_dagster.readers.transformers_reader import reader_from_config
@@ -57,26 +80,69 @@ def _child(payload: dict[str, Any]) -> dict[str, Any]:
     on_cuda = str(getattr(reader, "device", "cpu")).startswith("cuda")
     if on_cuda:
         torch.cuda.reset_peak_memory_stats()
-    started = time.perf_counter()
-    pairs = 0
-    for question, passages in items:
-        top = passages[:k]
-        if mode == "end_to_end":
-            reader.answer_with_context(question, top)
-        else:
-            reader.answer([(question, p) for p in top])
-        pairs += len(top)
-    seconds = time.perf_counter() - started
+    seconds = _time_mode(reader, mode, k, items)
     peak = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else _peak_rss_mib()
+    reader.spec = dataclasses.replace(reader.spec, max_new_tokens=1)
+    prefill_seconds = _time_mode(reader, mode, k, items)
     return {
+        "round": payload["round"],
         "mode": mode,
         "k": k,
         "queries": len(items),
-        "documents": pairs,
+        "documents": sum(min(k, len(ps)) for _, ps in items),
         "seconds": seconds,
+        "prefill_seconds": prefill_seconds,
         "peak_memory_mib": peak,
         "memory_kind": "cuda_max_allocated" if on_cuda else "peak_rss",
     }
+
+
+def round_orders(cells: Sequence[Any], rounds: int) -> list[list[Any]]:
+    """The order of ``cells`` in each of ``rounds`` rounds: round ``r`` rotates the list by
+    ``r`` and reverses it on odd rounds, so across rounds no cell is always first or last.
+    ``rounds`` < 1 gives no round."""
+    cells = list(cells)
+    orders = []
+    for r in range(max(rounds, 0)):
+        shift = r % len(cells) if cells else 0
+        order = cells[shift:] + cells[:shift]
+        orders.append(order[::-1] if r % 2 else order)
+    return orders
+
+
+def summarise_rounds(timings: pl.DataFrame) -> pl.DataFrame:
+    """One row per (mode, k) from per-round rows (``round, mode, k, queries, documents,
+    seconds, prefill_seconds, peak_memory_mib, memory_kind``): ``rounds``, ``seconds`` (median),
+    ``seconds_min``, ``seconds_max``, ``seconds_per_query`` (median / queries),
+    ``prefill_share`` (median of prefill_seconds / seconds), ``peak_memory_mib`` (median), and
+    ``time_vs_end_to_end`` / ``memory_vs_end_to_end``: ratios of medians to the end-to-end cell
+    of the same k (null when no end-to-end cell was timed)."""
+    table = (
+        timings.group_by("mode", "k", maintain_order=True)
+        .agg(
+            pl.len().alias("rounds"),
+            pl.col("queries").first(),
+            pl.col("documents").first(),
+            pl.col("seconds").median(),
+            pl.col("seconds").min().alias("seconds_min"),
+            pl.col("seconds").max().alias("seconds_max"),
+            (pl.col("prefill_seconds") / pl.col("seconds")).median().alias("prefill_share"),
+            pl.col("peak_memory_mib").median(),
+            pl.col("memory_kind").first(),
+        )
+        .with_columns(seconds_per_query=pl.col("seconds") / pl.col("queries"))
+    )
+    e2e = table.filter(pl.col("mode") == "end_to_end").select(
+        "k", e2e_seconds="seconds", e2e_memory="peak_memory_mib"
+    )
+    return (
+        table.join(e2e, on="k", how="left")
+        .with_columns(
+            time_vs_end_to_end=pl.col("seconds") / pl.col("e2e_seconds"),
+            memory_vs_end_to_end=pl.col("peak_memory_mib") / pl.col("e2e_memory"),
+        )
+        .drop("e2e_seconds", "e2e_memory")
+    )
 
 
 def measure_efficiency(
@@ -85,15 +151,17 @@ def measure_efficiency(
     items: Sequence[tuple[str, Sequence[str]]],
     ks: Sequence[int] = (10, 50),
     modes: Sequence[str] = MODES,
+    rounds: int = 3,
 ) -> pl.DataFrame:
-    """Time every (mode, k) on ``items`` = [(question, ranked passages)], each in a new process.
+    """Time every (mode, k) on ``items`` = [(question, ranked passages)] in ``rounds``
+    alternating rounds, each cell in a new process; :func:`summarise_rounds` of the timings.
 
-    Returns ``mode, k, queries, documents, seconds, seconds_per_query, peak_memory_mib,
-    memory_kind`` plus ``time_vs_end_to_end`` and ``memory_vs_end_to_end`` ratios per k.
     Every query needs at least max(ks) passages (the table compares equal work).
     """
     if not items:
         raise InputError("efficiency measurement needs at least one query")
+    if rounds < 1:
+        raise InputError(f"efficiency rounds must be >= 1, got {rounds}")
     unknown = set(modes) - set(MODES)
     if unknown:
         raise InputError(f"unknown efficiency mode(s) {sorted(unknown)}; known: {MODES}")
@@ -105,9 +173,11 @@ def measure_efficiency(
     payload_items = [(q, list(ps)) for q, ps in items]
     rows = []
     ctx = mp.get_context("spawn")
-    for k in ks:
-        for mode in modes:
+    cells = [(mode, k) for k in ks for mode in modes]
+    for r, order in enumerate(round_orders(cells, rounds)):
+        for mode, k in order:
             payload = {
+                "round": r,
                 "mode": mode,
                 "k": k,
                 "name": reader_name,
@@ -119,20 +189,7 @@ def measure_efficiency(
             # (nohup'd or daemonised parents pass SIG_IGN on; Pool.terminate then hangs).
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
                 rows.append(pool.submit(_child, payload).result())
-    table = pl.DataFrame(rows).with_columns(seconds_per_query=pl.col("seconds") / pl.col("queries"))
-    e2e = table.filter(pl.col("mode") == "end_to_end").select(
-        "k", e2e_seconds="seconds", e2e_memory="peak_memory_mib"
-    )
-    if e2e.height:
-        table = (
-            table.join(e2e, on="k", how="left")
-            .with_columns(
-                time_vs_end_to_end=pl.col("seconds") / pl.col("e2e_seconds"),
-                memory_vs_end_to_end=pl.col("peak_memory_mib") / pl.col("e2e_memory"),
-            )
-            .drop("e2e_seconds", "e2e_memory")
-        )
-    return table
+    return summarise_rounds(pl.DataFrame(rows))  # round 0 ran the cells in declared order
 
 
 def efficiency_items(
@@ -170,10 +227,11 @@ def efficiency_report(
     corpus: pl.DataFrame,
     ks: Sequence[int],
     n_queries: int,
+    rounds: int = 3,
 ) -> pl.DataFrame:
     """:func:`measure_efficiency` on :func:`efficiency_items` at ``max(ks)``; an empty frame
     when no query has ``max(ks)`` retrieved documents."""
     items = efficiency_items(run, queries, corpus, max(ks), n_queries)
     if not items:
         return pl.DataFrame()
-    return measure_efficiency(reader_name, reader_config, items, ks=ks)
+    return measure_efficiency(reader_name, reader_config, items, ks=ks, rounds=rounds)

@@ -33,6 +33,7 @@ class Evaluation:
     bootstrap_resamples: int
     efficiency_ks: list[int]
     efficiency_queries: int
+    efficiency_rounds: int  # alternating timing rounds per Table 2 cell (median, range)
 
 
 class EvalSettings(dg.ConfigurableResource):
@@ -55,6 +56,7 @@ class EvalSettings(dg.ConfigurableResource):
     bootstrap_resamples: int = Field(default=1000, description="bootstrap resamples for CIs")
     efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
     efficiency_queries: int = Field(default=0, description="queries timed for Table 2")
+    efficiency_rounds: int = Field(default=0, description="timing rounds per Table 2 cell")
 
     _registry: Registry | None = PrivateAttr(default=None)
 
@@ -115,7 +117,8 @@ class EvalSettings(dg.ConfigurableResource):
                 int(x) for x in (self.efficiency_ks or defaults.get("efficiency_ks", [10, 50]))
             ],
             efficiency_queries=self.efficiency_queries
-            or int(defaults.get("efficiency_queries", 3)),
+            or int(defaults.get("efficiency_queries", 10)),
+            efficiency_rounds=self.efficiency_rounds or int(defaults.get("efficiency_rounds", 3)),
         )
 
 
