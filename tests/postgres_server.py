@@ -14,6 +14,7 @@ Binaries: ``$ERAG_PG_BIN`` or the newest ``/usr/lib/postgresql/*/bin``; when the
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shlex
 import shutil
@@ -23,6 +24,8 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60
@@ -124,3 +127,27 @@ def postgres_server() -> Iterator[PostgresServer]:
                 check=False, capture_output=True, timeout=START_TIMEOUT_S,
             )  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- pytest fixtures (registered by tests/conftest.py) ---------------------------------------------
+
+_databases = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One throwaway server for the whole session (a missing server is a failure, not a skip)."""
+    try:
+        with postgres_server() as server:
+            yield server
+    except PostgresUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty label store of each backend: an SQLite path, or a new database's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "labels.sqlite")
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database(f"store_{next(_databases)}")
