@@ -43,6 +43,24 @@ class PostgresServer:
     port: int
     user: str
     data: Path
+    bin_dir: Path
+    options: str
+
+    def stop(self) -> None:
+        """Stop the server (``pg_ctl stop -m fast``); :meth:`start` brings it back."""
+        subprocess.run(
+            _as_server_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast",
+                             "-w", "stop"]),
+            check=False, capture_output=True, timeout=START_TIMEOUT_S,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        """Start the server on its data folder and port (``pg_ctl start -w``)."""
+        subprocess.run(
+            _as_server_user([str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-o",
+                             self.options, "-l", str(self.data.parent / "log"), "-w", "start"]),
+            check=True, capture_output=True, text=True, timeout=START_TIMEOUT_S,
+        )  # fmt: skip
 
     def url(self, database: str = "postgres") -> str:
         """A ``postgresql://`` URL with no password (the server trusts loopback)."""
@@ -99,33 +117,23 @@ def postgres_server() -> Iterator[PostgresServer]:
         shutil.chown(root, "postgres")
     data, port = root / "data", _free_port()
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=on"
-    run = {"check": True, "capture_output": True, "text": True, "timeout": START_TIMEOUT_S}
+    server = PostgresServer("127.0.0.1", port, user, data, bin_dir, options)
     started = False
     try:
         subprocess.run(
             _as_server_user([str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", user]),
-            **run,
-        )
-        subprocess.run(
-            _as_server_user(
-                [str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"),
-                 "-w", "start"]
-            ),
-            **run,
+            check=True, capture_output=True, text=True, timeout=START_TIMEOUT_S,
         )  # fmt: skip
+        server.start()
         started = True
-        yield PostgresServer("127.0.0.1", port, user, data)
+        yield server
     except subprocess.CalledProcessError as exc:
         log = root / "log"
         tail = log.read_text()[-2000:] if log.exists() else ""
         raise PostgresUnavailable(f"cannot start PostgreSQL: {exc.stderr}{tail}") from None
     finally:
         if started:
-            subprocess.run(
-                _as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
-                                 "stop"]),
-                check=False, capture_output=True, timeout=START_TIMEOUT_S,
-            )  # fmt: skip
+            server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -606,3 +606,35 @@ def test_a_lock_that_never_clears_sends_the_answers_to_a_recovery_file(
     assert store.import_recovery(recovery) == 0  # importing twice is harmless
     again = generate_stored(LOCK_SUBJECTS, _upper, store, "t" * 64, "upper", {})
     assert again.generated == 0 and again.outputs == _upper(list(range(5)))
+
+
+def test_a_server_that_goes_away_sends_the_answers_to_a_recovery_file(
+    tmp_path: Path, storage: Path
+) -> None:
+    """PostgreSQL stopped while the reader runs (its own server, not the session's): the commit
+    is retried, then the answers go to a recovery file; once the server is back, importing it
+    stores them all."""
+    from tests.postgres_server import postgres_server
+
+    with postgres_server() as server:
+        url = server.create_database("flaky")
+        store = open_store(url, busy_timeout_s=0.2)
+        store.register_reader("t" * 64, "upper", {})
+
+        def upper_then_stop(part: list[int]) -> list[str]:
+            server.stop()  # the server goes away after the store was read, before the commit
+            return _upper(part)
+
+        policy = CommitPolicy(every_pairs=100, every_seconds=60, lock_wait_seconds=1.0)
+        with pytest.raises(StorageError) as err:
+            generate_stored(
+                LOCK_SUBJECTS, upper_then_stop, store, "t" * 64, "upper", {}, commit=policy
+            )
+        message = str(err.value)
+        (recovery,) = (storage / "label-recovery").glob("flaky.recovery-*.jsonl")
+        assert "\n" not in message and "still unreachable after" in message
+        assert f"5 generated answers saved to {recovery}" in message
+        server.start()
+        assert cli_main(["import-recovery", str(recovery), "--store", url]) == 0
+        again = generate_stored(LOCK_SUBJECTS, _upper, open_store(url), "t" * 64, "upper", {})
+        assert again.generated == 0 and again.outputs == _upper(list(range(5)))

@@ -49,7 +49,7 @@ from erag_dagster.labels.tables import (
     Table,
 )
 
-__all__ = ["META_TABLE", "PostgresLabelStore"]
+__all__ = ["META_TABLE", "PostgresLabelStore", "ServerUnreachable"]
 
 META_TABLE = "erag_store_meta"
 CONNECT_TIMEOUT_S = 10
@@ -59,6 +59,10 @@ _RETRYABLE = (
     pg_errors.DeadlockDetected,
     pg_errors.SerializationFailure,
 )
+
+
+class ServerUnreachable(StorageError):
+    """No connection to the server (a write turns this into :class:`StoreLocked`)."""
 
 
 class PostgresLabelStore(LabelStoreBase):
@@ -104,7 +108,9 @@ class PostgresLabelStore(LabelStoreBase):
             if self.read_only:
                 conn.execute("SET default_transaction_read_only = on")
         except psycopg.Error as exc:
-            raise StorageError(f"{self.location}: cannot connect ({_first_line(exc)})") from None
+            raise ServerUnreachable(
+                f"{self.location}: cannot connect ({_first_line(exc)})"
+            ) from None
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
@@ -131,7 +137,7 @@ class PostgresLabelStore(LabelStoreBase):
     def _create_or_migrate(self) -> int:
         """Create or migrate in one transaction, serialised by an advisory lock."""
         conn = self._conn()
-        with self._writing(), conn.transaction():
+        with _Writing(self), conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             version = self._refuse_newer(self._version(conn))  # another process may be done
             for step in range(version, SCHEMA_VERSION) if version else ():
@@ -173,17 +179,19 @@ class PostgresLabelStore(LabelStoreBase):
             raise StorageError(f"{self.location}: {_first_line(exc)}") from None
 
     def _insert_rows(self, table: Table, rows: list[Row]) -> int:
-        conn = self._conn()
-        with self._writing(), conn.transaction():
-            return _insert(conn, table, rows)
+        with _Writing(self):
+            conn = self._conn()
+            with conn.transaction():
+                return _insert(conn, table, rows)
 
     def _insert_scores(self, golds: list[Row], rows: list[Row]) -> int:
-        conn = self._conn()
         try:
-            with self._writing(), conn.transaction():
-                if golds:
-                    _insert(conn, GOLD_ANSWERS, golds)
-                return _insert(conn, SCORES, rows)
+            with _Writing(self):
+                conn = self._conn()
+                with conn.transaction():
+                    if golds:
+                        _insert(conn, GOLD_ANSWERS, golds)
+                    return _insert(conn, SCORES, rows)
         except (pg_errors.ForeignKeyViolation, pg_errors.CheckViolation) as exc:
             raise InputError(
                 f"{self.location}: cannot store scores ({_first_line(exc)}); "
@@ -198,9 +206,6 @@ class PostgresLabelStore(LabelStoreBase):
         )
         return self._query(sql, (keys,))[1]
 
-    def _writing(self) -> _Writing:
-        return _Writing(self)
-
     def _drop_broken(self) -> None:
         """Forget a connection the server closed (the next call opens a new one)."""
         conn = getattr(self._local, "conn", None)
@@ -209,7 +214,7 @@ class PostgresLabelStore(LabelStoreBase):
 
 
 class _Writing:
-    """Maps a write's failure: waiting too long, a deadlock or a lost server is
+    """Maps a write's failure: waiting too long, a deadlock, a lost or unreachable server is
     :class:`StoreLocked` (the caller keeps its rows and retries); other server errors are
     one-line :class:`StorageError`; the store's own errors pass through."""
 
@@ -220,9 +225,11 @@ class _Writing:
         return None
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        store = self.store
+        if isinstance(exc, ServerUnreachable):
+            raise StoreLocked(str(exc), reason="unreachable") from None
         if exc is None or not isinstance(exc, psycopg.Error):
             return
-        store = self.store
         if isinstance(exc, pg_errors.ForeignKeyViolation | pg_errors.CheckViolation):
             return  # the caller maps these to InputError
         if isinstance(exc, _RETRYABLE):

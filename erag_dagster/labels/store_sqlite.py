@@ -147,7 +147,9 @@ class SqliteLabelStore(LabelStoreBase):
         key = table.names[0]
         conn = self._conn()
         # A temp table + join scales to any number of keys (no SQL variable limit); temp
-        # tables live outside the store file, so this works on a read-only store too.
+        # tables live outside the store file, so this works on a read-only store too. CROSS
+        # JOIN fixes the loop order (SQLite's planner otherwise may scan the whole table and
+        # probe the keys: bench/store.py measured 1.2k lookups/s at 100k rows, 50x slower).
         conn.execute("BEGIN")
         try:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_keys (k TEXT PRIMARY KEY)")
@@ -155,7 +157,7 @@ class SqliteLabelStore(LabelStoreBase):
             conn.executemany("INSERT OR IGNORE INTO wanted_keys VALUES (?)", ((k,) for k in keys))
             rows = conn.execute(
                 f"SELECT {self._select(table)} FROM wanted_keys w "
-                f"JOIN {table.name} t ON t.{key} = w.k"
+                f"CROSS JOIN {table.name} t ON t.{key} = w.k"
             ).fetchall()
             conn.execute("DELETE FROM wanted_keys")
         finally:
