@@ -8,6 +8,7 @@ materialised with run/event storage and the label store on the server.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -124,6 +125,11 @@ def test_store_copy_round_trip_sqlite_postgres_sqlite(
     assert cli_main(["store", "copy", "--from", url, "--to", f"sqlite:///{second}"]) == 0
     capsys.readouterr()
     assert _all_rows(first) == _all_rows(url) == _all_rows(second)
+    # audit reads the server's store (read-only session) like a file
+    assert cli_main(["audit", "--query", "qk3", "--doc", "dk3", "--store", url, "--json"]) == 0
+    audit = json.loads(capsys.readouterr().out)
+    assert {row["metric"] for row in audit} == {"em", "f1"}
+    assert {row["reader_name"] for row in audit} == {"reader-x"}
     # idempotent: a second copy adds nothing
     assert cli_main(["store", "copy", "--from", first, "--to", url]) == 0
     out = capsys.readouterr().out
