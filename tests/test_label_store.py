@@ -37,6 +37,7 @@ from erag_dagster.labels.store import (
 )
 from erag_dagster.labels.tables import GENERATIONS
 from erag_dagster.readers.transformers_reader import TransformersReader, reader_from_config
+from tests.store_rows import _generations, _scores
 
 READER_CONFIG = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 4}
 
@@ -66,35 +67,6 @@ def _version(target: str) -> int:
     if _is_pg(target):
         return int(_sql(target, "SELECT value FROM erag_store_meta")[0][0])
     return _sql(target, "PRAGMA user_version")[0][0]
-
-
-def _generations(keys: list[str], answer: str = "a", fp: str = "f" * 64) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "generation_key": keys,
-            "reader_fingerprint": [fp] * len(keys),
-            "query_id": [f"q{k}" for k in keys],
-            "question_hash": [sha256_text("question")] * len(keys),
-            "doc_id": [f"d{k}" for k in keys],
-            "text_hash": [sha256_text(k) for k in keys],
-            "answer": [answer] * len(keys),
-            "gen_seconds": [0.5] * len(keys),
-        }
-    )
-
-
-def _scores(gen_keys: list[str], values: list[float], metric: str = "em") -> pl.DataFrame:
-    gh = gold_hash(["Paris"])
-    return pl.DataFrame(
-        {
-            "score_key": [score_key(k, gh, metric) for k in gen_keys],
-            "generation_key": gen_keys,
-            "gold_hash": [gh] * len(gen_keys),
-            "metric": [metric] * len(gen_keys),
-            "score": values,
-            "gold_answers": [["Paris"]] * len(gen_keys),
-        }
-    )
 
 
 def test_keys_are_content_functions() -> None:
@@ -151,7 +123,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests!r})
-    from test_label_store import _generations, _scores
+    from store_rows import _generations, _scores  # polars only: 4 quick process starts
     from erag_dagster.labels.store import open_store
     store = open_store(sys.argv[1])
     start, stop, tag = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -31,7 +31,7 @@ from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource
 from tests.pipeline_fixtures import scoped_env, small_registry
 from tests.postgres_server import PostgresServer
-from tests.test_label_store import _generations, _scores
+from tests.store_rows import _generations, _scores
 
 REPO = Path(__file__).resolve().parents[1]
 READER_CONFIG = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 4}
