@@ -168,8 +168,8 @@ def _reader_from_arg(value: str | None, registry):
 
 def cmd_label(args: argparse.Namespace) -> int:
     from erag_dagster.labels.labeller import label_run
-    from erag_dagster.labels.store import LabelStore
-    from erag_dagster.paths import atomic_path, check_output, storage_root
+    from erag_dagster.labels.store import open_store, redact_url, resolve_store
+    from erag_dagster.paths import atomic_path, check_output
     from erag_dagster.retrieval.runs import read_trec_run, top_k
 
     check_output(args.output)
@@ -179,9 +179,9 @@ def cmd_label(args: argparse.Namespace) -> int:
         run = read_trec_run(args.run)
     if args.k:
         run = top_k(run, args.k)
-    store_path = args.store or str(storage_root() / "labels.sqlite")
+    store_path = redact_url(resolve_store(args.store))
     with concerning(store_path):
-        store = LabelStore(store_path)  # opened before the reader loads: a bad store fails fast
+        store = open_store(args.store)  # opened before the reader loads: a bad store fails fast
     reader = _reader_from_arg(args.reader, registry)
     with concerning(store_path):
         result = label_run(
@@ -307,14 +307,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from erag_dagster.labels.store import LabelStore
-    from erag_dagster.paths import storage_root
+    from erag_dagster.labels.store import open_store, redact_url, resolve_store
+    from erag_dagster.labels.store_url import parse_store
 
-    path = args.store or str(storage_root(writable=False) / "labels.sqlite")
-    if not Path(path).is_file():
+    target = parse_store(resolve_store(args.store, writable=False))
+    path = redact_url(target.where)
+    if target.kind == "sqlite" and not Path(target.where).is_file():
         raise InputError(f"{path}: no label store here (run labelling first or pass --store)")
     with concerning(path):
-        rows = LabelStore(path, read_only=True).audit(args.query, args.doc)
+        rows = open_store(args.store, read_only=True).audit(args.query, args.doc)
     if rows.height == 0:
         raise InputError(f"no stored label for query {args.query!r} and document {args.doc!r}")
     if args.json:
@@ -329,13 +330,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_import_recovery(args: argparse.Namespace) -> int:
     """Insert the answers of a label-store recovery file (written when the store stayed locked)."""
-    from erag_dagster.labels.store import LabelStore
-    from erag_dagster.paths import storage_root
+    from erag_dagster.labels.store import open_store, redact_url, resolve_store
 
-    path = args.store or str(storage_root() / "labels.sqlite")
+    path = redact_url(resolve_store(args.store))
     with concerning(path, args.file):
-        added = LabelStore(path).import_recovery(args.file)
+        added = open_store(args.store).import_recovery(args.file)
     print(f"{args.file}: {added} answers added to {path} (already stored ones kept)")
+    return 0
+
+
+def cmd_store_copy(args: argparse.Namespace) -> int:
+    """Copy every row of one label store into another (insert-if-absent; counts printed)."""
+    from erag_dagster.labels.store import redact_url
+    from erag_dagster.labels.store_copy import copy_store
+
+    source, target = redact_url(args.source), redact_url(args.target)
+    with concerning(source, target):
+        counts = copy_store(args.source, args.target, chunk=args.chunk)
+    for count in counts:
+        print(f"{count.table}: {count.read} read, {count.added} added")
+    added = sum(c.added for c in counts)
+    print(f"copied {source} -> {target}: {added} rows added (rows already there kept)")
     return 0
 
 
@@ -479,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reader", help="registry reader name or a reader config YAML")
     p.add_argument("--metric", default="em")
     p.add_argument("--k", type=_count, help="label only the top k of each query")
-    p.add_argument("--store", help="label store SQLite file (default: storage root)")
+    p.add_argument("--store", help=_STORE_HELP)
     p.add_argument("--registry")
     p.add_argument("--output", required=True)
     p.set_defaults(func=cmd_label)
@@ -525,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--query", required=True)
     p.add_argument("--doc", required=True)
-    p.add_argument("--store")
+    p.add_argument("--store", help=_STORE_HELP)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_audit)
 
@@ -535,12 +550,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="add the answers of a recovery file (left when the label store stayed locked)",
     )
     p.add_argument("file", help="the <store>.recovery-<time>-<pid>.jsonl file")
-    p.add_argument("--store", help="label store (default: the storage root's labels.sqlite)")
+    p.add_argument("--store", help=_STORE_HELP)
     p.set_defaults(func=cmd_import_recovery)
+
+    p = sub.add_parser("store", parents=[common], help="label store maintenance")
+    store_sub = p.add_subparsers(dest="store_command", required=True, parser_class=_Parser)
+    p = store_sub.add_parser(
+        "copy",
+        parents=[common],
+        help="copy every label of one store into another (rows already there are kept)",
+    )
+    p.add_argument("--from", dest="source", required=True, help="source store (path or URL)")
+    p.add_argument("--to", dest="target", required=True, help="target store (created if absent)")
+    p.add_argument("--chunk", type=_count, default=10_000, help="rows per transaction")
+    p.set_defaults(func=cmd_store_copy)
     return parser
 
 
 _DEBUG_HELP = "on an error, print the traceback too (or set ERAG_DEBUG=1)"
+_STORE_HELP = (
+    "label store: SQLite file, sqlite:///FILE or postgresql://USER@HOST/DB (password from "
+    "PGPASSWORD, never in the URL); default $ERAG_LABEL_STORE, else <storage root>/labels.sqlite"
+)
 _VERBOSE_RUN_HELP = "show Dagster's own log on the terminal too (always in the run's event log)"
 
 

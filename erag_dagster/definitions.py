@@ -5,11 +5,19 @@ asset graph is built by :func:`build_defs`, which parses the registry once and h
 partitioned assets, the schedule and the settings resource; ``defs`` is the graph of the
 default registry. A full re-evaluation (every partition of every asset) is an asset backfill
 over this graph: see :func:`erag_dagster.pipeline.request_full_reevaluation`.
+
+Resources are chosen per deployment by ``$ERAG_DEPLOYMENT`` (as in Dagster's
+``project_fully_featured`` example): ``local`` (the default; everything on this machine) or
+``production`` (the parts several pods share come from the environment: the label store URL
+``$ERAG_LABEL_STORE`` and the IO manager's base ``$ERAG_IO_BASE``; see deploy/README.md).
 """
+
+import os
 
 import dagster as dg
 
 from erag_dagster.assets import automation, data, labels, meta, retrieval
+from erag_dagster.errors import InputError
 from erag_dagster.registry import Registry, load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.resources.io import PolarsJsonIOManagerFactory
@@ -42,15 +50,43 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     ]
 
 
-def build_resources(registry: Registry, settings: EvalSettings | None = None) -> dict[str, object]:
-    """Single-machine defaults; everything is overridable through run config or env vars.
+DEPLOYMENT_ENV = "ERAG_DEPLOYMENT"
+DEPLOYMENTS = ("local", "production")
 
+
+def deployment_name() -> str:
+    """``$ERAG_DEPLOYMENT`` (default ``local``); another value is an :class:`InputError`."""
+    name = os.environ.get(DEPLOYMENT_ENV, "").strip() or "local"
+    if name not in DEPLOYMENTS:
+        raise InputError(
+            f"{DEPLOYMENT_ENV}={name!r}: unknown deployment (choose {' or '.join(DEPLOYMENTS)})"
+        )
+    return name
+
+
+def build_resources(
+    registry: Registry, settings: EvalSettings | None = None, deployment: str | None = None
+) -> dict[str, object]:
+    """The resources of ``deployment`` (default :func:`deployment_name`); every value is
+    overridable through run config.
+
+    ``local``: single-machine defaults (store and assets under the storage root). ``production``:
+    the label store and the IO manager base path from environment variables read at run time
+    (``dg.EnvVar``: the UI and run config show the variable's name, never its value).
     ``settings`` (default: all from the registry) is bound to ``registry``, so run config
     cannot point it at another registry file than the one the partitions came from.
     """
-    return {
+    deployment = deployment or deployment_name()
+    shared = {
         "settings": (settings or EvalSettings()).bound_to(registry),
         "reader": ReaderResource(),
+    }
+    if deployment == "production":
+        return shared | {
+            "label_store": LabelStoreResource(path=dg.EnvVar("ERAG_LABEL_STORE")),
+            "io_manager": PolarsJsonIOManagerFactory(base_dir=dg.EnvVar("ERAG_IO_BASE")),
+        }
+    return shared | {
         "label_store": LabelStoreResource(),
         "io_manager": PolarsJsonIOManagerFactory(),
     }

@@ -40,6 +40,10 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   echo "$WANT" > "$STAMP"
 fi
 
+# Debian's PostgreSQL server binaries, for the tests that start a throwaway server (installed
+# when missing and possible; tests/postgres_server.py also calls this on first need).
+scripts/ensure-postgres.sh || true
+
 # Local Dagster instance: telemetry and the UI's onboarding popup off, the gpu pool at 1.
 export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"

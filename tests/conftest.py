@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres_server import postgres, store_target  # noqa: F401  (fixtures)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

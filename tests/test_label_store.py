@@ -1,4 +1,8 @@
-"""The content-addressed label store: keys, atomic batches, concurrent writers, crash resume."""
+"""The content-addressed label store: keys, atomic batches, concurrent writers, crash resume.
+
+Every store test runs on both backends (``store_target``: a fresh SQLite file, and a fresh
+database on a real PostgreSQL server started for the session, tests/postgres_server.py).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 import polars as pl
+import psycopg
 import pytest
 
 from erag_dagster.cli import main as cli_main
@@ -27,40 +32,41 @@ from erag_dagster.labels.store import (
     LabelStore,
     generation_key,
     gold_hash,
+    open_store,
     score_key,
 )
+from erag_dagster.labels.tables import GENERATIONS
 from erag_dagster.readers.transformers_reader import TransformersReader, reader_from_config
+from tests.store_rows import _generations, _scores
 
 READER_CONFIG = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 4}
 
 
-def _generations(keys: list[str], answer: str = "a", fp: str = "f" * 64) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "generation_key": keys,
-            "reader_fingerprint": [fp] * len(keys),
-            "query_id": [f"q{k}" for k in keys],
-            "question_hash": [sha256_text("question")] * len(keys),
-            "doc_id": [f"d{k}" for k in keys],
-            "text_hash": [sha256_text(k) for k in keys],
-            "answer": [answer] * len(keys),
-            "gen_seconds": [0.5] * len(keys),
-        }
-    )
+def _is_pg(target: str) -> bool:
+    return target.startswith("postgresql://")
 
 
-def _scores(gen_keys: list[str], values: list[float], metric: str = "em") -> pl.DataFrame:
-    gh = gold_hash(["Paris"])
-    return pl.DataFrame(
-        {
-            "score_key": [score_key(k, gh, metric) for k in gen_keys],
-            "generation_key": gen_keys,
-            "gold_hash": [gh] * len(gen_keys),
-            "metric": [metric] * len(gen_keys),
-            "score": values,
-            "gold_answers": [["Paris"]] * len(gen_keys),
-        }
-    )
+def _sql(target: str, script: str) -> list[tuple]:
+    """Run ``script`` on the store's database with the backend's own client (autocommit);
+    the rows of its last statement."""
+    if _is_pg(target):
+        with psycopg.connect(target, autocommit=True) as conn:
+            cursor = conn.execute(script)
+            return cursor.fetchall() if cursor.description else []
+    conn = sqlite3.connect(target, isolation_level=None)
+    try:
+        if script.count(";") > 1:
+            conn.executescript(script)
+            return []
+        return conn.execute(script).fetchall()
+    finally:
+        conn.close()
+
+
+def _version(target: str) -> int:
+    if _is_pg(target):
+        return int(_sql(target, "SELECT value FROM erag_store_meta")[0][0])
+    return _sql(target, "PRAGMA user_version")[0][0]
 
 
 def test_keys_are_content_functions() -> None:
@@ -75,8 +81,8 @@ def test_keys_are_content_functions() -> None:
     assert score_key(key, gold_hash(["a"]), "em") != score_key(key, gold_hash(["a"]), "f1")
 
 
-def test_roundtrip_and_first_write_wins(tmp_path: Path) -> None:
-    store = LabelStore(tmp_path / "labels.sqlite")
+def test_roundtrip_and_first_write_wins(store_target: str) -> None:
+    store = open_store(store_target)
     assert store.put_generations(_generations(["k1", "k2"], answer="first")) == 2
     assert store.put_generations(_generations(["k2", "k3"], answer="second")) == 1
     found = store.lookup_generations(["k3", "k2", "k2", "missing"]).sort("generation_key")
@@ -86,27 +92,28 @@ def test_roundtrip_and_first_write_wins(tmp_path: Path) -> None:
     assert store.put_scores(_scores(["k1", "k2"], [1.0, 0.25])) == 2
     got = store.lookup_scores(_scores(["k1", "k2"], [0, 0]).get_column("score_key"))
     assert sorted(got.get_column("score").to_list()) == [0.25, 1.0]
-    journal = sqlite3.connect(tmp_path / "labels.sqlite").execute("PRAGMA journal_mode").fetchone()
-    assert journal[0] == "wal"
+    assert store.count_generations("f" * 64) == 3 and store.count_generations("x") == 0
+    if not _is_pg(store_target):
+        assert _sql(store_target, "PRAGMA journal_mode") == [("wal",)]
 
 
-def test_batches_are_atomic(tmp_path: Path) -> None:
-    store = LabelStore(tmp_path / "labels.sqlite")
+def test_batches_are_atomic(store_target: str) -> None:
+    store = open_store(store_target)
     store.put_generations(_generations(["k1", "k2"]))
     # a score out of range refuses the whole frame
     with pytest.raises(InputError, match=r"metric 'em' score \w+: label 1.5 is outside \[0, 1\]"):
         store.put_scores(_scores(["k1", "k2"], [1.0, 1.5]))
     with pytest.raises(InputError, match=r"metric 'em' score \w+: label is NaN"):
         store.put_scores(_scores(["k1"], [float("nan")]))
-    # a row failing inside SQLite (unknown generation) rolls back the rows before it
+    # a row failing inside the database (unknown generation) rolls back the rows before it
     with pytest.raises(InputError, match="generation"):
         store.put_scores(_scores(["k1", "k2", "not-stored"], [1.0, 0.0, 0.0]))
     assert store.lookup_scores(_scores(["k1", "k2"], [0, 0]).get_column("score_key")).height == 0
     # the CHECK constraint guards the table itself
-    conn = sqlite3.connect(tmp_path / "labels.sqlite")
-    with pytest.raises(sqlite3.IntegrityError):
-        conn.execute(
-            "INSERT INTO scores VALUES ('x', 'k1', 'g', 'em', 2.0, NULL, '2026-01-01T00:00:00')"
+    with pytest.raises((sqlite3.IntegrityError, psycopg.errors.CheckViolation)):
+        _sql(
+            store_target,
+            "INSERT INTO scores VALUES ('x', 'k1', 'g', 'em', 2.0, NULL, '2026-01-01T00:00:00')",
         )
     with pytest.raises(InputError, match="lacks column"):
         store.put_generations(_generations(["k9"]).drop("answer"))
@@ -114,37 +121,58 @@ def test_batches_are_atomic(tmp_path: Path) -> None:
 
 WRITER = textwrap.dedent(
     """
-    import sys, polars as pl
+    import sys
     sys.path.insert(0, {tests!r})
-    from test_label_store import _generations, _scores
-    from erag_dagster.labels.store import LabelStore
-    store = LabelStore(sys.argv[1])
+    from store_rows import _generations, _scores  # polars only: 4 quick process starts
+    from erag_dagster.labels.store import open_store
+    store = open_store(sys.argv[1])
     start, stop, tag = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    for i in range(start, stop, 10):
+    batches = list(range(start, stop, 10))
+    added = 0
+    for i in batches[::-1] if tag in "BD" else batches:  # two writers walk the other way
         keys = [f"k{{j}}" for j in range(i, min(i + 10, stop))]
-        store.put_generations(_generations(keys, answer=tag))
+        added += store.put_generations(_generations(keys, answer=tag))
         store.put_scores(_scores(keys, [1.0] * len(keys)))
+    print(added)
     """
 )
+WRITERS = {"A": (0, 300), "B": (100, 400), "C": (200, 500), "D": (300, 600)}
 
 
-def test_two_processes_writing_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "shared.sqlite"  # both processes create it: a fresh file
+def test_four_processes_writing_overlapping_pairs_at_once(
+    tmp_path: Path, store_target: str
+) -> None:
+    """4 writers, each pair written by up to 3 of them at once, into a store none has created:
+    every pair is stored once (none lost, none twice), and the answer kept is the one whose
+    insert counted (the first committed), never replaced by a later writer's."""
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(tests=str(Path(__file__).parent)))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen([sys.executable, str(script), str(path), "0", "300", "A"], env=env),
-        subprocess.Popen([sys.executable, str(script), str(path), "150", "450", "B"], env=env),
-    ]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    store = LabelStore(path)
-    assert store.count_generations() == 450
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("SELECT COUNT(*) FROM scores").fetchone()[0] == 450
-    answers = dict(conn.execute("SELECT query_id, answer FROM generations").fetchall())
-    assert answers["qk0"] == "A" and answers["qk449"] == "B"
+    procs = {
+        tag: subprocess.Popen(
+            [sys.executable, str(script), store_target, str(a), str(b), tag],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for tag, (a, b) in WRITERS.items()
+    }
+    added = {tag: int(p.communicate(timeout=180)[0]) for tag, p in procs.items()}
+    assert {tag: p.returncode for tag, p in procs.items()} == dict.fromkeys(WRITERS, 0)
+    store = open_store(store_target)
+    counts = "SELECT COUNT(*), COUNT(DISTINCT generation_key) FROM generations"
+    assert _sql(store_target, counts) == [(600, 600)]
+    assert _sql(store_target, "SELECT COUNT(*) FROM scores") == [(600,)]
+    assert sum(added.values()) == 600
+    answers = dict(_sql(store_target, "SELECT query_id, answer FROM generations"))
+    kept = {tag: sum(a == tag for a in answers.values()) for tag in WRITERS}
+    assert kept == added  # each writer's inserts are exactly the rows bearing its answer
+    assert answers["qk0"] == "A" and answers["qk599"] == "D"
+    late = [f"k{j}" for j in range(600)]
+    assert store.put_generations(_generations(late, answer="late")) == 0
+    assert dict(_sql(store_target, "SELECT query_id, answer FROM generations")) == answers
+    if not _is_pg(store_target):
+        assert _sql(store_target, "PRAGMA integrity_check") == [("ok",)]
 
 
 # -- crash resume with the real reader -------------------------------------------------------------
@@ -179,7 +207,7 @@ LABELLER = textwrap.dedent(
     import json, sys, time, polars as pl
     from erag_dagster.labels.cached import CommitPolicy
     from erag_dagster.labels.labeller import label_run
-    from erag_dagster.labels.store import LabelStore
+    from erag_dagster.labels.store import open_store
     from erag_dagster.readers.transformers_reader import reader_from_config
 
     class Logged:
@@ -202,7 +230,7 @@ LABELLER = textwrap.dedent(
     policy = CommitPolicy(every_pairs=1000, every_seconds=float(sys.argv[4]))
     label_run(
         pl.DataFrame(tables["run"]), pl.DataFrame(tables["queries"]),
-        pl.DataFrame(tables["corpus"]), reader, "em", LabelStore(sys.argv[1]),
+        pl.DataFrame(tables["corpus"]), reader, "em", open_store(sys.argv[1]),
         run_id="killed-run", commit=policy,
     )
     """
@@ -224,7 +252,9 @@ def reader() -> TransformersReader:
 
 
 @pytest.mark.slow
-def test_kill_9_loses_at_most_the_commit_window(tmp_path: Path, reader: TransformersReader) -> None:
+def test_kill_9_loses_at_most_the_commit_window(
+    tmp_path: Path, store_target: str, reader: TransformersReader
+) -> None:
     """40 pairs committed by time only (every 2 s; the count trigger is out of reach), killed
     with SIGKILL at a random moment: every pair whose model batch ended more than the window
     plus one batch (plus two commits' duration) before the kill is in the store: the time rule
@@ -246,7 +276,7 @@ def test_kill_9_loses_at_most_the_commit_window(tmp_path: Path, reader: Transfor
     tables.write_text(
         json.dumps({"run": run, "queries": questions, "corpus": CORPUS, "reader": config})
     )
-    script, path, log = tmp_path / "labeller.py", tmp_path / "killed.sqlite", tmp_path / "batches"
+    script, path, log = tmp_path / "labeller.py", store_target, tmp_path / "batches"
     script.write_text(LABELLER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ERAG_TORCH_THREADS": "1"}
     args = [sys.executable, str(script), str(path), str(tables), str(log), str(WINDOW_S)]
@@ -270,7 +300,7 @@ def test_kill_9_loses_at_most_the_commit_window(tmp_path: Path, reader: Transfor
     # B: the longest time between two batch ends (a batch plus any commit made at its end)
     batch_s = max([b - a for a, b in itertools.pairwise(ends)], default=killed_at - ends[0])
     bound = WINDOW_S + batch_s + COMMIT_SLACK_S
-    store = LabelStore(path)
+    store = open_store(path)
     committed = store.count_generations()
     # the guarantee: at the kill, everything generated before (kill - window - one batch) is in
     due = [n for end, n in zip(ends, done, strict=True) if end < killed_at - bound]
@@ -295,12 +325,9 @@ def test_kill_9_loses_at_most_the_commit_window(tmp_path: Path, reader: Transfor
     assert audit.height == 1 and audit.get_column("reader_name")[0] == "smollm2-test"
 
 
-def store_keys(path: Path) -> list[str]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return [k for (k,) in conn.execute("SELECT generation_key FROM generations")]
-    finally:
-        conn.close()
+def store_keys(target: str) -> list[str]:
+    with open_store(target, read_only=True) as store:
+        return [row[0] for rows in store.iter_rows(GENERATIONS) for row in rows]
 
 
 # -- keys, schema versions, read-only opening ------------------------------------------------------
@@ -349,43 +376,94 @@ PRAGMA user_version = 1;
 """
 
 
-def _v1_store(path: Path) -> Path:
+PG_V1 = (
+    V1_DDL.replace("WITHOUT ROWID", "").replace("REAL", "DOUBLE PRECISION")
+    .replace("PRAGMA user_version = 1;", "")
+    + "CREATE TABLE erag_store_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
+    + "INSERT INTO erag_store_meta VALUES ('schema_version', '1');\n"
+)  # fmt: skip
+"""Schema version 1 as a PostgreSQL store would have held it (same tables and columns)."""
+
+
+def _v1_store(target: str) -> str:
     """A store as schema version 1 wrote it (the run column was ``dagster_run_id``)."""
-    conn = sqlite3.connect(path)
-    conn.executescript(V1_DDL)
-    conn.close()
-    return path
+    _sql(target, PG_V1 if _is_pg(target) else V1_DDL)
+    return target
 
 
-def test_a_version_1_store_is_read_as_is_and_migrated_on_a_writable_open(tmp_path: Path) -> None:
-    path = _v1_store(tmp_path / "v1.sqlite")
-    before = path.read_bytes()
-    old = LabelStore(path, read_only=True).lookup_generations(["k1"])
+def _columns(target: str, table: str) -> list[str]:
+    if _is_pg(target):
+        sql = f"SELECT column_name FROM information_schema.columns WHERE table_name = '{table}'"
+        return [name for (name,) in _sql(target, sql)]
+    return [row[1] for row in _sql(target, f"PRAGMA table_info({table})")]
+
+
+def _snapshot(target: str) -> object:
+    """What must not change: the file's bytes, or every row of every table and the version."""
+    if not _is_pg(target):
+        return Path(target).read_bytes()
+    tables = ("readers", "generations", "gold_answers", "scores", "erag_store_meta")
+    return [sorted(_sql(target, f"SELECT * FROM {t}")) for t in tables] + [
+        _columns(target, "scores")
+    ]
+
+
+def test_a_version_1_store_is_read_as_is_and_migrated_on_a_writable_open(
+    store_target: str,
+) -> None:
+    path = _v1_store(store_target)
+    before = _snapshot(path)
+    old = open_store(path, read_only=True).lookup_generations(["k1"])
     assert old.get_column("producer_run_id").to_list() == ["run-7"]
-    assert path.read_bytes() == before  # reading did not migrate it
-    store = LabelStore(path)
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
-    columns = [row[1] for row in conn.execute("PRAGMA table_info(scores)")]
+    assert _snapshot(path) == before  # reading did not migrate it
+    store = open_store(path)
+    assert _version(path) == 2
+    columns = _columns(path, "scores")
     assert "producer_run_id" in columns and "dagster_run_id" not in columns
+    assert "dagster_run_id" not in _columns(path, "generations")
     assert store.lookup_generations(["k1"]).rows() == old.rows()
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    if not _is_pg(path):
+        assert _sql(path, "PRAGMA integrity_check") == [("ok",)]
 
 
 @pytest.mark.parametrize("read_only", [False, True])
-def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path, read_only: bool) -> None:
-    path = tmp_path / "future.sqlite"
-    LabelStore(path).put_generations(_generations(["k1"]))
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 99")
-    conn.close()
-    before = path.read_bytes()
+def test_a_store_of_a_newer_schema_is_refused_untouched(store_target: str, read_only: bool) -> None:
+    path = store_target
+    open_store(path).put_generations(_generations(["k1"]))
+    if _is_pg(path):
+        _sql(path, "UPDATE erag_store_meta SET value = '99' WHERE name = 'schema_version'")
+    else:
+        _sql(path, "PRAGMA user_version = 99")
+    before = _snapshot(path)
     with pytest.raises(StorageError) as err:
-        LabelStore(path, read_only=read_only)
+        open_store(path, read_only=read_only)
     message = str(err.value)
     assert "schema version 99 is newer" in message and "\n" not in message
-    assert path.read_bytes() == before
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 99
+    assert _snapshot(path) == before
+    assert _version(path) == 99
+
+
+def test_read_only_postgres_store_writes_nothing(store_target: str) -> None:
+    """A read-only open audits and looks up; every write is refused, by the store and (on a
+    server) by the server itself."""
+    source = open_store(store_target)
+    source.register_reader("f" * 64, "reader-x", {"model": {"sha256": "abc"}})
+    source.put_generations(_generations(["k1"]))
+    source.put_scores(_scores(["k1"], [1.0]))
+    before = _snapshot(store_target)
+    store = open_store(store_target, read_only=True)
+    audit = store.audit("qk1", "dk1")
+    assert audit.height == 1 and audit.get_column("score").to_list() == [1.0]
+    assert audit.get_column("model_hash").to_list() == ["abc"]
+    with pytest.raises(StorageError, match="opened read-only"):
+        store.put_generations(_generations(["k2"]))
+    with pytest.raises(StorageError, match="opened read-only"):
+        store.register_reader("e" * 64, "reader-y", {})
+    if _is_pg(store_target):
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            store._conn().execute("DELETE FROM scores")
+    store.close()
+    assert _snapshot(store_target) == before
 
 
 def test_read_only_open_writes_nothing(tmp_path: Path) -> None:
@@ -423,9 +501,17 @@ def test_read_only_open_writes_nothing(tmp_path: Path) -> None:
 
 HOLDER = textwrap.dedent(
     """
-    import sqlite3, sys, time
-    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-    conn.execute("BEGIN EXCLUSIVE")
+    import sys, time
+    target = sys.argv[1]
+    if target.startswith("postgresql://"):  # writers wait; readers do not (EXCLUSIVE mode)
+        import psycopg
+        conn = psycopg.connect(target, autocommit=True)
+        conn.execute("BEGIN")
+        conn.execute("LOCK TABLE generations IN EXCLUSIVE MODE")
+    else:
+        import sqlite3
+        conn = sqlite3.connect(target, isolation_level=None)
+        conn.execute("BEGIN EXCLUSIVE")
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
     conn.execute("COMMIT")
@@ -433,11 +519,11 @@ HOLDER = textwrap.dedent(
 )
 
 
-def _hold_lock(tmp_path: Path, path: Path, seconds: float) -> subprocess.Popen:
+def _hold_lock(tmp_path: Path, target: str, seconds: float) -> subprocess.Popen:
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(path), str(seconds)], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), target, str(seconds)], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
     return proc
@@ -450,9 +536,9 @@ def _upper(part: list[int]) -> list[str]:
 LOCK_SUBJECTS = [Subject(f"q{i}", "Who?", f"d{i}", f"text {i}") for i in range(5)]
 
 
-def test_a_lock_that_clears_is_waited_for(tmp_path: Path) -> None:
-    path = tmp_path / "labels.sqlite"
-    store = LabelStore(path, busy_timeout_s=0.2)
+def test_a_lock_that_clears_is_waited_for(tmp_path: Path, store_target: str) -> None:
+    path = store_target
+    store = open_store(path, busy_timeout_s=0.2)
     store.register_reader("t" * 64, "upper", {})
     holder = _hold_lock(tmp_path, path, 2.0)
     try:
@@ -461,12 +547,15 @@ def test_a_lock_that_clears_is_waited_for(tmp_path: Path) -> None:
     finally:
         holder.wait(timeout=30)
     assert done.generated == 5 and store.count_generations() == 5
-    assert not list(tmp_path.glob("*.recovery-*"))
+    assert not list(tmp_path.rglob("*.recovery-*"))
 
 
-def test_a_lock_that_never_clears_sends_the_answers_to_a_recovery_file(tmp_path: Path) -> None:
-    path = tmp_path / "labels.sqlite"
-    store = LabelStore(path, busy_timeout_s=0.2)
+def test_a_lock_that_never_clears_sends_the_answers_to_a_recovery_file(
+    tmp_path: Path, storage: Path, store_target: str
+) -> None:
+    """SQLite: the file goes beside the store; PostgreSQL: to <storage root>/label-recovery."""
+    path = store_target
+    store = open_store(path, busy_timeout_s=0.2)
     store.register_reader("t" * 64, "upper", {})
     holder = _hold_lock(tmp_path, path, 600)
     try:
@@ -476,14 +565,48 @@ def test_a_lock_that_never_clears_sends_the_answers_to_a_recovery_file(tmp_path:
     finally:
         holder.kill()
         holder.wait(timeout=30)
-    (recovery,) = tmp_path.glob("labels.sqlite.recovery-*.jsonl")
+    (recovery,) = tmp_path.rglob("*.recovery-*.jsonl")
+    where = storage / "label-recovery" if _is_pg(path) else tmp_path
+    assert recovery.parent == where
     message = str(err.value)
     assert "\n" not in message and "5 generated answers saved to" in message
     assert str(recovery) in message
     assert store.count_generations() == 0
     assert f"erag-dagster import-recovery {recovery} --store {path}" in message
-    assert cli_main(["import-recovery", str(recovery), "--store", str(path)]) == 0
+    assert cli_main(["import-recovery", str(recovery), "--store", path]) == 0
     assert store.count_generations() == 5
     assert store.import_recovery(recovery) == 0  # importing twice is harmless
     again = generate_stored(LOCK_SUBJECTS, _upper, store, "t" * 64, "upper", {})
     assert again.generated == 0 and again.outputs == _upper(list(range(5)))
+
+
+def test_a_server_that_goes_away_sends_the_answers_to_a_recovery_file(
+    tmp_path: Path, storage: Path
+) -> None:
+    """PostgreSQL stopped while the reader runs (its own server, not the session's): the commit
+    is retried, then the answers go to a recovery file; once the server is back, importing it
+    stores them all."""
+    from tests.postgres_server import postgres_server
+
+    with postgres_server() as server:
+        url = server.create_database("flaky")
+        store = open_store(url, busy_timeout_s=0.2)
+        store.register_reader("t" * 64, "upper", {})
+
+        def upper_then_stop(part: list[int]) -> list[str]:
+            server.stop()  # the server goes away after the store was read, before the commit
+            return _upper(part)
+
+        policy = CommitPolicy(every_pairs=100, every_seconds=60, lock_wait_seconds=1.0)
+        with pytest.raises(StorageError) as err:
+            generate_stored(
+                LOCK_SUBJECTS, upper_then_stop, store, "t" * 64, "upper", {}, commit=policy
+            )
+        message = str(err.value)
+        (recovery,) = (storage / "label-recovery").glob("flaky.recovery-*.jsonl")
+        assert "\n" not in message and "still unreachable after" in message
+        assert f"5 generated answers saved to {recovery}" in message
+        server.start()
+        assert cli_main(["import-recovery", str(recovery), "--store", url]) == 0
+        again = generate_stored(LOCK_SUBJECTS, _upper, open_store(url), "t" * 64, "upper", {})
+        assert again.generated == 0 and again.outputs == _upper(list(range(5)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sqlite3
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import polars as pl
@@ -13,9 +13,11 @@ from erag_dagster.hashing import sha256_json
 __all__ = ["AUDIT_COLUMNS", "audit_rows"]
 
 
-def audit_rows(
-    conn: sqlite3.Connection, run_column: str, query_id: str, doc_id: str
-) -> pl.DataFrame:
+Query = Callable[[str, Sequence[Any]], tuple[list[str], list[tuple[Any, ...]]]]
+"""``query(sql, args)`` → (column names, rows); ``sql`` uses ``?`` placeholders."""
+
+
+def audit_rows(query: Query, run_column: str, query_id: str, doc_id: str) -> pl.DataFrame:
     """Every stored label of one (query, document) pair, with who made it and how.
 
     One row per score (a generation without any score yet gives one row with null metric
@@ -38,10 +40,9 @@ def audit_rows(
         WHERE g.query_id = ? AND g.doc_id = ?
         ORDER BY g.created_at, g.generation_key, s.metric
     """
-    cursor = conn.execute(sql, (query_id, doc_id))
-    names = [d[0] for d in cursor.description]
+    names, rows = query(sql, (query_id, doc_id))
     out = []
-    for values in cursor.fetchall():
+    for values in rows:
         row = dict(zip(names, values, strict=True))
         identity = json.loads(row.pop("identity_json") or "{}")
         # a task's identity (LLM annotation, end-to-end) wraps its reader's: {"task", "reader"}

@@ -43,7 +43,7 @@ from erag_dagster.errors import EnvironmentFault, InputError, StorageError
 from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.store import (
     GENERATIONS_SCHEMA,
-    LabelStore,
+    LabelStoreBase,
     StoreLocked,
     generation_key,
     utc_now,
@@ -140,7 +140,7 @@ def task_fingerprint(reader_fingerprint: str, task: str) -> str:
 def generate_stored(
     subjects: Sequence[Subject],
     generate: Callable[[list[int]], Sequence[str | None]],
-    store: LabelStore | None,
+    store: LabelStoreBase | None,
     fingerprint: str,
     reader_name: str,
     identity: Mapping[str, Any],
@@ -216,7 +216,7 @@ class _Pending:
         fingerprint: str,
         reader_name: str,
         run_id: str | None,
-        store: LabelStore | None,
+        store: LabelStoreBase | None,
         commit: CommitPolicy | None,
         log: Log | None,
     ) -> None:
@@ -291,7 +291,9 @@ def accepts_on_batch(method: Callable[..., Any]) -> bool:
     return "on_batch" in inspect.signature(method).parameters
 
 
-def _commit(store: LabelStore, frame: pl.DataFrame, policy: CommitPolicy, log: Log | None) -> None:
+def _commit(
+    store: LabelStoreBase, frame: pl.DataFrame, policy: CommitPolicy, log: Log | None
+) -> None:
     """``put_generations``, retried with backoff while the store is locked; after
     ``lock_wait_seconds`` the rows go to a recovery file and a :class:`StorageError` says so."""
     began = time.monotonic()
@@ -300,16 +302,16 @@ def _commit(store: LabelStore, frame: pl.DataFrame, policy: CommitPolicy, log: L
         try:
             store.put_generations(frame)
             return
-        except StoreLocked:
+        except StoreLocked as locked:
             waited = time.monotonic() - began
             if waited >= policy.lock_wait_seconds:
                 path = store.write_recovery(frame)
                 raise StorageError(
-                    f"{store.path}: still locked by another process after {waited:.0f} s; "
+                    f"{store.location}: still {locked.reason} after {waited:.0f} s; "
                     f"{frame.height} generated answers saved to {path}; once the lock is gone: "
-                    f"erag-dagster import-recovery {path} --store {store.path}"
+                    f"erag-dagster import-recovery {path} --store {store.location}"
                 ) from None
             if log is not None:
-                log(f"{store.path} is locked by another process; retrying in {delay:.1f} s")
+                log(f"{store.location} is {locked.reason}; retrying in {delay:.1f} s")
             time.sleep(min(delay, max(policy.lock_wait_seconds - waited, 0.0)))
             delay = min(delay * 2, 30.0)

@@ -40,7 +40,7 @@ from erag_dagster.labels.cached import (
     generate_stored,
 )
 from erag_dagster.labels.label_value import checked_label
-from erag_dagster.labels.store import LabelStore, gold_hash, score_key
+from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
@@ -85,7 +85,7 @@ def label_run(
     corpus: pl.DataFrame,
     reader: Reader,
     metric: str,
-    store: LabelStore,
+    store: LabelStoreBase,
     run_id: str | None = None,
     log: Log | None = None,
     commit: CommitPolicy | None = None,
@@ -222,7 +222,7 @@ def _score(
     rows: pl.DataFrame,
     metric: str,
     score_fn: Callable[[str, Sequence[str]], float],
-    store: LabelStore,
+    store: LabelStoreBase,
     run_id: str | None,
 ) -> tuple[pl.DataFrame, int]:
     """``(score_key, score)`` for every distinct score key of ``rows``, and how many of them

@@ -1,6 +1,7 @@
 """The label store's tables, declared once: each column's SQL declaration and polars type.
 
-Schema versions (``PRAGMA user_version``): 1 named the run column ``dagster_run_id``; 2 names it
+Schema versions (SQLite: ``PRAGMA user_version``; PostgreSQL: the ``erag_store_meta`` row
+``schema_version``): 1 named the run column ``dagster_run_id``; 2 names it
 ``producer_run_id`` (:data:`LEGACY_RUN_COLUMN` is the old name, for the migration).
 """
 
@@ -32,9 +33,16 @@ class Table:
     def schema(self) -> dict[str, Any]:
         return {name: dtype for name, (_, dtype) in self.columns.items()}
 
-    def ddl(self) -> str:
-        body = ",\n    ".join(f"{name} {sql}" for name, (sql, _) in self.columns.items())
-        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n    {body}\n) {self.tail}"
+    def ddl(self, dialect: str = "sqlite") -> str:
+        """``CREATE TABLE IF NOT EXISTS`` in ``dialect`` (``sqlite`` or ``postgresql``: there
+        ``REAL`` is ``DOUBLE PRECISION``, 8 bytes like SQLite's, and SQLite's tail is dropped)."""
+        columns = {name: sql for name, (sql, _) in self.columns.items()}
+        tail = self.tail
+        if dialect == "postgresql":
+            columns = {n: sql.replace("REAL", "DOUBLE PRECISION") for n, sql in columns.items()}
+            tail = ""
+        body = ",\n    ".join(f"{name} {sql}" for name, sql in columns.items())
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n    {body}\n) {tail}".rstrip()
 
 
 _S, _F = pl.String, pl.Float64
@@ -87,5 +95,14 @@ INDEXES = (
     "CREATE INDEX IF NOT EXISTS generations_pair ON generations (query_id, doc_id)",
     "CREATE INDEX IF NOT EXISTS scores_generation ON scores (generation_key)",
 )
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # from version 1 to 2 (the same SQL in both dialects)
+    1: tuple(
+        f"ALTER TABLE {table} RENAME COLUMN {LEGACY_RUN_COLUMN} TO producer_run_id"
+        for table in ("generations", "scores")
+    ),
+}
+"""Statements that take a store from version ``v`` to ``v + 1``, run in the transaction that
+creates any missing table and sets the version to :data:`SCHEMA_VERSION`."""
 GENERATION_COLUMNS, GENERATIONS_SCHEMA = GENERATIONS.names, GENERATIONS.schema
 SCORE_COLUMNS, SCORES_SCHEMA = SCORES.names, SCORES.schema

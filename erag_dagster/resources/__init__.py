@@ -162,12 +162,21 @@ class ReaderResource(dg.ConfigurableResource):
 
 
 class LabelStoreResource(dg.ConfigurableResource):
-    """The content-addressed label store (SQLite). Default: ``<storage root>/labels.sqlite``."""
+    """The content-addressed label store: an SQLite file or a PostgreSQL database.
 
-    path: str = Field(default="", description="SQLite file of the label store")
+    ``path`` is a path or URL (``sqlite:///FILE``, ``postgresql://user@host/db``; forms and the
+    password rule: :mod:`erag_dagster.labels.store_url`); empty means ``$ERAG_LABEL_STORE``,
+    else ``<storage root>/labels.sqlite``. Give a server's URL as ``dg.EnvVar`` (the production
+    deployment does) so the UI shows the variable's name, not its value.
+    """
 
-    def open(self):  # -> LabelStore
-        from erag_dagster.labels.store import LabelStore
-        from erag_dagster.paths import storage_root
+    path: str = Field(
+        default="",
+        description="label store: SQLite file, sqlite:///FILE or postgresql://USER@HOST/DB "
+        "(password from PGPASSWORD); default $ERAG_LABEL_STORE or <storage>/labels.sqlite",
+    )
 
-        return LabelStore(self.path or str(storage_root() / "labels.sqlite"))
+    def open(self):  # -> LabelStoreBase
+        from erag_dagster.labels.store import open_store
+
+        return open_store(self.path or None)
