@@ -46,7 +46,7 @@ def _child(payload: dict[str, Any]) -> dict[str, Any]:
     """Runs in a spawned process: load the reader, warm up, time one mode."""
     import torch
 
-    from erag_dagster.readers.transformers_reader import reader_from_config
+    from erag_dagster.readers.factory import reader_from_config
 
     mode, k = payload["mode"], payload["k"]
     config = dict(payload["config"])
