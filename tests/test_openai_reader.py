@@ -9,6 +9,7 @@ and an unknown model, the API key absent from every stored byte, and the P("yes"
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
 import threading
 import time
@@ -359,6 +360,9 @@ def test_backoff_is_bounded_full_jitter_and_retry_after_is_read() -> None:
     assert 25 <= (retry_after_seconds({"retry-after": future}) or 0) <= 31
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is not None, reason="vLLM installed: the engine would start"
+)
 def test_vllm_without_vllm_is_one_line() -> None:
     from erag_dagster.errors import EnvironmentFault
 

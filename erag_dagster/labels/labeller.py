@@ -49,7 +49,8 @@ LABEL_COLUMNS = ("query_id", "doc_id", "rank", "label", "answer", "reader_finger
 
 
 class Reader(Protocol):
-    """What the labeller needs of a reader (``TransformersReader`` satisfies it)."""
+    """What the labeller needs of a reader (every backend's reader satisfies it:
+    ``readers/factory.py``)."""
 
     @property
     def fingerprint(self) -> str: ...

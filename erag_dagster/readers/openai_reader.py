@@ -368,24 +368,25 @@ class OpenAIReader:
         self._probe()
         values: list[Any] = [None] * len(payloads)
         workers = min(self.spec.concurrency, len(payloads))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="erag-openai") as pool:
-            futures = {pool.submit(self._send, p): i for i, p in enumerate(payloads)}
-            try:
-                for future in as_completed(futures):
-                    i = futures[future]
-                    try:
-                        value = parse(future.result())
-                    except LogprobsUnavailable:
-                        raise
-                    except Exception as exc:
-                        raise self._fault(exc, describe(i)) from None
-                    values[i] = value
-                    if on_batch is not None:
-                        on_batch([i], [value])
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="erag-openai")
+        futures = {pool.submit(self._send, p): i for i, p in enumerate(payloads)}
+        try:
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    value = parse(future.result())
+                except LogprobsUnavailable:
+                    raise
+                except Exception as exc:
+                    raise self._fault(exc, describe(i)) from None
+                values[i] = value
+                if on_batch is not None:
+                    on_batch([i], [value])
+        except BaseException:
+            # fail fast: queued requests are dropped; the ones in flight finish unobserved
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         return values
 
     # -- prompts and the token estimate ----------------------------------------------------------
