@@ -49,3 +49,4 @@ bench: setup
 	.venv/bin/python bench/rerank.py --json $(BENCH_OUT)/rerank.json $(BENCH_ARGS)
 	@scripts/ensure-postgres.sh
 	.venv/bin/python bench/store.py --json $(BENCH_OUT)/store.json $(BENCH_ARGS)
+	.venv/bin/python bench/openai_reader.py --json $(BENCH_OUT)/openai_reader.json $(BENCH_ARGS)

@@ -148,7 +148,7 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
 
 
 def _reader_from_arg(value: str | None, registry):
-    from erag_dagster.readers.transformers_reader import reader_from_config
+    from erag_dagster.readers.factory import reader_from_config
 
     if value and Path(value).is_file():
         import yaml

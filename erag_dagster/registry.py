@@ -23,7 +23,11 @@ import yaml
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
 
-OPERATIONAL_KEYS = frozenset({"batch_size", "device", "num_threads", "threads"})
+OPERATIONAL_KEYS = frozenset(
+    {"batch_size", "device", "num_threads", "threads",
+     # backend: openai — how requests are sent, not what is answered
+     "concurrency", "timeout_seconds", "max_retries", "api_key_env"}
+)  # fmt: skip
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
 RETRIEVER_KEYS = {
     "bm25": frozenset({"kind", "k1", "b"}),

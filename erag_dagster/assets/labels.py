@@ -79,6 +79,12 @@ def _doc_labels(
             "pairs_from_store": result.from_store,
             "mean_label": float(labels.get_column("label").mean() or 0.0),
             "label_distribution": table_md(distribution),
+            # tokens as the reader reported them (server `usage` for backend: openai)
+            "tokens_in": result.usage.get("prompt_tokens", 0),
+            "tokens_out": result.usage.get("completion_tokens", 0),
+            "reader_requests": result.usage.get("requests", 0),
+            "reader_retries": result.usage.get("retries", 0),
+            "estimate_before_run": dg.MetadataValue.json(result.estimate),
         },
     )
     yield from asset_checks.checked(

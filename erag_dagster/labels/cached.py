@@ -130,6 +130,7 @@ class Generated:
     from_store: int
     seconds: float = 0.0
     keys: list[str] = field(default_factory=list)
+    estimate: dict[str, Any] = field(default_factory=dict)
 
 
 def task_fingerprint(reader_fingerprint: str, task: str) -> str:
@@ -152,6 +153,7 @@ def generate_stored(
     commit: CommitPolicy | None = None,
     progress: Callable[[int, int], None] | None = None,
     log: Log | None = None,
+    estimate: Callable[[list[int]], Mapping[str, Any]] | None = None,
 ) -> Generated:
     """Outputs for ``subjects``, generating only the distinct keys ``store`` lacks.
 
@@ -163,7 +165,9 @@ def generate_stored(
     for the whole call. ``progress(done, total)`` runs after each step. With a
     store, the final outputs are read back from it, so if another process stored a key first,
     its output is the one returned (the first writer wins). Without a store every distinct key
-    is generated. Commit, lock and ``None`` policy: see the module docstring.
+    is generated. ``estimate(indices)`` runs once, before any generation, with the subjects
+    to generate (not called when there are none); its mapping is returned as
+    ``Generated.estimate``. Commit, lock and ``None`` policy: see the module docstring.
     """
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
@@ -181,6 +185,7 @@ def generate_stored(
     from_store = len(set(batch.keys) & set(known))
     if log is not None:
         log(f"{reader_name}: {from_store} outputs in the store, {len(todo)} to generate")
+    estimated = dict(estimate(todo)) if estimate is not None and todo else {}
     spent = 0.0
     try:
         for start in range(0, len(todo), step):
@@ -204,7 +209,8 @@ def generate_stored(
     if store is not None and todo:
         stored = store.lookup_generations([batch.keys[i] for i in todo])
         known.update(stored.select("generation_key", "answer").rows())
-    return Generated([known[k] for k in batch.keys], len(todo), from_store, spent, batch.keys)
+    outputs = [known[k] for k in batch.keys]
+    return Generated(outputs, len(todo), from_store, spent, batch.keys, estimated)
 
 
 class _Pending:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import polars as pl
@@ -42,13 +42,15 @@ from erag_dagster.labels.cached import (
 from erag_dagster.labels.label_value import checked_label
 from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
+from erag_dagster.readers.accounting import estimate_line, run_estimate, usage_delta, usage_of
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
 LABEL_COLUMNS = ("query_id", "doc_id", "rank", "label", "answer", "reader_fingerprint", "metric")
 
 
 class Reader(Protocol):
-    """What the labeller needs of a reader (``TransformersReader`` satisfies it)."""
+    """What the labeller needs of a reader (every backend's reader satisfies it:
+    ``readers/factory.py``)."""
 
     @property
     def fingerprint(self) -> str: ...
@@ -69,7 +71,10 @@ class LabelResult:
     reader_fingerprint, metric`` — sorted by query id then rank. ``judged_now``: distinct pairs
     the reader answered in this call; ``from_store``: distinct pairs whose answer was already
     stored; ``scored_now``: distinct (answer, golds, metric) scores computed in this call;
-    ``generation_seconds``: reader wall time of this call, seconds.
+    ``generation_seconds``: reader wall time of this call, seconds. ``estimate``: the token
+    estimate made before generating (:func:`~erag_dagster.readers.accounting.run_estimate`;
+    ``{}`` when nothing was generated); ``usage``: tokens in/out, requests and retries the
+    reader reported for this call (:func:`~erag_dagster.readers.accounting.usage_delta`).
     """
 
     labels: pl.DataFrame
@@ -77,6 +82,8 @@ class LabelResult:
     from_store: int
     scored_now: int
     generation_seconds: float = 0.0
+    estimate: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
 
 
 def label_run(
@@ -129,10 +136,17 @@ def label_run(
             return reader.answer(items)
         return reader.answer(items, on_batch=on_batch)
 
+    def estimate(part: list[int]) -> dict[str, Any]:
+        found = run_estimate(reader, [(subjects[i].question, subjects[i].text) for i in part])
+        if found:
+            say(estimate_line(getattr(reader, "name", "?"), found))
+        return found
+
     def progress(done: int, total: int) -> None:
         rate = done / max(time.perf_counter() - began, 1e-9)
         say(f"generated {done}/{total} pairs ({rate:.2f} pairs/s)")
 
+    used_before = usage_of(reader)
     generated = generate_stored(
         subjects,
         generate,
@@ -142,12 +156,22 @@ def label_run(
         reader.identity(),
         spec=_spec_dict(reader),
         run_id=run_id,
-        step=policy.every_pairs,
+        # A reader may ask for larger calls (many requests in flight, one engine batch); its
+        # answers still stream through on_batch, so commits keep the policy's count/time.
+        step=max(policy.every_pairs, int(getattr(reader, "generation_step", 0) or 0)),
         streams=accepts_on_batch(reader.answer),
         commit=policy,
         progress=progress,
         log=say,
+        estimate=estimate,
     )
+    used = usage_delta(used_before, usage_of(reader))
+    if used.get("requests"):
+        say(
+            f"{getattr(reader, 'name', '?')}: {used['prompt_tokens']} prompt tokens in, "
+            f"{used['completion_tokens']} out, {used['requests']} requests, "
+            f"{used['retries']} retries"
+        )
     answers = pairs.select("query_id", "doc_id").with_columns(
         pl.Series("generation_key", generated.keys, dtype=pl.String),
         pl.Series("answer", generated.outputs, dtype=pl.String),
@@ -188,6 +212,8 @@ def label_run(
         from_store=generated.from_store,
         scored_now=scored_now,
         generation_seconds=generated.seconds,
+        estimate=generated.estimate,
+        usage=used,
     )
 
 

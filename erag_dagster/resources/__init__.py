@@ -137,7 +137,7 @@ class ReaderResource(dg.ConfigurableResource):
 
     def get(self, registry: Registry, reader: str):  # -> TransformersReader
         """The reader for a registry entry (name or partition key), loaded lazily, cached."""
-        from erag_dagster.readers.transformers_reader import reader_from_config
+        from erag_dagster.readers.factory import reader_from_config
 
         entry = registry.reader(reader)
         if entry.partition_key not in self._readers:

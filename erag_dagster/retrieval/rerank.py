@@ -96,7 +96,7 @@ def default_scorer(
     defaults to the packaged one; ``overrides`` replace keys of the reader's config (e.g.
     ``{"dtype": "float32", "device": "cpu"}``).
     """
-    from erag_dagster.readers.transformers_reader import reader_from_config
+    from erag_dagster.readers.factory import reader_from_config
     from erag_dagster.registry import load_registry
 
     registry = registry or load_registry()
