@@ -33,7 +33,8 @@ OPERATIONAL_KEYS = frozenset({"batch_size", "device", "num_threads", "threads"})
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid", "run_file", "rerank")
 RETRIEVER_KEYS = {
     "bm25": frozenset({"kind", "k1", "b"}),
-    "dense": frozenset({"kind", "encoder", "dtype", "max_length"}),
+    "dense": frozenset({"kind", "encoder", "dtype", "max_length", "pooling", "normalize"})
+    | {"query_prefix", "passage_prefix", "index"},
     "hybrid": frozenset({"kind", "fuse", "rrf_k", "depth"}),
     "run_file": frozenset({"kind", "path", "format", "sha256"}),
     "rerank": frozenset({"kind", "first_stage", "top_n", "k", "scorer", "dtype", "max_length"}),
@@ -47,6 +48,16 @@ value is a local Hugging Face cross-encoder folder."""
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e308
+
+
+def _index_ok(value: Any) -> bool:
+    from erag_dagster.retrieval.ann import parse_index  # faiss is imported only to build
+
+    try:
+        parse_index(value)
+    except InputError:
+        return False
+    return True
 
 
 def _count(value: Any) -> bool:
@@ -70,6 +81,15 @@ _VALUE_RULES: dict[str, tuple[Any, str]] = {
     "threads": (_count, "an integer >= 1"),
     "num_threads": (_count, "an integer >= 1"),
     "encoder": (lambda v: isinstance(v, str) and v != "", "a model name or path"),
+    "pooling": (lambda v: v in ("mean", "cls"), "mean or cls"),
+    "normalize": (lambda v: isinstance(v, bool), "true or false"),
+    "query_prefix": (lambda v: isinstance(v, str), "a string such as 'query: '"),
+    "passage_prefix": (lambda v: isinstance(v, str), "a string such as 'passage: '"),
+    "index": (
+        lambda v: _index_ok(v),
+        "flat, {type: hnsw, m, ef_construction, ef_search} or "
+        "{type: ivfpq, nlist, m, nbits, nprobe} (integers >= 1)",
+    ),
     "dtype": (lambda v: isinstance(v, str), "a dtype name such as float32 or auto"),
     "device": (lambda v: isinstance(v, str), "auto, cpu, cuda or cuda:N"),
 }

@@ -19,6 +19,7 @@ from erag_dagster.data.spec import parse_spec
 from erag_dagster.registry import Registry
 from erag_dagster.reports.leaderboard import format_leaderboard, leaderboard
 from erag_dagster.resources import EvalSettings
+from erag_dagster.retrieval.ann import approximate_index, parse_index
 from erag_dagster.retrieval.rerank import LIFT_SCHEMA, lift_report
 from erag_dagster.retrieval.service import (
     RetrievalTiming,
@@ -51,7 +52,8 @@ def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Ou
 def dense_index(
     context: dg.AssetExecutionContext, settings: EvalSettings, corpus: pl.DataFrame
 ) -> dg.Output[dict]:
-    """Exact faiss index (IndexFlatIP, normalised vectors) for every dense retriever config."""
+    """Exact faiss index (IndexFlatIP, normalised vectors) for every dense retriever config,
+    and the approximate index (HNSW, IVF-PQ) of a config that names one."""
     registry = settings.registry()
     built: dict[str, dict] = {}
     for entry in registry.retrievers.values():
@@ -66,7 +68,14 @@ def dense_index(
             "seconds": round(time.perf_counter() - started, 3),
             **encoder.identity(),
         }
-    version = "-".join(sorted(v["path"].rsplit("/", 1)[-1] for v in built.values())) or "none"
+        spec = parse_index(entry.config.get("index"))
+        if spec.approximate:  # built here once; the run reports its recall against flat
+            _, seconds = approximate_index(index.index, index.path, spec)
+            built[entry.name]["approximate"] = spec.file_name()
+            built[entry.name]["approximate_build_seconds"] = round(seconds, 3)
+    names = [v["path"].rsplit("/", 1)[-1] + (f"/{v['approximate']}" if "approximate" in v else "")
+             for v in built.values()]  # fmt: skip
+    version = "-".join(sorted(names)) or "none"
     return dg.Output(
         built,
         data_version=dg.DataVersion(version),

@@ -18,8 +18,14 @@ from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
 from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Entry, Registry
+from erag_dagster.retrieval.ann import (
+    IndexSpec,
+    approximate_index,
+    parse_index,
+    recall_against_exact,
+)
 from erag_dagster.retrieval.bm25 import BM25Index, build_bm25_index
-from erag_dagster.retrieval.dense import DenseIndex, build_dense_index
+from erag_dagster.retrieval.dense import DenseIndex, build_dense_index, search_vectors
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.hybrid import reciprocal_rank_fusion
 from erag_dagster.retrieval.rerank import rerank, scorer_from_config
@@ -39,6 +45,11 @@ def encoder_from_config(config: dict[str, Any], device: str | None = None) -> Te
         dtype=config.get("dtype", "auto"),
         batch_size=int(config.get("batch_size", 64)),
         max_length=config.get("max_length"),
+        pooling=config.get("pooling"),
+        normalize=bool(config.get("normalize", True)),
+        query_prefix=str(config.get("query_prefix", "")),
+        passage_prefix=str(config.get("passage_prefix", "")),
+        num_threads=config.get("threads") or config.get("num_threads"),
     )
 
 
@@ -100,10 +111,13 @@ def run_retriever(
         started = time.perf_counter()
         dense = dense_index_for(corpus, encoder, log=log)
         timing.index_seconds += time.perf_counter() - started
-        started = time.perf_counter()
-        run = dense.search(encoder, queries, k, log=log)
-        timing.search_seconds += time.perf_counter() - started
-        return run
+        spec = parse_index(cfg.get("index"))
+        if not spec.approximate:
+            started = time.perf_counter()
+            run = dense.search(encoder, queries, k, log=log)
+            timing.search_seconds += time.perf_counter() - started
+            return run
+        return _approximate_search(dense, spec, encoder, queries, k, log, timing)
     if kind == "run_file":
         started = time.perf_counter()
         loaded = load_run_file(
@@ -160,3 +174,40 @@ def _rerank(
         }
     )
     return result.run
+
+
+def _approximate_search(
+    dense: DenseIndex,
+    spec: IndexSpec,
+    encoder: TextEncoder,
+    queries: pl.DataFrame,
+    k: int,
+    log: Log | None,
+    timing: RetrievalTiming,
+) -> pl.DataFrame:
+    """The run of an approximate index; the exact (flat) run of the same query vectors is
+    searched too, to report recall@k against it and both search times in ``timing.details``."""
+    started = time.perf_counter()
+    index, build_seconds = approximate_index(dense.index, dense.path, spec)
+    timing.index_seconds += time.perf_counter() - started
+    started = time.perf_counter()
+    vectors = encoder.encode_queries(queries.get_column("question").to_list(), progress=log)
+    encode_seconds = time.perf_counter() - started
+    query_ids = queries.get_column("query_id").to_list()
+    started = time.perf_counter()
+    run = search_vectors(index, dense.doc_ids, query_ids, vectors, k)
+    approx_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    exact = search_vectors(dense.index, dense.doc_ids, query_ids, vectors, k)
+    flat_seconds = time.perf_counter() - started
+    timing.search_seconds += encode_seconds + approx_seconds
+    timing.details.update(
+        {
+            "index": {"type": spec.type, **spec.params},
+            "index_build_seconds": round(build_seconds, 3),
+            f"recall_vs_flat@{k}": recall_against_exact(run, exact),
+            "approximate_search_seconds": approx_seconds,
+            "flat_search_seconds": flat_seconds,
+        }
+    )
+    return run
