@@ -179,3 +179,15 @@ def test_run_file_of_the_bm25_run_gives_bm25s_labels_and_reports(tmp_path: Path)
         assert meta["queries_missing_from_run"].value == 0
         assert meta["run_file_rows"].value == 15
         assert meta["config"].value["sha256"] == sha256_file(run)
+
+
+def test_example_registry_of_the_docs_loads(tmp_path: Path) -> None:
+    """docs/examples/retrievers.yaml: every retriever kind, valid once its run file exists."""
+    example = Path(__file__).parents[1] / "docs" / "examples" / "retrievers.yaml"
+    copy = tmp_path / "retrievers.yaml"
+    copy.write_text(example.read_text())
+    _run_lines(tmp_path / "bm25-sample.trec", ["q1 Q0 d1 1 2.0 bm25"])
+    registry = load_registry(copy)
+    kinds = {e.name: e.config["kind"] for e in registry.retrievers.values()}
+    assert sorted(set(kinds.values())) == ["bm25", "dense", "rerank", "run_file"]
+    assert registry.retriever("dense-hnsw").config["index"]["type"] == "hnsw"
