@@ -150,6 +150,8 @@ CASES = [
      ["badrun.trec:2", "doc_id 'dx'", "not in the dataset"]),
     ("run file: unknown query", [*THEIRS, "badq.yaml"], {}, 2,
      ["badq.trec:1", "query_id 'q9'"]),
+    ("run file checked before a run", ["run", "--dataset", "beir:good", "--registry",
+     "baddoc.yaml"], {}, 2, ["badrun.trec:2", "doc_id 'dx'"]),
     ("run file missing", [*THEIRS, "gone.yaml"], {}, 2,
      ["gone.yaml", "run_file 'theirs'", "nope.trec"]),
     ("parquet run without score", [*THEIRS, "noscore.yaml"], {}, 2,
