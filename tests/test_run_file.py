@@ -155,7 +155,8 @@ def test_run_file_of_the_bm25_run_gives_bm25s_labels_and_reports(tmp_path: Path)
             keep = [c for c in got[bm25].columns if c not in ("retriever", "run_id")]
             assert_frame_equal(got[bm25].select(keep), got[theirs].select(keep), check_exact=True)
 
-        for key in ("retrieval_report", "erag_report", "erag_per_query", "correlation_report"):
+        reports = ("retrieval_report", "erag_report", "erag_per_query", "correlation_report")
+        for key in (*reports, "label_agreement"):
             report = load_asset_value(key, instance, str(registry_path))
             column = "retriever" if "retriever" in report.columns else "system"
             rows = {
