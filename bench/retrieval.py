@@ -7,12 +7,19 @@ sides are timed alternately (best of ``--repeats``), so neither gains from runni
 
     python bench/retrieval.py [--data ../shared/data/scifact/beir] [--k 100] [--docs N]
                               [--queries N] [--repeats 5] [--dense-repeats 1]
-                              [--stages bm25,dense] [--quick] [--json PATH]
+                              [--stages bm25,dense,ann] [--quick] [--json PATH]
+
+The ``ann`` stage (not in the default ``--stages``) compares the approximate dense indexes of
+``erag_dagster.retrieval.ann`` (HNSW and IVF-PQ at the parameters printed) with the exact flat
+index over the same vectors: search queries/s of each (query vectors encoded once, outside the
+timings), the speed-up over flat, and recall@k against the flat run.
 
 ``--quick`` is a smoke run (300 documents, 20 queries, one timing each); its ratios mean little.
-``--json PATH`` also writes the table as JSON rows (``-`` = stdout, the table then goes to
+``--json PATH`` also writes the tables as JSON rows (``-`` = stdout, the tables then go to
 stderr): ``{"bench": "retrieval", "settings": {...}, "tables": {"rows": [{"stage", "unit",
-"bare library", "erag-dagster", "time ratio (ours/bare)"}, ...]}}`` (see ``bench/benchjson.py``).
+"bare library", "erag-dagster", "time ratio (ours/bare)"}, ...], "ann": [{"index",
+"build seconds", "queries/s", "speed-up vs flat", "recall@k vs flat"}, ...]}}`` (see
+``bench/benchjson.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+import polars as pl
 import torch
 from benchjson import add_json_argument, text_stream, write_json
 
@@ -169,6 +177,42 @@ def bench_dense(corpus, queries, args, fresh) -> list[tuple[str, str, float, flo
     ]
 
 
+ANN_INDEXES = {
+    "hnsw (m 32, ef_search 128)": {"type": "hnsw", "m": 32, "ef_search": 128},
+    "hnsw (m 32, ef_search 256)": {"type": "hnsw", "m": 32, "ef_search": 256},
+    "ivfpq (nlist 64, m 48, nprobe 16)": {"type": "ivfpq", "nlist": 64, "m": 48, "nprobe": 16},
+}
+
+
+def bench_ann(corpus, queries, args, fresh) -> pl.DataFrame:
+    """Approximate indexes vs the flat index over the same vectors (search only)."""
+    from erag_dagster.retrieval.ann import approximate_index, parse_index, recall_against_exact
+    from erag_dagster.retrieval.dense import search_vectors
+
+    encoder = TextEncoder(dtype="float32", batch_size=64, num_threads=args.threads)
+    dense = build_dense_index(corpus, encoder, fresh("ann"))
+    vectors = encoder.encode_queries(queries["question"].to_list())
+    qids = queries["query_id"].to_list()
+
+    def search(index):
+        return search_vectors(index, dense.doc_ids, qids, vectors, args.k)
+
+    exact = search(dense.index)
+    flat_seconds = min(timed(lambda: search(dense.index))[1] for _ in range(args.repeats))
+    rows = [("flat (exact)", 0.0, queries.height / flat_seconds, 1.0, 1.0)]
+    for name, config in ANN_INDEXES.items():
+        spec = parse_index(config)
+        if spec.type == "ivfpq" and corpus.height < max(spec.params["nlist"], 256):
+            continue  # too few documents to train (the --quick corpus)
+        index, build = approximate_index(dense.index, dense.path, spec)
+        run = search(index)
+        seconds = min(timed(lambda index=index: search(index))[1] for _ in range(args.repeats))
+        recall = recall_against_exact(run, exact)
+        rows.append((name, build, queries.height / seconds, flat_seconds / seconds, recall))
+    columns = ["index", "build seconds", "queries/s", "speed-up vs flat", f"recall@{args.k}"]
+    return pl.DataFrame(rows, schema=columns, orient="row")
+
+
 def main() -> None:
     here = Path(__file__).resolve().parents[1]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -178,7 +222,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="timings per BM25/search stage")
     parser.add_argument("--dense-repeats", type=int, default=1, help="timings per dense build")
-    parser.add_argument("--stages", default="bm25,dense", help="which of bm25,dense to run")
+    parser.add_argument("--stages", default="bm25,dense", help="which of bm25,dense,ann to run")
     parser.add_argument("--queries", type=int, default=0, help="use only the first N queries")
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 300 docs, 20 queries, one timing each"
@@ -203,15 +247,16 @@ def main() -> None:
         return work / f"{name}-{next(counter)}"
 
     stages = {x.strip() for x in args.stages.split(",") if x.strip()}
+    ann = None
     try:
         if "bm25" in stages:
             rows += bench_bm25(corpus, queries, args, fresh)
         if "dense" in stages:
             rows += bench_dense(corpus, queries, args, fresh)
+        if "ann" in stages:
+            ann = bench_ann(corpus, queries, args, fresh)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-    import polars as pl
 
     table = pl.DataFrame(
         [
@@ -230,12 +275,19 @@ def main() -> None:
           f"{args.threads} threads; best of {args.repeats} alternating timings "
           f"({args.dense_repeats} for dense builds), JVM and models warmed first",
           file=out)  # fmt: skip
-    print(format_table(table, floatfmt=".2f"), file=out)
-    print(
-        "time ratio = the project's overhead over the bare call (target < 1.1; < 1 = faster)",
-        file=out,
-    )
-    write_json(args, "retrieval", {"rows": table})
+    if rows:
+        print(format_table(table, floatfmt=".2f"), file=out)
+        print(
+            "time ratio = the project's overhead over the bare call (target < 1.1; < 1 = faster)",
+            file=out,
+        )
+    tables = {"rows": table}
+    if ann is not None:
+        print(f"\napproximate dense indexes vs flat (same vectors, search only, best of "
+              f"{args.repeats}; faiss 1 thread):", file=out)  # fmt: skip
+        print(format_table(ann, floatfmt=".3f"), file=out)
+        tables["ann"] = ann
+    write_json(args, "retrieval", tables)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import polars as pl
 import yaml
 
 from erag_dagster.meta.correlation import CI_COLUMNS as CORRELATION_CI
+from erag_dagster.retrieval.ann import parse_index
 
 #: The reproduction entries of the default run (next to the package in a source checkout).
 DEFAULT_RUN_FIGURES = Path(__file__).resolve().parents[1] / "reproductions" / "default_run.yaml"
@@ -47,12 +48,14 @@ class CheckOutcome(NamedTuple):
 
 def scores_every_document(retrievers: dict[str, dict[str, Any]], name: str, k: int) -> bool:
     """Whether retriever ``name`` (registry configs by name) ranks every document of the corpus
-    down to depth ``k``: dense does; BM25 does not (only term-matching documents); a hybrid
-    does when one of its fused retrievers does and its per-retriever ``depth`` is >= ``k``."""
+    down to depth ``k``: dense over a flat index does (an approximate one may return fewer);
+    BM25 does not (only term-matching documents), nor do run files and rerankers (their first
+    stage decides); a hybrid does when one of its fused retrievers does and its per-retriever
+    ``depth`` is >= ``k``."""
     config = retrievers[name]
     kind = config.get("kind")
     if kind == "dense":
-        return True
+        return not parse_index(config.get("index")).approximate
     if kind == "hybrid":
         depth = int(config.get("depth", k))
         fused = config.get("fuse") or []

@@ -105,6 +105,7 @@ def _report_frame(report, metrics: Sequence[str]):
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
+    from erag_dagster.data.spec import parse_spec
     from erag_dagster.paths import check_output
     from erag_dagster.retrieval.runs import write_trec_run
     from erag_dagster.retrieval.service import run_retriever
@@ -115,7 +116,10 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     k = args.k if args.k is not None else int(registry.evaluation.get("k", 50))
     ds = _dataset(args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
-    run = run_retriever(registry, entry.name, ds.corpus, ds.queries, k, log=log)
+    subset = parse_spec(args.dataset).question_subset
+    run = run_retriever(
+        registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
+    )
     write_trec_run(run, args.output, tag=entry.partition_key)
     print(
         f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
@@ -432,13 +436,19 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
     from erag_dagster.paths import storage_dir
 
     raw = yaml.safe_load(Path(registry.path).read_text(encoding="utf-8"))
-    keep = set(retrievers)
-    for name in retrievers:
-        keep |= set(registry.retriever(name).config.get("fuse", []))
-    raw["retrievers"] = {k: v for k, v in raw["retrievers"].items() if k in keep}
+    keep: set[str] = set()
+    scorers: set[str] = set()
+    todo = list(retrievers)
+    while todo:  # what hybrids fuse and reranks rerank, and the readers reranks score with
+        entry = registry.retriever(todo.pop())
+        keep.add(entry.name)
+        todo += [p for p in [*entry.config.get("fuse", []), entry.config.get("first_stage")] if p]
+        scorers.add(str(entry.config.get("scorer", "")).removeprefix("reader:"))
+    # configs as resolved (run-file and folder paths absolute): the copy lives elsewhere
+    raw["retrievers"] = {k: e.config for k, e in registry.retrievers.items() if k in keep}
     if reader:
         name = registry.reader(reader).name
-        raw["readers"] = {name: raw["readers"][name]}
+        raw["readers"] = {n: raw["readers"][n] for n in raw["readers"] if n in scorers | {name}}
     target = storage_dir("registries") / f"correlate-{'-'.join(sorted(keep))}.yaml"
     from erag_dagster.paths import atomic_write_text
 

@@ -40,6 +40,7 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
         retrieval.dense_index,
         retrieval.build_retrieval_run(registry),
         retrieval.retrieval_report,
+        *filter(None, [retrieval.build_rerank_lift(registry)]),
         labels.build_doc_labels(registry),
         labels.erag_per_query,
         labels.erag_report,

@@ -136,19 +136,30 @@ def check_settings(
     settings: EvalSettings, load_dataset: Callable[[str], object] | None = None
 ) -> Evaluation:
     """The settings in force, checked before any run starts: registry, downstream metric, list
-    and human metric names, and the dataset (loaded once with ``load_dataset``, default
-    :func:`erag_dagster.data.loaders.load_dataset`). Raises :class:`InputError` naming the
-    bad value (a bad registry file: its path), so a bad run costs one line, not a failed run.
+    and human metric names, the dataset (loaded once with ``load_dataset``, default
+    :func:`erag_dagster.data.loaders.load_dataset`) and the registry's run files against it.
+    Raises :class:`InputError` naming the bad value (a bad registry file: its path; a run file:
+    its ``file:line``), so a bad run costs one line, not a failed run.
     """
     from erag_dagster.data.loaders import load_dataset as default_loader
+    from erag_dagster.data.spec import parse_spec
     from erag_dagster.metrics.downstream import get_downstream_metric
     from erag_dagster.metrics.names import parse_metric_names
+    from erag_dagster.retrieval.run_file import load_run_file
 
     params = settings.resolve()  # parses the registry
     get_downstream_metric(params.metric)
     parse_metric_names(params.list_metrics)
     parse_metric_names(params.human_metrics)
-    (load_dataset or default_loader)(params.dataset)
+    dataset = (load_dataset or default_loader)(params.dataset)
+    subset = parse_spec(params.dataset).question_subset
+    for entry in settings.registry().retrievers.values():
+        if entry.config["kind"] == "run_file":
+            cfg = entry.config
+            load_run_file(
+                cfg["path"], cfg["format"], cfg["sha256"], dataset.queries, dataset.corpus,
+                params.k, subset,
+            )  # fmt: skip
     return params
 
 

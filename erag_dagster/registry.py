@@ -5,6 +5,12 @@ The registry is a YAML file (default: ``erag_dagster/registry.yaml`` shipped in 
 ``<name>-<first 8 hex of sha256(canonical JSON of the config)>``, where operational keys that do
 not change results (:data:`OPERATIONAL_KEYS`) are left out of the hash and a hybrid's hash covers
 the configs it fuses. Editing a config thus makes a new partition and keeps the old one as history.
+
+Retrievers that name other things hash what they name, not the name: a ``run_file``'s hash holds
+the sha256 of the file's bytes (not its path: a moved file keeps its partition, an edited one gets
+a new partition); a ``rerank``'s holds the hash of its ``first_stage`` and of its scorer (the
+reader config's hash, or the sha256 of every file of a cross-encoder folder). Relative paths are
+resolved against the registry file's folder.
 """
 
 from __future__ import annotations
@@ -21,25 +27,41 @@ from typing import Any
 import yaml
 
 from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_text
+from erag_dagster.hashing import sha256_file, sha256_text
 
 OPERATIONAL_KEYS = frozenset(
     {"batch_size", "device", "num_threads", "threads",
      # backend: openai — how requests are sent, not what is answered
      "concurrency", "timeout_seconds", "max_retries", "api_key_env"}
 )  # fmt: skip
-RETRIEVER_KINDS = ("bm25", "dense", "hybrid")
+RETRIEVER_KINDS = ("bm25", "dense", "hybrid", "run_file", "rerank")
 RETRIEVER_KEYS = {
     "bm25": frozenset({"kind", "k1", "b"}),
-    "dense": frozenset({"kind", "encoder", "dtype", "max_length"}),
+    "dense": frozenset({"kind", "encoder", "dtype", "max_length", "pooling", "normalize"})
+    | {"query_prefix", "passage_prefix", "index"},
     "hybrid": frozenset({"kind", "fuse", "rrf_k", "depth"}),
+    "run_file": frozenset({"kind", "path", "format", "sha256"}),
+    "rerank": frozenset({"kind", "first_stage", "top_n", "k", "scorer", "dtype", "max_length"}),
 }
 """Keys each retriever kind reads, besides :data:`OPERATIONAL_KEYS`; any other key is refused
 (a typo would otherwise be ignored by the retriever yet change the partition hash)."""
+READER_SCORER = "reader:"
+"""A rerank ``scorer`` starting with this names a registry reader (its ``P("yes")``); any other
+value is a local Hugging Face cross-encoder folder."""
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e308
+
+
+def _index_ok(value: Any) -> bool:
+    from erag_dagster.retrieval.ann import parse_index  # faiss is imported only to build
+
+    try:
+        parse_index(value)
+    except InputError:
+        return False
+    return True
 
 
 def _count(value: Any) -> bool:
@@ -51,11 +73,27 @@ _VALUE_RULES: dict[str, tuple[Any, str]] = {
     "b": (lambda v: _number(v) and v <= 1, "a number from 0 to 1"),
     "rrf_k": (_number, "a number >= 0"),
     "depth": (_count, "an integer >= 1"),
+    "top_n": (_count, "an integer >= 1"),
+    "k": (_count, "an integer >= 1"),
+    "path": (lambda v: isinstance(v, str) and v != "", "a file path"),
+    "format": (lambda v: v in ("trec", "parquet"), "trec or parquet"),
+    "sha256": (lambda v: isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v), "64 hex digits"),
+    "first_stage": (lambda v: isinstance(v, str) and v != "", "a retriever name"),
+    "scorer": (lambda v: isinstance(v, str) and v != "", "reader:<name> or a cross-encoder folder"),
     "max_length": (lambda v: v is None or _count(v), "an integer >= 1 or null"),
     "batch_size": (_count, "an integer >= 1"),
     "threads": (_count, "an integer >= 1"),
     "num_threads": (_count, "an integer >= 1"),
     "encoder": (lambda v: isinstance(v, str) and v != "", "a model name or path"),
+    "pooling": (lambda v: v in ("mean", "cls"), "mean or cls"),
+    "normalize": (lambda v: isinstance(v, bool), "true or false"),
+    "query_prefix": (lambda v: isinstance(v, str), "a string such as 'query: '"),
+    "passage_prefix": (lambda v: isinstance(v, str), "a string such as 'passage: '"),
+    "index": (
+        lambda v: _index_ok(v),
+        "flat, {type: hnsw, m, ef_construction, ef_search} or "
+        "{type: ivfpq, nlist, m, nbits, nprobe} (integers >= 1)",
+    ),
     "dtype": (lambda v: isinstance(v, str), "a dtype name such as float32 or auto"),
     "device": (lambda v: isinstance(v, str), "auto, cpu, cuda or cuda:N"),
 }
@@ -166,23 +204,8 @@ def load_registry(path: str | Path | None = None) -> Registry:
                 raise InputError(
                     f"{path}: retriever {name!r} has {key}: {value!r}; it must be {wanted}"
                 )
-        if kind == "hybrid":
-            fuse = cfg.get("fuse")
-            if not isinstance(fuse, list) or len(fuse) < 2:
-                raise InputError(f"{path}: hybrid {name!r} needs 'fuse' with >= 2 retrievers")
-            for part in fuse:
-                if part not in retrievers_raw or retrievers_raw[part].get("kind") == "hybrid":
-                    raise InputError(
-                        f"{path}: hybrid {name!r} fuses {part!r}, which is not a bm25/dense "
-                        "retriever in this registry"
-                    )
-    retrievers = {}
-    for name, cfg in retrievers_raw.items():
-        hashed = dict(cfg)
-        if cfg["kind"] == "hybrid":
-            hashed["fuse"] = {p: content_hash(retrievers_raw[p]) for p in cfg["fuse"]}
-        retrievers[name] = Entry(name, dict(cfg), content_hash(hashed))
     readers = {n: Entry(n, dict(c), content_hash(c)) for n, c in readers_raw.items()}
+    retrievers = _retriever_entries(retrievers_raw, readers, path)
     evaluation = raw.get("evaluation") or {}
     if not isinstance(evaluation, dict):
         raise InputError(f"{path}: 'evaluation' must be a mapping")
@@ -200,6 +223,111 @@ def load_registry(path: str | Path | None = None) -> Registry:
             wanted = "a list of integers >= 1" if key.endswith("_ks") else "an integer >= 1"
             raise InputError(f"{path}: evaluation {key} is {value!r}; it must be {wanted}")
     return Registry(path, retrievers, readers, evaluation)
+
+
+def _retriever_entries(
+    raw: dict[str, dict[str, Any]], readers: dict[str, Entry], path: str
+) -> dict[str, Entry]:
+    """Check references between retrievers (no cycle, no unknown name) and hash each config,
+    a referenced retriever by its own hash (module docstring)."""
+    folder = Path(path).resolve().parent
+    for name, cfg in raw.items():
+        kind = cfg["kind"]
+        if kind == "hybrid":
+            fuse = cfg.get("fuse")
+            if not isinstance(fuse, list) or len(fuse) < 2:
+                raise InputError(f"{path}: hybrid {name!r} needs 'fuse' with >= 2 retrievers")
+            for part in fuse:
+                if part not in raw or raw[part].get("kind") == "hybrid":
+                    raise InputError(
+                        f"{path}: hybrid {name!r} fuses {part!r}, which is not a non-hybrid "
+                        "retriever in this registry"
+                    )
+        if kind == "rerank":
+            for key in ("first_stage", "top_n", "k", "scorer"):
+                if key not in cfg:
+                    raise InputError(f"{path}: rerank {name!r} needs {key!r}")
+            if cfg["first_stage"] not in raw or cfg["first_stage"] == name:
+                raise InputError(
+                    f"{path}: rerank {name!r} has first_stage {cfg['first_stage']!r}, which is "
+                    "not another retriever in this registry"
+                )
+            if cfg["k"] > cfg["top_n"]:
+                raise InputError(
+                    f"{path}: rerank {name!r} has k {cfg['k']} > top_n {cfg['top_n']}; it keeps "
+                    "at most top_n documents"
+                )
+            scorer = cfg["scorer"]
+            if scorer.startswith(READER_SCORER) and scorer[len(READER_SCORER) :] not in readers:
+                raise InputError(
+                    f"{path}: rerank {name!r} has scorer {scorer!r}; known readers: "
+                    f"{', '.join(readers)}"
+                )
+        if kind == "run_file" and "path" not in cfg:
+            raise InputError(f"{path}: run_file {name!r} needs 'path' (a TREC or parquet run)")
+    resolved = {name: _resolve_paths(name, dict(cfg), folder, path) for name, cfg in raw.items()}
+    digests: dict[str, str] = {}
+
+    def digest(name: str, seen: tuple[str, ...]) -> str:
+        if name in seen:
+            cycle = " -> ".join([*seen[seen.index(name) :], name])
+            raise InputError(f"{path}: retrievers refer to each other in a cycle: {cycle}")
+        if name not in digests:
+            cfg = resolved[name]
+            hashed = {k: v for k, v in cfg.items() if k not in ("path", "scorer")}
+            if cfg["kind"] == "hybrid":
+                hashed["fuse"] = {p: digest(p, (*seen, name)) for p in cfg["fuse"]}
+            elif cfg["kind"] == "rerank":
+                hashed["first_stage"] = digest(cfg["first_stage"], (*seen, name))
+                hashed["scorer"] = _scorer_identity(cfg["scorer"], readers)
+            elif cfg["kind"] != "run_file":
+                hashed = cfg
+            digests[name] = content_hash(hashed)
+        return digests[name]
+
+    return {name: Entry(name, resolved[name], digest(name, ())) for name in raw}
+
+
+def _resolve_paths(name: str, cfg: dict[str, Any], folder: Path, path: str) -> dict[str, Any]:
+    """A run file's path (and a cross-encoder folder) made absolute against ``folder``; a run
+    file's ``format`` from its suffix when not given (``.parquet`` → parquet, else trec) and its
+    ``sha256`` (of the bytes read now; the run is refused later if the file changed)."""
+    if cfg["kind"] == "run_file":
+        cfg["path"] = str((folder / Path(cfg["path"]).expanduser()).resolve())
+        cfg.setdefault("format", "parquet" if cfg["path"].endswith(".parquet") else "trec")
+        digest = _file_digest(name, cfg["path"], path)
+        if cfg.setdefault("sha256", digest) != digest:  # a pinned file that has changed
+            raise InputError(
+                f"{path}: run_file {name!r}: {cfg['path']} has sha256 {digest[:16]}..., not the "
+                f"pinned {cfg['sha256'][:16]}..."
+            )
+    if cfg["kind"] == "rerank" and not cfg["scorer"].startswith(READER_SCORER):
+        scorer = folder / Path(cfg["scorer"]).expanduser()
+        if not scorer.is_dir():
+            raise InputError(
+                f"{path}: rerank {name!r} scorer {cfg['scorer']!r} is neither reader:<name> nor "
+                f"a cross-encoder folder ({scorer} not found)"
+            )
+        cfg["scorer"] = str(scorer.resolve())
+    return cfg
+
+
+def _file_digest(name: str, file: str, path: str) -> str:
+    try:
+        return sha256_file(file)
+    except OSError as exc:
+        raise InputError(
+            f"{path}: run_file {name!r}: cannot read {file} ({exc.strerror or exc})"
+        ) from None
+
+
+def _scorer_identity(scorer: str, readers: dict[str, Entry]) -> dict[str, Any]:
+    """What a rerank's scores depend on: the reader config's hash, or a folder's file hashes."""
+    if scorer.startswith(READER_SCORER):
+        return {"reader": readers[scorer[len(READER_SCORER) :]].digest}
+    from erag_dagster.readers.models import folder_file_hashes
+
+    return {"cross_encoder": folder_file_hashes(Path(scorer))}
 
 
 def _section(raw: dict[str, Any], key: str, path: str) -> dict[str, dict[str, Any]]:

@@ -98,12 +98,25 @@ def bad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "retrievers:\n  bm25:\n    kind: bm25\n    k1: 0.9\n    bb: 0.4\n"
         "readers:\n  r:\n    model: m\n"
     )
+    for name, run in (
+        ("baddoc", "badrun.trec"), ("badq", "badq.trec"), ("gone", "nope.trec"),
+        ("noscore", "noscore.parquet"),
+    ):  # fmt: skip
+        (tmp_path / f"{name}.yaml").write_text(
+            f"retrievers:\n  theirs:\n    kind: run_file\n    path: {run}\n"
+            "readers:\n  r:\n    model: m\n"
+        )
+    (tmp_path / "badrun.trec").write_text("q1 Q0 d1 1 1.0 t\nq2 Q0 dx 1 1.0 t\n")
+    (tmp_path / "badq.trec").write_text("q9 Q0 d1 1 1.0 t\n")
+    pl.DataFrame({"query_id": ["q1"], "doc_id": ["d1"]}).write_parquet(tmp_path / "noscore.parquet")
     return tmp_path
 
 
 EVAL = ["evaluate-run", "--run", "run.trec", "--metrics", "P@1", "--dataset"]
 RETRIEVE = ["retrieve", "--dataset", "sample", "--retriever", "bm25", "--output", "out.trec"]
 AUDIT = ["audit", "--query", "q1", "--doc", "d1"]
+THEIRS = ["retrieve", "--dataset", "beir:good", "--retriever", "theirs", "--output", "o.trec",
+          "--registry"]  # fmt: skip
 
 # (case, argv, environment, exit status, substrings of the one line: what and where)
 CASES = [
@@ -133,6 +146,16 @@ CASES = [
      ["evalk.yaml", "evaluation k", "'abc'"]),
     ("registry unknown key", [*RETRIEVE, "--registry", "typo.yaml"], {}, 2,
      ["typo.yaml", "'bm25'", "unknown key 'bb'"]),
+    ("run file: unknown doc", [*THEIRS, "baddoc.yaml"], {}, 2,
+     ["badrun.trec:2", "doc_id 'dx'", "not in the dataset"]),
+    ("run file: unknown query", [*THEIRS, "badq.yaml"], {}, 2,
+     ["badq.trec:1", "query_id 'q9'"]),
+    ("run file checked before a run", ["run", "--dataset", "beir:good", "--registry",
+     "baddoc.yaml"], {}, 2, ["badrun.trec:2", "doc_id 'dx'"]),
+    ("run file missing", [*THEIRS, "gone.yaml"], {}, 2,
+     ["gone.yaml", "run_file 'theirs'", "nope.trec"]),
+    ("parquet run without score", [*THEIRS, "noscore.yaml"], {}, 2,
+     ["noscore.parquet", "lacks column(s) score"]),
     ("unwritable --output",
      ["retrieve", "--dataset", "sample", "--retriever", "bm25", "--output", "/proc/no/x.trec"],
      {}, 2, ["--output", "/proc/no"]),

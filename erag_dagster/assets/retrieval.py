@@ -15,9 +15,12 @@ from erag_dagster.assets.common import (
     retriever_partitions,
     table_md,
 )
+from erag_dagster.data.spec import parse_spec
 from erag_dagster.registry import Registry
 from erag_dagster.reports.leaderboard import format_leaderboard, leaderboard
 from erag_dagster.resources import EvalSettings
+from erag_dagster.retrieval.ann import approximate_index, parse_index
+from erag_dagster.retrieval.rerank import LIFT_SCHEMA, lift_report
 from erag_dagster.retrieval.service import (
     RetrievalTiming,
     bm25_index_for,
@@ -49,7 +52,8 @@ def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Ou
 def dense_index(
     context: dg.AssetExecutionContext, settings: EvalSettings, corpus: pl.DataFrame
 ) -> dg.Output[dict]:
-    """Exact faiss index (IndexFlatIP, normalised vectors) for every dense retriever config."""
+    """Exact faiss index (IndexFlatIP, normalised vectors) for every dense retriever config,
+    and the approximate index (HNSW, IVF-PQ) of a config that names one."""
     registry = settings.registry()
     built: dict[str, dict] = {}
     for entry in registry.retrievers.values():
@@ -64,7 +68,14 @@ def dense_index(
             "seconds": round(time.perf_counter() - started, 3),
             **encoder.identity(),
         }
-    version = "-".join(sorted(v["path"].rsplit("/", 1)[-1] for v in built.values())) or "none"
+        spec = parse_index(entry.config.get("index"))
+        if spec.approximate:  # built here once; the run reports its recall against flat
+            _, seconds = approximate_index(index.index, index.path, spec)
+            built[entry.name]["approximate"] = spec.file_name()
+            built[entry.name]["approximate_build_seconds"] = round(seconds, 3)
+    names = [v["path"].rsplit("/", 1)[-1] + (f"/{v['approximate']}" if "approximate" in v else "")
+             for v in built.values()]  # fmt: skip
+    version = "-".join(sorted(names)) or "none"
     return dg.Output(
         built,
         data_version=dg.DataVersion(version),
@@ -80,10 +91,14 @@ def _retrieval_run(
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Top-k run ``(query_id, doc_id, rank, score)`` of one retriever config (the partition)."""
     registry = settings.registry()
-    k = settings.resolve().k
+    params = settings.resolve()
+    k = params.k
     entry = registry.retriever(context.partition_key)
     timing = RetrievalTiming()
-    run = run_retriever(registry, entry.name, corpus, queries, k, context.log.info, timing)
+    run = run_retriever(
+        registry, entry.name, corpus, queries, k, context.log.info, timing,
+        question_subset=parse_spec(params.dataset).question_subset,
+    )  # fmt: skip
     exhaustive = checks.scores_every_document(
         {e.name: e.config for e in registry.retrievers.values()}, entry.name, k
     )
@@ -100,6 +115,7 @@ def _retrieval_run(
             "queries": run.get_column("query_id").n_unique(),
             "rows": run.height,
             "search_seconds": round(timing.search_seconds, 3),
+            **timing.details,
         },
     )
     yield from asset_checks.checked(output, [asset_checks.result(asset_checks.RUN_DEPTH, depth)])
@@ -164,3 +180,68 @@ def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
         deps=[bm25_index, dense_index],
         check_specs=asset_checks.run_check_specs("retrieval_run", partitions),
     )(_retrieval_run)
+
+
+def _rerank_lift(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    qrels: pl.DataFrame,
+    retrieval_run: dict[str, pl.DataFrame],
+) -> dg.Output[pl.DataFrame]:
+    """Lift of one rerank retriever over its first stage on the human judgments
+    (:func:`~erag_dagster.retrieval.rerank.lift_report`: before/after at the same depth, paired
+    randomisation and t-test p-values, bootstrap CI of the difference) with the added seconds
+    per query its run measured (model load excluded)."""
+    registry = settings.registry()
+    params = settings.resolve()
+    entry = registry.retriever(context.partition_key)
+    first = registry.retriever(entry.config["first_stage"]).partition_key
+    cost = _latest_run_metadata(context, entry.partition_key)
+    meta = {"retriever": entry.name, "first_stage": first, "metrics": params.human_metrics}
+    if qrels.height == 0:
+        context.log.warning("the dataset has no judgments: no lift report")
+        return dg.Output(pl.DataFrame(schema=LIFT_SCHEMA), metadata=meta)
+    report = lift_report(
+        qrels, retrieval_run[first], retrieval_run[entry.partition_key], params.human_metrics,
+        n_resamples=params.bootstrap_resamples,
+    ).with_columns(
+        added_seconds_per_query=pl.lit(cost.get("rerank_seconds_per_query"), pl.Float64),
+        docs_per_second=pl.lit(cost.get("rerank_docs_per_second"), pl.Float64),
+    )  # fmt: skip
+    return dg.Output(
+        report, data_version=frame_version(report), metadata={"report": table_md(report), **meta}
+    )
+
+
+def _latest_run_metadata(context: dg.AssetExecutionContext, partition: str) -> dict:
+    """The metadata values of ``retrieval_run[partition]``'s latest materialisation."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("retrieval_run"), asset_partitions=[partition]),
+        limit=1,
+    ).records
+    if not records or records[0].asset_materialization is None:
+        return {}
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+
+
+def build_rerank_lift(registry: Registry) -> dg.AssetsDefinition | None:
+    """``rerank_lift``, one partition per ``kind: rerank`` retriever, reading that retriever's
+    run and its first stage's (None when the registry has no rerank retriever)."""
+    reranks = [e for e in registry.retrievers.values() if e.config["kind"] == "rerank"]
+    if not reranks:
+        return None
+    upstream: dict[str, set[str]] = {}
+    for entry in reranks:
+        first = registry.retriever(entry.config["first_stage"]).partition_key
+        for key in (entry.partition_key, first):
+            upstream.setdefault(key, set()).add(entry.partition_key)
+    return dg.asset(
+        name="rerank_lift",
+        group_name="reports",
+        partitions_def=dg.StaticPartitionsDefinition([e.partition_key for e in reranks]),
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        ins={
+            "retrieval_run": dg.AssetIn(partition_mapping=dg.StaticPartitionMapping(upstream)),
+        },
+    )(_rerank_lift)

@@ -64,6 +64,12 @@ class DatasetSpec(NamedTuple):
             return self.kind
         return self.path.name if self.path.is_dir() or not self.path.suffix else self.path.stem
 
+    @property
+    def question_subset(self) -> bool:
+        """Whether the spec keeps only some of the questions (``max_questions``,
+        ``spread_questions``); the corpus is kept whole either way."""
+        return "max_questions" in self.options or "spread_questions" in self.options
+
 
 def parse_spec(spec: str) -> DatasetSpec:
     """Split ``kind[:PATH][?key=value&...]`` into its parts and check them.

@@ -1,9 +1,11 @@
 """Dense retrieval: encode the corpus once, exact inner-product search with faiss.
 
 ``faiss.IndexFlatIP`` over L2-normalised vectors = exact cosine-similarity search (no
-approximation). The index is saved with ``faiss.write_index`` (faiss's own binary format, no
-pickling) beside a parquet file of the doc ids in row order, under a folder named by the
-corpus hash and the encoder identity; written to a temporary folder and renamed into place.
+approximation; over unnormalised vectors, exact inner-product search). Approximate indexes built
+from the same vectors live in :mod:`erag_dagster.retrieval.ann`. The index is saved with
+``faiss.write_index`` (faiss's own binary format, no pickling) beside a parquet file of the doc
+ids in row order, under a folder named by the corpus hash and the encoder identity; written to a
+temporary folder and renamed into place.
 """
 
 from __future__ import annotations
@@ -52,17 +54,19 @@ class DenseIndex:
     def search(
         self, encoder: TextEncoder, queries: pl.DataFrame, k: int, log: Log | None = None
     ) -> pl.DataFrame:
-        """Top-``k`` run for ``queries(query_id, question)`` by cosine similarity."""
+        """Top-``k`` run for ``queries(query_id, question)`` by inner product (cosine
+        similarity for a normalising encoder)."""
         if k < 1:
             raise InputError(f"cut-off k must be >= 1, got {k}")
-        vectors = encoder.encode(queries.get_column("question").to_list(), progress=log)
+        vectors = encoder.encode_queries(queries.get_column("question").to_list(), progress=log)
         return search_vectors(self.index, self.doc_ids, queries["query_id"].to_list(), vectors, k)
 
 
 def search_vectors(
     index: faiss.Index, doc_ids: list[str], query_ids: list[str], vectors: np.ndarray, k: int
 ) -> pl.DataFrame:
-    """Exact search of ``vectors`` (one row per query id); returns a ranked run."""
+    """Search ``index`` (exact or approximate) with ``vectors`` (one row per query id); returns
+    a ranked run (an approximate index may return fewer than ``k`` rows: ``-1`` rows dropped)."""
     k_eff = min(k, index.ntotal)
     scores, rows = index.search(np.ascontiguousarray(vectors, dtype=np.float32), k_eff)
     ids = np.asarray(doc_ids, dtype=object)
@@ -104,7 +108,7 @@ def build_dense_index(
         started = time.perf_counter()
         if log:
             log(f"encoding {corpus.height} documents with {encoder.model_name}")
-        vectors = encoder.encode(passage_texts(corpus), progress=log)
+        vectors = encoder.encode_passages(passage_texts(corpus), progress=log)
         index = faiss.IndexFlatIP(vectors.shape[1])
         index.add(vectors)
         faiss.write_index(index, str(work / "index.faiss"))

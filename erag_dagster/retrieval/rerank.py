@@ -104,6 +104,33 @@ def default_scorer(
     return ReaderScorer(reader_from_config(entry.name, {**entry.config, **(overrides or {})}))
 
 
+def scorer_from_config(registry: Any, config: Mapping[str, Any]) -> Scorer:
+    """The scorer of a registry ``kind: rerank`` config: ``scorer: reader:<name>`` gives a
+    :class:`ReaderScorer` over that reader (the rerank's ``dtype``/``device``/``batch_size``/
+    ``threads`` override the reader's), any other value a :class:`CrossEncoderScorer` over that
+    folder (``dtype`` default float32, ``max_length`` default 512)."""
+    from erag_dagster.registry import READER_SCORER
+
+    scorer = str(config["scorer"])
+    if scorer.startswith(READER_SCORER):
+        overrides = {
+            key: config[source]
+            for key, source in (
+                ("dtype", "dtype"), ("device", "device"), ("batch_size", "batch_size"),
+                ("num_threads", "threads"), ("num_threads", "num_threads"),
+            )
+            if source in config
+        }  # fmt: skip
+        return default_scorer(registry, scorer.removeprefix(READER_SCORER), overrides)
+    return CrossEncoderScorer(
+        scorer,
+        device=str(config.get("device", "auto")),
+        dtype=str(config.get("dtype", "float32")),
+        batch_size=int(config.get("batch_size", 32)),
+        max_length=int(config.get("max_length") or 512),
+    )
+
+
 class CrossEncoderScorer:
     """A local Hugging Face cross-encoder (e.g. an MS MARCO MiniLM cross-encoder folder).
 

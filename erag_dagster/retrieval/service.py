@@ -8,7 +8,7 @@ once per corpus and reused by every later call.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,18 @@ from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
 from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Entry, Registry
+from erag_dagster.retrieval.ann import (
+    IndexSpec,
+    approximate_index,
+    parse_index,
+    recall_against_exact,
+)
 from erag_dagster.retrieval.bm25 import BM25Index, build_bm25_index
-from erag_dagster.retrieval.dense import DenseIndex, build_dense_index
+from erag_dagster.retrieval.dense import DenseIndex, build_dense_index, search_vectors
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.hybrid import reciprocal_rank_fusion
+from erag_dagster.retrieval.rerank import rerank, scorer_from_config
+from erag_dagster.retrieval.run_file import load_run_file
 
 
 def index_root() -> Path:
@@ -37,15 +45,23 @@ def encoder_from_config(config: dict[str, Any], device: str | None = None) -> Te
         dtype=config.get("dtype", "auto"),
         batch_size=int(config.get("batch_size", 64)),
         max_length=config.get("max_length"),
+        pooling=config.get("pooling"),
+        normalize=bool(config.get("normalize", True)),
+        query_prefix=str(config.get("query_prefix", "")),
+        passage_prefix=str(config.get("passage_prefix", "")),
+        num_threads=config.get("threads") or config.get("num_threads"),
     )
 
 
 @dataclass
 class RetrievalTiming:
-    """Seconds spent building the index and searching (index time 0 when reused)."""
+    """Seconds spent building the index and searching (index time 0 when reused), and what a
+    retriever reports about its run (``details``: run-file coverage, rerank cost, recall of an
+    approximate index), shown as the run's metadata."""
 
     index_seconds: float = 0.0
     search_seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def bm25_index_for(corpus: pl.DataFrame, threads: int = 2, log: Log | None = None) -> BM25Index:
@@ -67,8 +83,13 @@ def run_retriever(
     log: Log | None = None,
     timing: RetrievalTiming | None = None,
     threads: int = 2,
+    question_subset: bool = False,
 ) -> pl.DataFrame:
-    """Top-``k`` run of the registry retriever ``retriever`` (name or partition key)."""
+    """Top-``k`` run of the registry retriever ``retriever`` (name or partition key).
+
+    ``question_subset``: ``queries`` are a subset of the dataset's questions (a run file's
+    queries outside them are then dropped, not refused: :mod:`~erag_dagster.retrieval.run_file`).
+    """
     if k < 1:
         raise InputError(f"cut-off k must be >= 1, got {k}")
     entry: Entry = registry.retriever(retriever)
@@ -90,16 +111,103 @@ def run_retriever(
         started = time.perf_counter()
         dense = dense_index_for(corpus, encoder, log=log)
         timing.index_seconds += time.perf_counter() - started
+        spec = parse_index(cfg.get("index"))
+        if not spec.approximate:
+            started = time.perf_counter()
+            run = dense.search(encoder, queries, k, log=log)
+            timing.search_seconds += time.perf_counter() - started
+            return run
+        return _approximate_search(dense, spec, encoder, queries, k, log, timing)
+    if kind == "run_file":
         started = time.perf_counter()
-        run = dense.search(encoder, queries, k, log=log)
+        loaded = load_run_file(
+            cfg["path"], cfg["format"], cfg["sha256"], queries, corpus, k, question_subset
+        )
         timing.search_seconds += time.perf_counter() - started
-        return run
+        timing.details.update(loaded.metadata())
+        return loaded.run
+    if kind == "rerank":
+        return _rerank(registry, cfg, corpus, queries, k, log, timing, threads, question_subset)
     depth = max(int(cfg.get("depth", 100)), k)
     parts = [
-        run_retriever(registry, p, corpus, queries, depth, log, timing, threads)
+        run_retriever(registry, p, corpus, queries, depth, log, timing, threads, question_subset)
         for p in cfg["fuse"]
     ]
     started = time.perf_counter()
     fused = reciprocal_rank_fusion(parts, k=k, k_rrf=float(cfg.get("rrf_k", 60)))
     timing.search_seconds += time.perf_counter() - started
     return fused
+
+
+def _rerank(
+    registry: Registry,
+    cfg: dict[str, Any],
+    corpus: pl.DataFrame,
+    queries: pl.DataFrame,
+    k: int,
+    log: Log | None,
+    timing: RetrievalTiming,
+    threads: int,
+    question_subset: bool,
+) -> pl.DataFrame:
+    """A ``kind: rerank`` run: the first stage's top ``top_n``, reranked by the scorer, cut to
+    ``min(k of the config, k)``; its cost goes to ``timing.details`` (model load excluded)."""
+    top_n = int(cfg["top_n"])
+    first_timing = RetrievalTiming()
+    first = run_retriever(
+        registry, cfg["first_stage"], corpus, queries, top_n, log, first_timing, threads,
+        question_subset,
+    )  # fmt: skip
+    timing.index_seconds += first_timing.index_seconds
+    result = rerank(
+        first, queries, corpus, scorer_from_config(registry, cfg), top_n=top_n,
+        k=min(int(cfg["k"]), k, top_n), log=log,
+    )  # fmt: skip
+    timing.search_seconds += first_timing.search_seconds + result.seconds
+    timing.details.update(
+        {
+            "first_stage": registry.retriever(cfg["first_stage"]).partition_key,
+            "first_stage_search_seconds": round(first_timing.search_seconds, 3),
+            "rerank_pairs": result.pairs,
+            "rerank_seconds_per_query": result.seconds_per_query,
+            "rerank_docs_per_second": result.docs_per_second,
+        }
+    )
+    return result.run
+
+
+def _approximate_search(
+    dense: DenseIndex,
+    spec: IndexSpec,
+    encoder: TextEncoder,
+    queries: pl.DataFrame,
+    k: int,
+    log: Log | None,
+    timing: RetrievalTiming,
+) -> pl.DataFrame:
+    """The run of an approximate index; the exact (flat) run of the same query vectors is
+    searched too, to report recall@k against it and both search times in ``timing.details``."""
+    started = time.perf_counter()
+    index, build_seconds = approximate_index(dense.index, dense.path, spec)
+    timing.index_seconds += time.perf_counter() - started
+    started = time.perf_counter()
+    vectors = encoder.encode_queries(queries.get_column("question").to_list(), progress=log)
+    encode_seconds = time.perf_counter() - started
+    query_ids = queries.get_column("query_id").to_list()
+    started = time.perf_counter()
+    run = search_vectors(index, dense.doc_ids, query_ids, vectors, k)
+    approx_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    exact = search_vectors(dense.index, dense.doc_ids, query_ids, vectors, k)
+    flat_seconds = time.perf_counter() - started
+    timing.search_seconds += encode_seconds + approx_seconds
+    timing.details.update(
+        {
+            "index": {"type": spec.type, **spec.params},
+            "index_build_seconds": round(build_seconds, 3),
+            f"recall_vs_flat@{k}": recall_against_exact(run, exact),
+            "approximate_search_seconds": approx_seconds,
+            "flat_search_seconds": flat_seconds,
+        }
+    )
+    return run

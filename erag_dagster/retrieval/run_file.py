@@ -1,0 +1,157 @@
+"""A run produced by another system (``kind: run_file``), validated against the dataset.
+
+Formats: a TREC run file (``qid Q0 docid rank score tag``, :func:`~erag_dagster.retrieval.runs.
+read_trec_run`) or a parquet file with columns ``query_id, doc_id, score`` (any other column,
+``rank`` included, is ignored). Either way ranks are recomputed from the scores in trec_eval's
+order, so the run is evaluated, labelled and answered from exactly as trec_eval would read it.
+
+Policies:
+
+- **Identity.** The registry hashes the file's bytes (:mod:`erag_dagster.registry`); a file that
+  changed after the registry was read is refused (its results would be stored under the old
+  content's partition).
+- **Unknown ids.** A query or document id that is not in the dataset is an error naming the
+  first one in file order, with ``file:line`` (TREC) or ``file (row N)`` (parquet, 1-based).
+  Exception: when the dataset spec keeps a subset of the questions (``max_questions``,
+  ``spread_questions``; ``question_subset=True``), a run made over all of them is expected, so
+  its queries outside the subset are dropped and counted (``run_queries_outside_dataset``); the
+  corpus is whole, so every document id is still checked.
+- **Missing queries.** Queries of the dataset with no line in the run are counted
+  (:attr:`RunFileRun.queries_missing`) and kept as empty lists, as trec_eval does (each scores 0
+  on every measure when evaluated over all judged queries).
+- **Depth.** Each query's list is cut to the evaluation's ``k``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from erag_dagster.errors import InputError
+from erag_dagster.hashing import sha256_file
+from erag_dagster.retrieval.runs import rank_by_score, read_trec_run, top_k, validate_run
+
+
+@dataclass(frozen=True)
+class RunFileRun:
+    """The validated run (cut to ``k``) and what reading it found: the file's rows, its queries
+    that are in the dataset, the dataset's queries it lacks, its queries outside the dataset."""
+
+    run: pl.DataFrame
+    rows_in_file: int
+    queries_in_file: int
+    queries_missing: int
+    queries_outside: int = 0
+
+    def metadata(self) -> dict[str, int]:
+        return {
+            "run_file_rows": self.rows_in_file,
+            "run_file_queries": self.queries_in_file,
+            "queries_missing_from_run": self.queries_missing,
+            "run_queries_outside_dataset": self.queries_outside,
+        }
+
+
+def read_parquet_run(path: Path) -> pl.DataFrame:
+    """A parquet run's ``query_id, doc_id, score`` (ids cast to text), ranked by score."""
+    try:
+        frame = pl.read_parquet(path)
+    except Exception as exc:  # polars raises several types for a file that is not parquet
+        raise InputError(f"{path}: unreadable parquet run ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in ("query_id", "doc_id", "score") if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"{path}: parquet run lacks column(s) {', '.join(missing)}; "
+            "it needs query_id, doc_id, score"
+        )
+    frame = frame.select(
+        pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String), "score"
+    )
+    nulls = frame.with_row_index("row", offset=1).filter(pl.any_horizontal(pl.all().is_null()))
+    if nulls.height:
+        raise InputError(f"{path} (row {nulls.item(0, 'row')}): null query_id, doc_id or score")
+    try:
+        frame = frame.with_columns(pl.col("score").cast(pl.Float64, strict=True))
+    except pl.exceptions.InvalidOperationError:
+        raise InputError(f"{path}: column score is not numeric") from None
+    return validate_run(rank_by_score(frame), source=str(path))
+
+
+def _first_unknown(
+    path: Path, fmt: str, queries: set[str], docs: set[str], skip_other_queries: bool
+) -> tuple[str, str, str]:
+    """``(where, what, id)`` of the first line/row naming an unknown query or document (lines
+    of queries outside ``queries`` skipped when ``skip_other_queries``)."""
+    if fmt == "trec":
+        with path.open(encoding="utf-8") as handle:
+            rows = ((f"{path}:{n}", line.split()) for n, line in enumerate(handle, start=1))
+            pairs = ((where, f[0], f[2]) for where, f in rows if f)
+            return _first_bad(pairs, queries, docs, skip_other_queries)
+    frame = pl.read_parquet(path, columns=["query_id", "doc_id"]).cast(pl.String)
+    pairs = ((f"{path} (row {n})", q, d) for n, (q, d) in enumerate(frame.iter_rows(), start=1))
+    return _first_bad(pairs, queries, docs, skip_other_queries)
+
+
+def _first_bad(pairs, queries: set[str], docs: set[str], skip: bool) -> tuple[str, str, str]:
+    for where, query, doc in pairs:
+        if query not in queries and not skip:
+            return where, "query_id", query
+        if doc not in docs:
+            return where, "doc_id", doc
+    raise AssertionError("an unknown id was found but no line names it")  # pragma: no cover
+
+
+def load_run_file(
+    path: str | Path,
+    fmt: str,
+    sha256: str,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    k: int,
+    question_subset: bool = False,
+) -> RunFileRun:
+    """Read and validate the run file at ``path`` (``fmt`` ``trec`` or ``parquet``) whose bytes
+    must hash to ``sha256``, against the dataset's ``queries`` and ``corpus``; cut to ``k``.
+    ``question_subset``: the dataset keeps a subset of its questions (module docstring)."""
+    path = Path(path)
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the run file ({exc.strerror or exc})") from None
+    if digest != sha256:
+        raise InputError(
+            f"{path}: the run file changed after the registry was read (sha256 {digest[:16]}..., "
+            f"registry {sha256[:16]}...); reload the definitions to make it a new partition"
+        )
+    run = read_trec_run(path) if fmt == "trec" else read_parquet_run(path)
+    query_ids = queries.get_column("query_id").cast(pl.String).implode()
+    doc_ids = corpus.get_column("doc_id").cast(pl.String).implode()
+    unknown = run.filter(
+        ~pl.col("doc_id").is_in(doc_ids)
+        | (~pl.col("query_id").is_in(query_ids) & pl.lit(not question_subset))
+    )
+    if unknown.height:
+        where, what, value = _first_unknown(
+            path,
+            fmt,
+            set(queries["query_id"].cast(pl.String)),
+            set(corpus["doc_id"].cast(pl.String)),
+            question_subset,
+        )
+        raise InputError(
+            f"{where}: {what} {value!r} is not in the dataset "
+            f"({unknown.height} run rows name an unknown query or document)"
+        )
+    rows = run.height
+    outside = run.filter(~pl.col("query_id").is_in(query_ids))["query_id"].n_unique()
+    run = run.filter(pl.col("query_id").is_in(query_ids))
+    in_file = run.get_column("query_id").n_unique()
+    return RunFileRun(
+        run=top_k(run, k),
+        rows_in_file=rows,
+        queries_in_file=in_file,
+        queries_missing=queries["query_id"].n_unique() - in_file,
+        queries_outside=outside,
+    )
