@@ -58,6 +58,7 @@ def _doc_labels(
     result = label_run(
         top_run, queries, corpus, model, params.metric,
         label_store.open(), run_id=context.run.run_id, log=context.log.info,
+        executor=reader.executor_spec(settings.registry()),
     )  # fmt: skip
     labels = result.labels
     distribution = (
