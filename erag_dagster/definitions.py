@@ -13,6 +13,7 @@ from erag_dagster.assets import automation, data, labels, meta, retrieval
 from erag_dagster.registry import Registry, load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.resources.io import PolarsJsonIOManagerFactory
+from erag_dagster.step_executor import step_executor
 
 
 def source_assets(registry: Registry) -> list[dg.SourceAsset]:
@@ -67,6 +68,7 @@ def build_defs(
         schedules=[automation.build_reevaluation_schedule(registry)],
         sensors=[automation.build_automation_sensor(), automation.build_input_change_sensor()],
         resources=build_resources(registry, settings),
+        executor=step_executor(),  # production: one Kubernetes job per step (deploy/README.md)
     )
 
 
