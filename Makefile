@@ -4,7 +4,7 @@
 #               figures = reproductions/*.yaml), run every test
 # and for the edit loop / measurements:
 #   make test-quick  lint, then the tests not marked slow (pytest -m "not slow")
-#   make bench       the four benchmarks; tables on stdout, JSON rows in $(BENCH_OUT)/<bench>.json
+#   make bench       the five benchmarks; tables on stdout, JSON rows in $(BENCH_OUT)/<bench>.json
 SHELL := /bin/bash
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export HF_HUB_OFFLINE := 1
@@ -45,3 +45,4 @@ bench: setup
 	.venv/bin/python bench/labels.py --json $(BENCH_OUT)/labels.json $(BENCH_ARGS)
 	.venv/bin/python bench/efficiency.py --json $(BENCH_OUT)/efficiency.json $(BENCH_ARGS)
 	.venv/bin/python bench/rerank.py --json $(BENCH_OUT)/rerank.json $(BENCH_ARGS)
+	.venv/bin/python bench/ray_labels.py --json $(BENCH_OUT)/ray_labels.json $(BENCH_ARGS)

@@ -99,6 +99,19 @@ def test_fsspecs_memory_filesystem() -> None:
             fs.rm(root, recursive=True)
 
 
+def test_the_base_comes_from_erag_assets_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = f"/erag-env-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("ERAG_ASSETS_URL", f"memory://{root}")
+    fs = fsspec.filesystem("memory")
+    try:
+        io = PolarsJsonIOManagerFactory()
+        assert dg.materialize([frame], resources={"io_manager": io}).success
+        assert fs.exists(f"{root}/frame.parquet")
+    finally:
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+
+
 def test_a_missing_value_names_its_path(tmp_path: Path) -> None:
     io = PolarsJsonIOManagerFactory(base_dir=f"memory:///missing-{uuid.uuid4().hex[:8]}")
     with pytest.raises(

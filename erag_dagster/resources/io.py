@@ -14,6 +14,7 @@ its Dagster path plus ``.parquet``/``.json`` appended (a partition key with a do
 """
 
 import json
+import os
 import typing
 from pathlib import Path
 from typing import Any
@@ -86,12 +87,13 @@ class PolarsJsonIOManager(dg.UPathIOManager):
 
 class PolarsJsonIOManagerFactory(dg.ConfigurableIOManagerFactory):
     """Configurable factory; ``base_dir`` (a local folder or an fsspec URL such as
-    ``s3://bucket/erag``) defaults to the erag storage root's ``assets`` folder."""
+    ``s3://bucket/erag/assets``) defaults to ``$ERAG_ASSETS_URL``, else the erag storage root's
+    ``assets`` folder. Every pod of a multi-pod deployment must see the same base."""
 
     base_dir: str | None = None
 
     def create_io_manager(self, context: dg.InitResourceContext) -> PolarsJsonIOManager:
         from erag_dagster.paths import storage_dir
 
-        base = self.base_dir or str(storage_dir("assets"))
+        base = self.base_dir or os.environ.get("ERAG_ASSETS_URL") or str(storage_dir("assets"))
         return PolarsJsonIOManager(base_path=UPath(base))
