@@ -49,6 +49,7 @@ from labels import SQUAD, load_squad
 from erag_dagster.labels.cached import CommitPolicy
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.ray_pool import import_ray
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.reports.tables import format_table
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.threads < 2 or args.threads % 2:
         parser.error("--rounds must be >= 1 and --threads an even number >= 2")
     out = text_stream(args)
-    import ray
+    ray = import_ray()
 
     corpus, queries, run, _ = load_squad(max(1, args.pairs // args.depth), args.depth, args.squad)
     config = {"dtype": args.dtype, "device": "cpu", "batch_size": args.batch}

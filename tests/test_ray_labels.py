@@ -82,11 +82,13 @@ def test_ray_labels_equal_in_process_labels(ray_cluster, sample, in_process, tmp
     assert any("2 reader actors ready" in m for m in messages)
     assert ray.is_initialized(), "the pool must not shut down a cluster it did not start"
     # a second call finds every answer stored: no actor is even started
+    messages.clear()
     again = label_run(
         run, queries, corpus, reader_from_config("smollm2", READER), "f1",
-        LabelStore(path), executor=RAY_2,
+        LabelStore(path), log=messages.append, executor=RAY_2,
     )  # fmt: skip
     assert again.judged_now == 0 and again.labels.equals(in_process)
+    assert not any("actors ready" in m for m in messages), messages
 
 
 @pytest.mark.slow
@@ -181,3 +183,38 @@ def test_the_registry_and_the_reader_resource_choose_the_executor(tmp_path: Path
     path.write_text(text.replace("  executor: inprocess", "  executor: ray\n  actors: 0"))
     with pytest.raises(InputError, match=r"registry.yaml: generation: actors must be"):
         load_registry(path)
+
+
+@pytest.mark.slow
+def test_the_cli_starts_a_local_ray_cluster_labels_and_stops_it(sample, tmp_path) -> None:
+    """``erag-dagster label --executor ray`` in a fresh process: no Ray session yet, so the pool
+    starts a local cluster for the call (address ``local``) and shuts it down after."""
+    import os
+    import subprocess
+    import sys
+
+    pairs = sample[2].head(6)
+    trec = tmp_path / "run.trec"
+    trec.write_text(
+        "".join(f"{q} Q0 {d} {r} {s} test\n" for q, d, r, s in pairs.rows()), encoding="utf-8"
+    )
+    reader = tmp_path / "smollm2.yaml"
+    reader.write_text(
+        "name: smollm2\n" + "".join(f"{k}: {v}\n" for k, v in READER.items()), encoding="utf-8"
+    )
+    out = tmp_path / "labels.parquet"
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "ERAG_STORAGE": str(tmp_path / "storage")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from erag_dagster.cli import main; sys.exit(main())",
+         "label", "--dataset", "sample?max_questions=8", "--run", str(trec), "--reader",
+         str(reader), "--metric", "f1", "--output", str(out), "--executor", "ray",
+         "--ray-address", "local"],
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Ray: connected (local; started here: True)" in done.stderr
+    assert "Ray: 2 reader actors ready" in done.stderr
+    assert "judged now 6" in done.stderr
+    labels = pl.read_parquet(out)
+    assert labels.height == 6 and labels.get_column("label").is_between(0, 1).all()

@@ -145,9 +145,10 @@ class PoolStats:
 class RayReaderPool:
     """``spec.actors`` reader replicas on Ray for the reader ``name``/``config``.
 
-    Use as a context manager: entering connects to Ray (see :mod:`.executor` for ``address``)
-    and starts the actors; leaving kills them and, if this pool started the Ray cluster, shuts
-    it down. ``fingerprint`` is the driver's reader fingerprint the actors must reproduce.
+    Use as a context manager: the first :meth:`answer` connects to Ray (see :mod:`.executor` for
+    ``address``) and starts the actors; leaving kills them and, if this pool started the Ray
+    cluster, shuts it down. ``fingerprint`` is the driver's reader fingerprint the actors must
+    reproduce.
     """
 
     def __init__(
@@ -171,6 +172,13 @@ class RayReaderPool:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def __enter__(self) -> RayReaderPool:
+        return self
+
+    def start(self) -> None:
+        """Connect to Ray and start the actors (the first :meth:`answer` does it: a call whose
+        pairs are all stored never touches Ray). Idempotent."""
+        if self.actors:
+            return
         ray = self._ray = import_ray()
         self._connect(ray)
         try:
@@ -178,7 +186,6 @@ class RayReaderPool:
         except BaseException:
             self.close()
             raise
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -193,12 +200,11 @@ class RayReaderPool:
             "runtime_env": {"env_vars": env},
             "namespace": NAMESPACE,
         }
-        address = self.spec.address
+        address = kwargs["address"] = self.spec.address  # Ray's "local": always a new cluster
         if address == "local":
             cpus = max(os.cpu_count() or 1, math.ceil(self.spec.actors * self.spec.num_cpus))
             kwargs.update(num_cpus=cpus, object_store_memory=256 * 1024**2)
         else:
-            kwargs["address"] = address
             kwargs.pop("include_dashboard")
         try:
             ray.init(**kwargs)
@@ -283,11 +289,12 @@ class RayReaderPool:
         ``on_batch(positions in items, answers)`` receives every answer exactly once, as it
         streams back; ``progress(done, total)`` runs after each finished chunk.
         """
-        ray = self._ray
-        if ray is None:
-            raise RuntimeError("RayReaderPool.answer outside its 'with' block")
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if not items:
+            return []
+        self.start()
+        ray = self._ray
         outputs: list[Any] = [None] * len(items)
         done = 0
         todo: deque[tuple[list[int], int]] = deque(
