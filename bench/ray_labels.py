@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = list(sides) if r % 2 == 0 else list(sides)[::-1]
                 for side in order:
-                    store = LabelStore(Path(tmp) / f"{r}-{len(labels)}-{side[:5]}.sqlite")
+                    store = LabelStore(Path(tmp) / f"{r}-{list(sides).index(side)}.sqlite")
                     if side == "in-process":
                         reader.timings.clear()
                     began = time.perf_counter()
@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                     if result.judged_now != run.height:
                         raise RuntimeError(f"{side}: {result.judged_now} of {run.height} judged")
                     gen = result.generation_seconds
+                    print(f"round {r + 1}, {side}: generation {gen:.1f} s, wall {wall:.1f} s",
+                          file=sys.stderr)  # fmt: skip
                     if side not in best or gen < best[side][0]:
                         best[side] = (gen, wall)
                     labels[side] = result.labels
