@@ -10,11 +10,13 @@ store through ``label_run`` — the code ``doc_labels`` runs:
 
 The Ray cluster (``ray.init(num_cpus=--threads)``, dashboard off) is started once, before the
 rounds; its start-up is reported, not counted. For each side the table gives the generation
-time (the engine's generator calls: for Ray, sharding, streaming and the actors' work; the ratio
-to in-process is the Ray overhead, target <= 1.1) and the wall time of the whole call (for Ray
-also the actors' start and model load). Sides alternate over ``--rounds`` (best of each kept):
-the 2 shared cores drift in speed by more than the differences measured. Labels must be
-identical on every side (``--dtype float32``: answers do not depend on batching).
+time (the engine's generator calls; the ratio to in-process is the Ray overhead, target <= 1.1)
+and the wall time of the whole call. The in-process reader is loaded before timing; a Ray pool
+starts its actors on the first pairs to generate, so **its generation time includes starting
+the actors and loading their readers** (a few seconds here): the ratio is pessimistic for Ray.
+Sides alternate over ``--rounds`` (best of each kept): the 2 shared cores drift in speed by more
+than the differences measured. Labels must be identical on every side (``--dtype float32``:
+answers do not depend on batching).
 
 A second table is a **projection, not a measurement**: wall time and GPU-hours for 1M pairs with
 an 8B reader on N vLLM GPUs (data parallel, one replica per GPU, i.e. one Ray actor with
