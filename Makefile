@@ -50,3 +50,4 @@ bench: setup
 	@scripts/ensure-postgres.sh
 	.venv/bin/python bench/store.py --json $(BENCH_OUT)/store.json $(BENCH_ARGS)
 	.venv/bin/python bench/openai_reader.py --json $(BENCH_OUT)/openai_reader.json $(BENCH_ARGS)
+	.venv/bin/python bench/ray_labels.py --json $(BENCH_OUT)/ray_labels.json $(BENCH_ARGS)

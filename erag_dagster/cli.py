@@ -187,10 +187,13 @@ def cmd_label(args: argparse.Namespace) -> int:
     with concerning(store_path):
         store = open_store(args.store)  # opened before the reader loads: a bad store fails fast
     reader = _reader_from_arg(args.reader, registry)
+    executor = registry.generation.replace(
+        "--executor/--ray-address", executor=args.executor, address=args.ray_address
+    )
     with concerning(store_path):
         result = label_run(
             run, ds.queries, ds.corpus, reader, args.metric, store,
-            log=lambda m: print(m, file=sys.stderr),
+            log=lambda m: print(m, file=sys.stderr), executor=executor,
         )  # fmt: skip
     with atomic_path(args.output) as tmp:
         result.labels.write_parquet(tmp)
@@ -507,6 +510,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", help=_STORE_HELP)
     p.add_argument("--registry")
     p.add_argument("--output", required=True)
+    p.add_argument(
+        "--executor", choices=["inprocess", "ray"], help="default: registry generation.executor"
+    )
+    p.add_argument("--ray-address", help="local | auto | ray://HOST:PORT (executor ray)")
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser("score", parents=[common], help="list metrics on eRAG labels")

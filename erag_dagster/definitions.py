@@ -6,18 +6,18 @@ partitioned assets, the schedule and the settings resource; ``defs`` is the grap
 default registry. A full re-evaluation (every partition of every asset) is an asset backfill
 over this graph: see :func:`erag_dagster.pipeline.request_full_reevaluation`.
 
-Resources are chosen per deployment by ``$ERAG_DEPLOYMENT`` (as in Dagster's
-``project_fully_featured`` example): ``local`` (the default; everything on this machine) or
-``production`` (the parts several pods share come from the environment: the label store URL
-``$ERAG_LABEL_STORE`` and the IO manager's base ``$ERAG_IO_BASE``; see deploy/README.md).
+Resources are chosen per deployment by ``$DAGSTER_DEPLOYMENT`` (:mod:`erag_dagster.deployment`,
+as in Dagster's ``project_fully_featured`` example): ``local`` (the default; everything on this
+machine) or ``production`` (the parts several pods share come from the environment: the label
+store URL ``$ERAG_LABEL_STORE`` and the IO manager's base ``$ERAG_ASSETS_URL``; see
+deploy/README.md).
 """
-
-import os
 
 import dagster as dg
 
 from erag_dagster.assets import automation, data, labels, meta, retrieval
-from erag_dagster.errors import InputError
+from erag_dagster.deployment import deployment as current_deployment
+from erag_dagster.deployment import step_executor
 from erag_dagster.registry import Registry, load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.resources.io import PolarsJsonIOManagerFactory
@@ -51,25 +51,11 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     ]
 
 
-DEPLOYMENT_ENV = "ERAG_DEPLOYMENT"
-DEPLOYMENTS = ("local", "production")
-
-
-def deployment_name() -> str:
-    """``$ERAG_DEPLOYMENT`` (default ``local``); another value is an :class:`InputError`."""
-    name = os.environ.get(DEPLOYMENT_ENV, "").strip() or "local"
-    if name not in DEPLOYMENTS:
-        raise InputError(
-            f"{DEPLOYMENT_ENV}={name!r}: unknown deployment (choose {' or '.join(DEPLOYMENTS)})"
-        )
-    return name
-
-
 def build_resources(
     registry: Registry, settings: EvalSettings | None = None, deployment: str | None = None
 ) -> dict[str, object]:
-    """The resources of ``deployment`` (default :func:`deployment_name`); every value is
-    overridable through run config.
+    """The resources of ``deployment`` (default :func:`erag_dagster.deployment.deployment`);
+    every value is overridable through run config.
 
     ``local``: single-machine defaults (store and assets under the storage root). ``production``:
     the label store and the IO manager base path from environment variables read at run time
@@ -77,15 +63,15 @@ def build_resources(
     ``settings`` (default: all from the registry) is bound to ``registry``, so run config
     cannot point it at another registry file than the one the partitions came from.
     """
-    deployment = deployment or deployment_name()
+    name = deployment or current_deployment()
     shared = {
         "settings": (settings or EvalSettings()).bound_to(registry),
         "reader": ReaderResource(),
     }
-    if deployment == "production":
+    if name == "production":
         return shared | {
             "label_store": LabelStoreResource(path=dg.EnvVar("ERAG_LABEL_STORE")),
-            "io_manager": PolarsJsonIOManagerFactory(base_dir=dg.EnvVar("ERAG_IO_BASE")),
+            "io_manager": PolarsJsonIOManagerFactory(base_dir=dg.EnvVar("ERAG_ASSETS_URL")),
         }
     return shared | {
         "label_store": LabelStoreResource(),
@@ -104,6 +90,7 @@ def build_defs(
         schedules=[automation.build_reevaluation_schedule(registry)],
         sensors=[automation.build_automation_sensor(), automation.build_input_change_sensor()],
         resources=build_resources(registry, settings),
+        executor=step_executor(),  # production: one Kubernetes job per step (deploy/README.md)
     )
 
 

@@ -28,6 +28,7 @@ import yaml
 
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_file, sha256_text
+from erag_dagster.labels.executor import ExecutorSpec
 
 OPERATIONAL_KEYS = frozenset(
     {"batch_size", "device", "num_threads", "threads",
@@ -128,6 +129,8 @@ class Registry:
     retrievers: dict[str, Entry]
     readers: dict[str, Entry]
     evaluation: dict[str, Any] = field(default_factory=dict)
+    generation: ExecutorSpec = field(default_factory=ExecutorSpec)
+    """Where readers generate (``generation`` section, operational: hashes nothing)."""
 
     @cached_property
     def _by_partition(self) -> dict[str, Entry]:
@@ -182,7 +185,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
         raise InputError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: the registry must be a mapping with 'retrievers' and 'readers'")
-    unknown = set(raw) - {"retrievers", "readers", "evaluation"}
+    unknown = set(raw) - {"retrievers", "readers", "evaluation", "generation"}
     if unknown:
         raise InputError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
     retrievers_raw = _section(raw, "retrievers", path)
@@ -222,7 +225,11 @@ def load_registry(path: str | Path | None = None) -> Registry:
         if not counts or not all(_count(v) and v <= 2**31 - 1 for v in counts):
             wanted = "a list of integers >= 1" if key.endswith("_ks") else "an integer >= 1"
             raise InputError(f"{path}: evaluation {key} is {value!r}; it must be {wanted}")
-    return Registry(path, retrievers, readers, evaluation)
+    generation = raw.get("generation")
+    if generation is not None and not isinstance(generation, dict):
+        raise InputError(f"{path}: 'generation' must be a mapping")
+    spec = ExecutorSpec.from_mapping(generation, f"{path}: generation")
+    return Registry(path, retrievers, readers, evaluation, spec)
 
 
 def _retriever_entries(

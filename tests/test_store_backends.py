@@ -19,7 +19,8 @@ import yaml
 
 from erag_dagster.cli import main as cli_main
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.definitions import build_defs, build_resources, deployment_name
+from erag_dagster.definitions import build_defs, build_resources
+from erag_dagster.deployment import deployment as deployment_name
 from erag_dagster.errors import InputError, StorageError
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import COPY_ORDER, open_store
@@ -236,17 +237,17 @@ def test_deployments_local_is_the_default_and_production_reads_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     registry = load_registry(None)
-    monkeypatch.delenv("ERAG_DEPLOYMENT", raising=False)
+    monkeypatch.delenv("DAGSTER_DEPLOYMENT", raising=False)
     assert deployment_name() == "local"
     local = build_resources(registry)
     assert local["label_store"] == LabelStoreResource()  # storage root, as before
     production = build_resources(registry, deployment="production")
     assert production["label_store"].path == dg.EnvVar("ERAG_LABEL_STORE")
-    assert production["io_manager"].base_dir == dg.EnvVar("ERAG_IO_BASE")
-    monkeypatch.setenv("ERAG_DEPLOYMENT", "staging")
-    with pytest.raises(InputError, match="ERAG_DEPLOYMENT='staging': unknown deployment"):
+    assert production["io_manager"].base_dir == dg.EnvVar("ERAG_ASSETS_URL")
+    monkeypatch.setenv("DAGSTER_DEPLOYMENT", "staging")
+    with pytest.raises(InputError, match="DAGSTER_DEPLOYMENT='staging' unknown"):
         deployment_name()
-    monkeypatch.setenv("ERAG_DEPLOYMENT", "production")
+    monkeypatch.setenv("DAGSTER_DEPLOYMENT", "production")
     dg.Definitions.validate_loadable(build_defs())
 
 
@@ -269,9 +270,9 @@ def test_default_pipeline_materialises_with_the_instance_on_postgres(
         DAGSTER_PG_PORT=str(postgres.port),
         DAGSTER_PG_DB="dagster_instance",
         ERAG_STORAGE=str(storage),
-        ERAG_DEPLOYMENT="production",
+        DAGSTER_DEPLOYMENT="production",
         ERAG_LABEL_STORE=store_url,
-        ERAG_IO_BASE=str(tmp_path / "assets"),
+        ERAG_ASSETS_URL=str(tmp_path / "assets"),
     ):
         registry = small_registry(tmp_path / "registry", dataset="sample?max_questions=2")
         with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -290,4 +291,4 @@ def test_default_pipeline_materialises_with_the_instance_on_postgres(
             assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == len(runs)
     assert open_store(store_url, read_only=True).count_generations() >= judged
     assert not list(storage.rglob("labels.sqlite"))  # the store is the server's, not a file
-    assert list((tmp_path / "assets").rglob("*"))  # asset values under ERAG_IO_BASE
+    assert list((tmp_path / "assets").rglob("*"))  # asset values under ERAG_ASSETS_URL

@@ -28,9 +28,11 @@ from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResou
 from erag_dagster.retrieval.runs import top_k
 
 GPU_POOL = "gpu"
-#: On Kubernetes (deploy/production), reader-bound steps ask for one GPU.
+"""Reader-bound steps share this pool: its limit is the number of accelerators (op-level
+concurrency; ``concurrency.pools`` in the instance's ``dagster.yaml``)."""
+#: On Kubernetes (deploy/production) each step is a pod built from its op tags by
+#: ``k8s_job_executor`` (:mod:`erag_dagster.deployment`): reader-bound steps ask for one GPU.
 GPU_OP_TAGS = {
-    "erag/accelerator": "gpu",
     "dagster-k8s/config": {
         "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
     },
@@ -58,6 +60,7 @@ def _doc_labels(
     result = label_run(
         top_run, queries, corpus, model, params.metric,
         label_store.open(), run_id=context.run.run_id, log=context.log.info,
+        executor=reader.executor_spec(settings.registry()),
     )  # fmt: skip
     labels = result.labels
     distribution = (

@@ -34,11 +34,13 @@ from erag_dagster.data.schema import require_answers, require_questions
 from erag_dagster.errors import InputError
 from erag_dagster.labels.cached import (
     CommitPolicy,
+    Generated,
     OnBatch,
     Subject,
     accepts_on_batch,
     generate_stored,
 )
+from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.label_value import checked_label
 from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
@@ -96,14 +98,16 @@ def label_run(
     run_id: str | None = None,
     log: Log | None = None,
     commit: CommitPolicy | None = None,
+    executor: ExecutorSpec | None = None,
 ) -> LabelResult:
     """eRAG labels for every row of ``run`` (tables as in ``docs/ARCHITECTURE.md``).
 
     Only pairs missing from ``store`` call ``reader.answer``, ``commit.every_pairs`` pairs per
     call, shortest prompts first, through :func:`~erag_dagster.labels.cached.generate_stored`
     (commits by count or time; ``commit`` defaults to :meth:`CommitPolicy.from_env`).
-    ``run_id`` is recorded with every row written. See the module docstring for the input
-    policy.
+    ``run_id`` is recorded with every row written. With ``executor`` on Ray the unseen pairs
+    are answered by reader replicas on Ray actors (:mod:`erag_dagster.labels.ray_pool`), in the
+    same chunks, committed by the same engine. See the module docstring for the input policy.
     """
     say = log or (lambda _msg: None)
     score_fn = get_downstream_metric(metric)
@@ -146,25 +150,32 @@ def label_run(
         rate = done / max(time.perf_counter() - began, 1e-9)
         say(f"generated {done}/{total} pairs ({rate:.2f} pairs/s)")
 
+    def stored(generate: Callable[..., Sequence[str]], step: int, streams: bool) -> Generated:
+        return generate_stored(
+            subjects,
+            generate,
+            store,
+            fingerprint,
+            reader.name,
+            reader.identity(),
+            spec=_spec_dict(reader),
+            run_id=run_id,
+            step=step,
+            streams=streams,
+            commit=policy,
+            progress=progress,
+            log=say,
+            estimate=estimate,
+        )
+
     used_before = usage_of(reader)
-    generated = generate_stored(
-        subjects,
-        generate,
-        store,
-        fingerprint,
-        reader.name,
-        reader.identity(),
-        spec=_spec_dict(reader),
-        run_id=run_id,
+    if executor is not None and executor.on_ray and subjects:
+        generated = _on_ray(executor, reader, subjects, policy, stored, progress, say)
+    else:
         # A reader may ask for larger calls (many requests in flight, one engine batch); its
         # answers still stream through on_batch, so commits keep the policy's count/time.
-        step=max(policy.every_pairs, int(getattr(reader, "generation_step", 0) or 0)),
-        streams=accepts_on_batch(reader.answer),
-        commit=policy,
-        progress=progress,
-        log=say,
-        estimate=estimate,
-    )
+        step = max(policy.every_pairs, int(getattr(reader, "generation_step", 0) or 0))
+        generated = stored(generate, step, accepts_on_batch(reader.answer))
     used = usage_delta(used_before, usage_of(reader))
     if used.get("requests"):
         say(
@@ -275,6 +286,40 @@ def _score(
             )
         )
     return pl.concat([stored.select("score_key", "score"), fresh]), missing.height
+
+
+def _on_ray(
+    executor: ExecutorSpec,
+    reader: Reader,
+    subjects: Sequence[Subject],
+    policy: CommitPolicy,
+    stored: Callable[[Callable[..., Sequence[str]], int, bool], Generated],
+    progress: Callable[[int, int], None],
+    say: Log,
+) -> Generated:
+    """:func:`generate_stored` with the reader replicas of a :class:`RayReaderPool` as its
+    generator: one generator call over every unseen pair, which the pool shards into the
+    in-process chunks (``policy.every_pairs``) and streams back, so commits stay the engine's."""
+    from erag_dagster.labels.ray_pool import RayReaderPool
+
+    spec = _spec_dict(reader)
+    if spec is None:
+        raise InputError(
+            f"reader {reader.name!r}: the ray executor needs a reader built from a registry spec"
+        )
+    with RayReaderPool(executor, reader.name, spec, reader.fingerprint, log=say) as pool:
+
+        def generate(part: list[int], on_batch: OnBatch) -> list[str]:
+            items = [(subjects[i].question, subjects[i].text) for i in part]
+            return pool.answer(items, on_batch, chunk=policy.every_pairs, progress=progress)
+
+        generated = stored(generate, len(subjects), True)
+    if pool.stats.actors_lost:
+        say(
+            f"Ray: {pool.stats.actors_lost} actor(s) lost, {pool.stats.pairs_retried} pairs "
+            "generated again elsewhere"
+        )
+    return generated
 
 
 def _spec_dict(reader: Reader) -> dict[str, Any] | None:

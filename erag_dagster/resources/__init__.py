@@ -132,6 +132,13 @@ class ReaderResource(dg.ConfigurableResource):
 
     device: str = Field(default="", description="override the registry's device")
     num_threads: int = Field(default=0, description="torch CPU threads (0 = reader default)")
+    executor: str = Field(
+        default="", description="inprocess | ray (empty = the registry's generation.executor)"
+    )
+    ray_address: str = Field(default="", description="local | auto | ray://HOST:PORT")
+    ray_actors: int | None = Field(default=None, description="reader replicas on Ray")
+    ray_num_cpus: float | None = Field(default=None, description="CPUs per Ray actor")
+    ray_num_gpus: float | None = Field(default=None, description="GPUs per Ray actor")
 
     _readers: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -150,6 +157,18 @@ class ReaderResource(dg.ConfigurableResource):
                 entry.name, {**entry.config, **overrides}
             )
         return self._readers[entry.partition_key]
+
+    def executor_spec(self, registry: Registry):  # -> ExecutorSpec
+        """Where readers generate: the registry's ``generation`` section with this resource's
+        non-empty fields applied (``erag_dagster.labels.executor``)."""
+        return registry.generation.replace(
+            "resource reader",
+            executor=self.executor,
+            address=self.ray_address,
+            actors=self.ray_actors,
+            num_cpus=self.ray_num_cpus,
+            num_gpus=self.ray_num_gpus,
+        )
 
     def close(self) -> None:
         """Free the models of the readers this resource created (and only those)."""

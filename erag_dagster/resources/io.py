@@ -1,11 +1,20 @@
-"""Storage of asset values: polars frames as parquet, everything else as JSON.
+"""Storage of asset values: polars frames as parquet, everything else as JSON, on any fsspec path.
 
 No pickling: asset values are data (``pl.DataFrame`` → ``.parquet``; dicts/lists/scalars →
 ``.json``), so the store can be read by any tool and loading it never executes code.
-Writes go to a temporary file that is renamed into place (atomic).
+
+The base path is a :class:`~upath.UPath`: a local folder (``/srv/erag/assets`` or
+``file:///srv/erag/assets``), or an object store through fsspec (``s3://bucket/erag``,
+``gs://bucket/erag``; install ``s3fs``/``gcsfs``; credentials from their usual environment
+variables, never in config). Writes are atomic either way: on a local disk a temporary file
+beside the target is renamed into place; on an object store one upload creates the object, which
+readers see whole or not at all (no rename: on S3/GCS it would be a copy). A value's file name is
+its Dagster path plus ``.parquet``/``.json`` appended (a partition key with a dot, e.g. reader
+``qwen2.5``, keeps its whole name).
 """
 
 import json
+import os
 import typing
 from pathlib import Path
 from typing import Any
@@ -16,6 +25,17 @@ from upath import UPath
 
 from erag_dagster.paths import atomic_path
 
+LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+def local_path(path: UPath) -> Path | None:
+    """The plain :class:`Path` of a local ``path`` (no protocol, ``file://``), else ``None``."""
+    return Path(path.path) if path.protocol in LOCAL_PROTOCOLS else None
+
+
+def _with(path: UPath, suffix: str) -> UPath:
+    return path.parent / f"{path.name}{suffix}"
+
 
 class PolarsJsonIOManager(dg.UPathIOManager):
     """Parquet for ``pl.DataFrame`` outputs, JSON for the rest; partitions as sub-folders."""
@@ -23,21 +43,32 @@ class PolarsJsonIOManager(dg.UPathIOManager):
     extension = ""
 
     def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:
-        target = Path(str(path))
         if isinstance(obj, pl.DataFrame):
-            with atomic_path(target.with_suffix(".parquet")) as tmp:
-                obj.write_parquet(tmp)
+            target, write = _with(path, ".parquet"), obj.write_parquet
         else:
-            with atomic_path(target.with_suffix(".json")) as tmp:
-                tmp.write_text(json.dumps(obj, indent=1, default=str), encoding="utf-8")
+            text = json.dumps(obj, indent=1, default=str)
+            target = _with(path, ".json")
+
+            def write(file: Any) -> None:
+                file.write(text.encode("utf-8"))
+
+        local = local_path(target)
+        if local is not None:
+            with atomic_path(local) as tmp, tmp.open("wb") as file:
+                write(file)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("wb") as file:
+            write(file)
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> Any:
-        target = Path(str(path))
-        if target.with_suffix(".parquet").is_file():
-            return pl.read_parquet(target.with_suffix(".parquet"))
-        if target.with_suffix(".json").is_file():
-            return json.loads(target.with_suffix(".json").read_text(encoding="utf-8"))
-        raise FileNotFoundError(f"no stored value at {target}(.parquet|.json)")
+        parquet, as_json = _with(path, ".parquet"), _with(path, ".json")
+        if parquet.is_file():
+            with parquet.open("rb") as file:
+                return pl.read_parquet(file)
+        if as_json.is_file():
+            return json.loads(as_json.read_text(encoding="utf-8"))
+        raise FileNotFoundError(f"no stored value at {path}(.parquet|.json)")
 
     def load_partitions(self, context: dg.InputContext) -> Any:
         """A ``dict[str, ...]`` input gets ``{partition key: value}`` also when one partition
@@ -51,17 +82,18 @@ class PolarsJsonIOManager(dg.UPathIOManager):
         return loaded
 
     def path_exists(self, path: UPath) -> bool:
-        target = Path(str(path))
-        return target.with_suffix(".parquet").is_file() or target.with_suffix(".json").is_file()
+        return _with(path, ".parquet").is_file() or _with(path, ".json").is_file()
 
 
 class PolarsJsonIOManagerFactory(dg.ConfigurableIOManagerFactory):
-    """Configurable factory; ``base_dir`` defaults to the erag storage root's ``assets`` folder."""
+    """Configurable factory; ``base_dir`` (a local folder or an fsspec URL such as
+    ``s3://bucket/erag/assets``) defaults to ``$ERAG_ASSETS_URL``, else the erag storage root's
+    ``assets`` folder. Every pod of a multi-pod deployment must see the same base."""
 
     base_dir: str | None = None
 
     def create_io_manager(self, context: dg.InitResourceContext) -> PolarsJsonIOManager:
         from erag_dagster.paths import storage_dir
 
-        base = self.base_dir or str(storage_dir("assets"))
+        base = self.base_dir or os.environ.get("ERAG_ASSETS_URL") or str(storage_dir("assets"))
         return PolarsJsonIOManager(base_path=UPath(base))

@@ -1,0 +1,377 @@
+"""Reader replicas on Ray actors: the unseen pairs of one call sharded over them.
+
+:class:`RayReaderPool` is the ``generate`` of :func:`~erag_dagster.labels.cached.generate_stored`
+when the ``generation`` executor is ``ray`` (:mod:`erag_dagster.labels.executor`): the engine,
+its commit policy (by count or time), its store and its ``None`` policy are the in-process ones;
+only where the reader runs changes.
+
+* **Replicas.** Each actor builds its reader from the driver reader's spec through the same
+  loading path as in-process (:func:`build_reader`), reserving ``num_cpus`` CPUs (also its torch
+  threads) and ``num_gpus`` GPUs. Before any work every actor reports its reader fingerprint; one
+  that differs from the driver's (e.g. ``dtype: auto`` resolving to bf16 on a GPU actor and
+  float32 here) is refused, since its answers would be stored under the wrong key.
+* **Sharding.** The pairs are cut into chunks of ``chunk`` pairs in the order the engine gives
+  them (the chunks of an in-process run, so model batches are the same); an idle actor takes the
+  next chunk. Answers stream back per model batch (a Ray streaming generator) and go straight to
+  ``on_batch``, where the engine commits them by count or time.
+* **Failures.** An actor that dies (killed, OOM, node lost) loses only the answers of its chunk
+  that had not streamed back yet (answers the driver holds are committed by the engine as usual);
+  those pairs are queued again and taken by another live actor, **once**: a chunk whose retry
+  also loses its actor, or a pool with no live actor left, stops with one
+  :class:`~erag_dagster.errors.EnvironmentFault` line (what was generated is committed). A
+  reader error inside an actor (an :class:`~erag_dagster.errors.InputError` or
+  :class:`~erag_dagster.errors.EnvironmentFault`) is re-raised as itself; anything else stays a
+  bug with Ray's traceback.
+
+Ray is imported only here, when a pool starts; without it the error is one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import queue
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from erag_dagster.callbacks import Log, OnBatch
+from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.labels.executor import ExecutorSpec
+
+__all__ = ["RayReaderPool", "build_reader", "import_ray"]
+
+#: Seconds to wait for the actors to start and load their readers (GPUs may need scaling up).
+START_TIMEOUT_S = float(os.environ.get("ERAG_RAY_START_TIMEOUT", "900"))
+#: What a remote Ray worker must not do: reach a model hub (local clusters inherit these anyway).
+_WORKER_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+NAMESPACE = "erag-dagster"
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or one :class:`EnvironmentFault` line saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise EnvironmentFault(
+            "generation executor 'ray' needs the ray package, which is not installed: "
+            "pip install 'ray==2.60.0' (or the project's [ray] extra)"
+        ) from None
+    return ray
+
+
+def build_reader(name: str, config: Mapping[str, Any]) -> Any:
+    """A reader from its registry spec, through the factory in-process readers use (any
+    backend: transformers, openai, vllm)."""
+    from erag_dagster.readers.factory import reader_from_config
+
+    return reader_from_config(name, dict(config))
+
+
+class _ReaderActor:
+    """One reader replica (the class Ray wraps; its methods run in the actor process)."""
+
+    def __init__(self, name: str, config: dict[str, Any]) -> None:
+        self.reader = build_reader(name, config)
+        load = getattr(self.reader, "load", None)
+        if callable(load):
+            load()
+
+    def fingerprint(self) -> tuple[str, int]:
+        return self.reader.fingerprint, os.getpid()
+
+    def answer(self, items: list[tuple[str, str]]) -> Any:
+        """Yields ``(positions in items, answers)`` per model batch (one yield if the reader
+        cannot stream), then ends; a reader error is raised to the driver."""
+        from erag_dagster.labels.cached import accepts_on_batch
+
+        if not accepts_on_batch(self.reader.answer):
+            yield list(range(len(items))), list(self.reader.answer(items))
+            return
+        inbox: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
+
+        def work() -> None:
+            try:
+                outputs = self.reader.answer(
+                    items, on_batch=lambda pos, outs: inbox.put(("batch", list(pos), list(outs)))
+                )
+                inbox.put(("done", outputs, None))
+            except BaseException as exc:  # handed to the driver below
+                inbox.put(("error", exc, None))
+
+        threading.Thread(target=work, daemon=True).start()
+        sent: set[int] = set()
+        while True:
+            kind, first, second = inbox.get()
+            if kind == "error":
+                raise first
+            if kind == "done":
+                rest = [p for p in range(len(items)) if p not in sent]
+                if rest:
+                    yield rest, [first[p] for p in rest]
+                return
+            sent.update(first)
+            yield first, second
+
+
+@dataclass
+class _Task:
+    """One chunk on one actor: ``positions`` index the call's items."""
+
+    actor: Any
+    actor_name: str
+    positions: list[int]
+    attempt: int
+    received: set[int] = field(default_factory=set)
+
+
+@dataclass
+class PoolStats:
+    """What a pool did: chunks run, actors lost, pairs queued again after an actor died."""
+
+    chunks: int = 0
+    actors_lost: int = 0
+    pairs_retried: int = 0
+    pids: list[int] = field(default_factory=list)
+
+
+class RayReaderPool:
+    """``spec.actors`` reader replicas on Ray for the reader ``name``/``config``.
+
+    Use as a context manager: the first :meth:`answer` connects to Ray (see :mod:`.executor` for
+    ``address``) and starts the actors; leaving kills them and, if this pool started the Ray
+    cluster, shuts it down. ``fingerprint`` is the driver's reader fingerprint the actors must
+    reproduce.
+    """
+
+    def __init__(
+        self,
+        spec: ExecutorSpec,
+        name: str,
+        config: Mapping[str, Any],
+        fingerprint: str,
+        *,
+        log: Log | None = None,
+    ) -> None:
+        self.spec, self.name, self.fingerprint = spec, name, fingerprint
+        self.config = {**dict(config), "num_threads": max(1, math.floor(spec.num_cpus))}
+        self.config.pop("name", None)
+        self.log = log or (lambda _msg: None)
+        self.stats = PoolStats()
+        self.actors: dict[str, Any] = {}
+        self._ray: Any = None
+        self._started_cluster = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> RayReaderPool:
+        return self
+
+    def start(self) -> None:
+        """Connect to Ray and start the actors (the first :meth:`answer` does it: a call whose
+        pairs are all stored never touches Ray). Idempotent."""
+        if self.actors:
+            return
+        ray = self._ray = import_ray()
+        self._connect(ray)
+        try:
+            self._start_actors(ray)
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connect(self, ray: Any) -> None:
+        if ray.is_initialized():
+            return
+        env = {k: os.environ.get(k, v) for k, v in _WORKER_ENV.items()}
+        kwargs: dict[str, Any] = {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "runtime_env": {"env_vars": env},
+            "namespace": NAMESPACE,
+        }
+        address = kwargs["address"] = self.spec.address  # Ray's "local": always a new cluster
+        if address == "local":
+            cpus = max(os.cpu_count() or 1, math.ceil(self.spec.actors * self.spec.num_cpus))
+            kwargs.update(num_cpus=cpus, object_store_memory=256 * 1024**2)
+        else:
+            kwargs.pop("include_dashboard")
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise EnvironmentFault(f"cannot connect to Ray at {address!r}: {first}") from None
+        self._started_cluster = True
+        self.log(f"Ray: connected ({address}; started here: {address == 'local'})")
+
+    def _start_actors(self, ray: Any) -> None:
+        remote = ray.remote(
+            num_cpus=self.spec.num_cpus,
+            num_gpus=self.spec.num_gpus,
+            max_restarts=0,
+            max_task_retries=0,
+        )(_ReaderActor)
+        tag = uuid.uuid4().hex[:8]
+        for i in range(self.spec.actors):
+            actor_name = f"erag-reader-{tag}-{i}"
+            self.actors[actor_name] = remote.options(name=actor_name, namespace=NAMESPACE).remote(
+                self.name, self.config
+            )
+        refs = {a.fingerprint.remote(): n for n, a in self.actors.items()}
+        try:
+            ready, waiting = ray.wait(list(refs), num_returns=len(refs), timeout=START_TIMEOUT_S)
+        except Exception as exc:  # pragma: no cover - Ray internals
+            raise EnvironmentFault(f"Ray reader actors did not start: {exc}") from None
+        if waiting:
+            raise EnvironmentFault(
+                f"{len(waiting)} of {len(refs)} Ray reader actors not started after "
+                f"{START_TIMEOUT_S:.0f} s: does the cluster have {self.spec.num_cpus:g} CPU and "
+                f"{self.spec.num_gpus:g} GPU free per actor? (ERAG_RAY_START_TIMEOUT)"
+            )
+        for ref in ready:
+            try:
+                fingerprint, pid = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                cause = _cause(exc)
+                if isinstance(cause, InputError | EnvironmentFault):
+                    raise cause from None
+                first = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
+                raise EnvironmentFault(
+                    f"Ray reader actor {refs[ref]} could not load reader {self.name!r}: {first}"
+                ) from None
+            if fingerprint != self.fingerprint:
+                raise EnvironmentFault(
+                    f"Ray actor {refs[ref]} resolves reader {self.name!r} to fingerprint "
+                    f"{fingerprint[:16]}, this process to {self.fingerprint[:16]} (a different "
+                    "model file, library or dtype there): set device and dtype explicitly"
+                )
+            self.stats.pids.append(pid)
+        self.log(
+            f"Ray: {len(self.actors)} reader actors ready ({self.spec.num_cpus:g} CPU, "
+            f"{self.spec.num_gpus:g} GPU each)"
+        )
+
+    def close(self) -> None:
+        """Kill this pool's actors; shut Ray down if this pool started it. Idempotent."""
+        ray = self._ray
+        if ray is None:
+            return
+        for actor in self.actors.values():
+            with contextlib.suppress(Exception):  # already dead, or the cluster is gone
+                ray.kill(actor)
+        self.actors = {}
+        if self._started_cluster and ray.is_initialized():
+            ray.shutdown()
+        self._started_cluster = False
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def answer(
+        self,
+        items: Sequence[tuple[str, str]],
+        on_batch: OnBatch | None = None,
+        *,
+        chunk: int = 64,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[str]:
+        """One answer per ``(question, passage)`` in input order, computed on the actors.
+
+        ``on_batch(positions in items, answers)`` receives every answer exactly once, as it
+        streams back; ``progress(done, total)`` runs after each finished chunk.
+        """
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if not items:
+            return []
+        self.start()
+        ray = self._ray
+        outputs: list[Any] = [None] * len(items)
+        done = 0
+        todo: deque[tuple[list[int], int]] = deque(
+            (list(range(s, min(s + chunk, len(items)))), 0) for s in range(0, len(items), chunk)
+        )
+        idle = list(self.actors)
+        running: dict[Any, _Task] = {}
+        while todo or running:
+            while todo and idle:
+                actor_name = idle.pop(0)
+                positions, attempt = todo.popleft()
+                actor = self.actors[actor_name]
+                stream = actor.answer.options(num_returns="streaming").remote(
+                    [tuple(items[p]) for p in positions]
+                )
+                running[stream] = _Task(actor, actor_name, positions, attempt)
+                self.stats.chunks += 1
+            if not running:
+                raise EnvironmentFault(
+                    f"no live Ray reader actor left; {sum(len(p) for p, _ in todo)} pairs not "
+                    "generated (the answers before were committed)"
+                )
+            ready, _ = ray.wait(list(running), num_returns=1)
+            stream = ready[0]
+            task = running[stream]
+            try:
+                ref = next(stream)
+                local, answers = ray.get(ref)
+            except StopIteration:
+                del running[stream]
+                idle.append(task.actor_name)
+                done += len(task.positions)
+                if progress is not None:
+                    progress(done, len(items))
+                continue
+            except ray.exceptions.RayActorError as exc:
+                del running[stream]
+                self._lost(task, todo, exc)
+                continue
+            except ray.exceptions.RayTaskError as exc:
+                cause = _cause(exc)
+                if isinstance(cause, InputError | EnvironmentFault):
+                    raise cause from None
+                raise
+            positions = [task.positions[p] for p in local]
+            fresh = [p for p in positions if p not in task.received]
+            if len(fresh) != len(positions):
+                raise RuntimeError(f"Ray actor {task.actor_name} sent an answer twice")
+            task.received.update(positions)
+            for p, answer in zip(positions, answers, strict=True):
+                outputs[p] = answer
+            if on_batch is not None:
+                on_batch(positions, answers)
+        return outputs
+
+    def _lost(self, task: _Task, todo: deque[tuple[list[int], int]], exc: Exception) -> None:
+        """An actor died: drop it and queue its chunk's unanswered pairs once more."""
+        self.actors.pop(task.actor_name, None)
+        self.stats.actors_lost += 1
+        rest = [p for p in task.positions if p not in task.received]
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if task.attempt >= 1:
+            raise EnvironmentFault(
+                f"Ray reader actor {task.actor_name} died ({reason}) while retrying "
+                f"{len(rest)} pairs that another actor had already lost; not retried again "
+                "(the answers before were committed)"
+            )
+        self.stats.pairs_retried += len(rest)
+        self.log(
+            f"Ray reader actor {task.actor_name} died ({reason}); {len(task.received)} of its "
+            f"{len(task.positions)} pairs had streamed back, {len(rest)} queued once more"
+        )
+        if rest:
+            todo.appendleft((rest, task.attempt + 1))
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The exception a Ray task raised inside the actor (Ray wraps it), else ``exc``."""
+    return getattr(exc, "cause", None) or exc
