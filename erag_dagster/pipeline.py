@@ -141,6 +141,7 @@ def check_settings(
     bad value (a bad registry file: its path), so a bad run costs one line, not a failed run.
     """
     from erag_dagster.data.loaders import load_dataset as default_loader
+    from erag_dagster.meta.label_methods import check_label_methods
     from erag_dagster.metrics.downstream import get_downstream_metric
     from erag_dagster.metrics.names import parse_metric_names
 
@@ -148,6 +149,7 @@ def check_settings(
     get_downstream_metric(params.metric)
     parse_metric_names(params.list_metrics)
     parse_metric_names(params.human_metrics)
+    check_label_methods(params.label_methods)
     (load_dataset or default_loader)(params.dataset)
     return params
 

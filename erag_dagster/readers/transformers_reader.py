@@ -430,6 +430,44 @@ class TransformersReader:
 
         return self._run_batches(prompts, "score", forward, collect)
 
+    def continuation_log_probs(self, items: Sequence[tuple[str, str, str]]) -> list[list[float]]:
+        """Teacher-forced ``log p(c_t | prompt, c_<t)`` (natural log) of each continuation token,
+        per ``(question, passage, continuation)``: the prompt is exactly :meth:`answer`'s (so
+        the continuation follows the answer prefix; pass it with its leading space, e.g.
+        ``" Denver Broncos"``), the passage cut so prompt + continuation fit the context. One
+        forward pass per item, no decoding (prefill only). Input order kept; ``[]`` for no
+        items. Decoder-only models only (an encoder-decoder reader is an :class:`InputError`).
+        """
+        if not items:
+            return []
+        loaded = self._ensure()
+        if loaded.is_seq2seq:
+            raise InputError(
+                f"reader {self.spec.name!r}: continuation likelihoods need a decoder-only model"
+            )
+        conts = [loaded.tokenizer(c, add_special_tokens=False)["input_ids"] for _, _, c in items]
+        rows = []
+        for (question, passage, _), cont in zip(items, conts, strict=True):
+            limit = self._input_limit(None, new_tokens=len(cont))
+            rows.append(self._fitted_ids(question, [passage], limit) + cont)
+        accepts = inspect.signature(loaded.model.forward).parameters
+
+        def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+            if "position_ids" in accepts:
+                kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = loaded.model(**kwargs).logits[:, :-1, :].float()
+            # log p(ids[t+1] | ids[<=t]) at every position; left padding keeps the ends aligned
+            return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0].cpu()
+
+        def collect(
+            loaded: LoadedModel, logp: torch.Tensor, ids: torch.Tensor
+        ) -> tuple[list[list[float]], int]:
+            return [row.tolist() for row in logp], 0
+
+        every = self._run_batches(rows, "score", forward, collect)
+        return [full[len(full) - len(c) :] for full, c in zip(every, conts, strict=True)]
+
     # -- accounting ----------------------------------------------------------------------------
 
     def reset_timings(self) -> None:

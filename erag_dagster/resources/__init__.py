@@ -33,6 +33,7 @@ class Evaluation:
     bootstrap_resamples: int
     efficiency_ks: list[int]
     efficiency_queries: int
+    label_methods: list[str]  # extra Table-1 labellings: likelihood, signed (meta/label_methods)
 
 
 class EvalSettings(dg.ConfigurableResource):
@@ -55,6 +56,9 @@ class EvalSettings(dg.ConfigurableResource):
     bootstrap_resamples: int = Field(default=1000, description="bootstrap resamples for CIs")
     efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
     efficiency_queries: int = Field(default=0, description="queries timed for Table 2")
+    label_methods: list[str] = Field(
+        default_factory=list, description="extra Table-1 labellings: likelihood, signed"
+    )
 
     _registry: Registry | None = PrivateAttr(default=None)
 
@@ -116,6 +120,7 @@ class EvalSettings(dg.ConfigurableResource):
             ],
             efficiency_queries=self.efficiency_queries
             or int(defaults.get("efficiency_queries", 3)),
+            label_methods=list(self.label_methods or defaults.get("label_methods", [])),
         )
 
 

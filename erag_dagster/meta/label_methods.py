@@ -1,0 +1,66 @@
+"""The labellings beyond the paper that Table 1 can add next to eRAG and the baselines.
+
+Selected by the registry's ``evaluation.label_methods`` (or :class:`EvalSettings`):
+
+===============  =====================  ==================================================
+setting          Table 1 method         labels (module)
+===============  =====================  ==================================================
+``likelihood``   ``eRAG_likelihood``    teacher-forced P(gold | question, doc), prefill only
+                                        (:mod:`erag_dagster.labels.likelihood`)
+``signed``       ``signed_utility``     eRAG label − closed-book score, in [−1, 1]
+                                        (:mod:`erag_dagster.labels.signed`)
+===============  =====================  ==================================================
+
+Costs per system (reader × retriever) beyond eRAG: ``likelihood`` one forward pass per
+(pair, distinct gold) — or per (pair, label) for label outputs — and no decoding; ``signed``
+one closed-book generation per query (shared by every retriever of the reader: it is stored
+per query), its eRAG term comes from the store. Both are kept in the label store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from erag_dagster.errors import InputError
+
+#: setting → the method name in Table 1.
+LABEL_METHODS: dict[str, str] = {"likelihood": "eRAG_likelihood", "signed": "signed_utility"}
+
+#: Table-1 methods whose labels are signed (scored with ``evaluate_labels(signed=True)``).
+SIGNED_METHODS: frozenset[str] = frozenset({"signed_utility"})
+
+
+def check_label_methods(names: Sequence[str]) -> list[str]:
+    """``names`` as a list, or :class:`InputError` naming the unknown one and the known ones."""
+    if isinstance(names, str):
+        raise InputError(f"label_methods must be a list, got the string {names!r}")
+    for name in names:
+        if name not in LABEL_METHODS:
+            raise InputError(f"unknown label method {name!r}; known: {', '.join(LABEL_METHODS)}")
+    return list(dict.fromkeys(names))
+
+
+def extra_labels(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    reader,
+    metric: str,
+    methods: Sequence[str],
+    store,
+    run_id: str | None = None,
+) -> dict[str, pl.DataFrame]:
+    """Table-1 method name → ``query_id, doc_id, rank, label`` for each selected method."""
+    from erag_dagster.labels.likelihood import likelihood_labels
+    from erag_dagster.labels.signed import signed_labels
+
+    out: dict[str, pl.DataFrame] = {}
+    for name in check_label_methods(methods):
+        if name == "likelihood":
+            frame = likelihood_labels(run, queries, corpus, reader, metric, store, run_id)
+        else:
+            frame = signed_labels(run, queries, corpus, reader, metric, store, run_id)
+        out[LABEL_METHODS[name]] = frame.select("query_id", "doc_id", "rank", "label")
+    return out
