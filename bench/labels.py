@@ -12,7 +12,10 @@ plus new ones) — and, in one process with one loaded reader, measures:
   third run C fusing A and B (like the registry's hybrid retriever): all its pairs are stored;
 * achieved GFLOP/s ≈ 2 × parameters × tokens processed / reader time, next to this machine's
   torch matmul GFLOP/s in the reader's dtype and thread count, measured in the same run;
-* peak RSS (``resource.getrusage``).
+* peak RSS (``resource.getrusage``);
+* likelihood labels (:mod:`erag_dagster.labels.likelihood`: teacher-forced gold probability,
+  prefill only) on the same run-A pairs, timed in the same alternating rounds: pairs/s next to
+  the labeller's generation labels, and their ratio (target >= 3x).
 
     python bench/labels.py [--pairs 96] [--depth 4] [--dtype auto] [--threads N] [--batch 16]
                            [--rounds 2] [--quick] [--json PATH]
@@ -47,6 +50,7 @@ from benchjson import add_json_argument, text_stream, write_json
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.likelihood import likelihood_labels
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.prompts import reader_passage
@@ -235,11 +239,22 @@ def main(argv: list[str] | None = None) -> int:
     # and the matmul rate is measured right before and right after those rounds.
     mm_before = matmul_gflops(reader.dtype, threads, 2048, 576, 1536)
     with tempfile.TemporaryDirectory() as tmp:
-        ref_a_s = ours_a_s = float("inf")
+        ref_a_s = ours_a_s = like_a_s = float("inf")
         for r in range(args.rounds):
-            sides = ["ref", "ours"] if r % 2 == 0 else ["ours", "ref"]
+            sides = ["ref", "ours", "likelihood"]
+            sides = sides[r % 3 :] + sides[: r % 3]  # each side leads in turn
             for side in sides:
-                if side == "ref":
+                if side == "likelihood":
+                    like_store = LabelStore(Path(tmp) / f"likelihood-{r}.sqlite")
+                    _, seconds, tokens = phase(
+                        reader,
+                        lambda s=like_store: likelihood_labels(
+                            run_a, queries, corpus, reader, args.metric, s
+                        ),
+                    )
+                    if seconds < like_a_s:
+                        like_a_s, like_a_tok = seconds, tokens
+                elif side == "ref":
                     value, seconds, tokens = phase(
                         reader, lambda: reference_erag(reader, run_a, queries, corpus, args.metric)
                     )
@@ -315,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             run_a.height,
         ),
         ("project labeller, run A", run_a.height, ours_a_s, ours_a_tok, ours_a.judged_now),
+        ("likelihood labels (prefill only), run A", run_a.height, like_a_s, like_a_tok, 0),
         ("reference erag loop, run B", run_b.height, ref_b_s, ref_b_tok, run_b.height),
         ("project labeller, run B", run_b.height, ours_b_s, ours_b_tok, ours_b.judged_now),
         ("reference erag loop, run C (A+B fused)", run_c.height, ref_c_s, ref_c_tok, run_c.height),
@@ -348,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = pl.DataFrame(
         {
             "measure": [
+                "likelihood / generation labels, pairs/s (run A; target >= 3)",
                 "speed-up run A vs the reference's single-input generator path",
                 "speed-up run A (pairs/s, ours / reference batched per rank)",
                 "speed-up runs A+B (wall time, reference / ours)",
@@ -367,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                 "peak RSS MiB overall",
             ],
             "value": [
+                ours_a_s / like_a_s,
                 single_a_s / ours_a_s,
                 ref_a_s / ours_a_s,
                 (ref_a_s + ref_b_s) / (ours_a_s + ours_b_s),

@@ -118,6 +118,7 @@ def test_reports_cover_every_retriever(env) -> None:
     corr = load_asset_value("correlation_report", env["instance"], str(env["registry"]))
     methods = set(corr.get_column("method").to_list())
     assert {"eRAG", "provenance", "containment", "llm_annotation"} <= methods
+    assert {"eRAG_likelihood", "signed_utility"} <= methods  # registry label_methods
     assert corr.get_column("n_queries").max() == 6
     agree = load_asset_value("label_agreement", env["instance"], str(env["registry"]))
     assert {"eRAG", "containment", "semantic_answer", "llm_annotation"} <= set(agree["method"])

@@ -435,8 +435,10 @@ class TransformersReader:
         per ``(question, passage, continuation)``: the prompt is exactly :meth:`answer`'s (so
         the continuation follows the answer prefix; pass it with its leading space, e.g.
         ``" Denver Broncos"``), the passage cut so prompt + continuation fit the context. One
-        forward pass per item, no decoding (prefill only). Input order kept; ``[]`` for no
-        items. Decoder-only models only (an encoder-decoder reader is an :class:`InputError`).
+        forward pass per item, no decoding (prefill only); a continuation whose tokens start
+        a longer one of the same pair is read off that longer pass (the same causal values; the
+        passage budget is then the longer one's). Input order kept; ``[]`` for no items.
+        Decoder-only models only (an encoder-decoder reader is an :class:`InputError`).
         """
         if not items:
             return []
@@ -446,10 +448,26 @@ class TransformersReader:
                 f"reader {self.spec.name!r}: continuation likelihoods need a decoder-only model"
             )
         conts = [loaded.tokenizer(c, add_special_tokens=False)["input_ids"] for _, _, c in items]
+        # A continuation whose tokens start another one's of the same (question, passage) reads
+        # its log-probs off that longer sequence (causal: the same values), so it costs nothing.
+        longest: dict[tuple[str, str], list[int]] = {}
+        for i, (question, passage, _) in enumerate(items):
+            longest.setdefault((question, passage), []).append(i)
+        source: list[int] = list(range(len(items)))
+        for group in longest.values():
+            for i in group:
+                for j in group:
+                    if (
+                        len(conts[j]) > len(conts[source[i]])
+                        and conts[j][: len(conts[i])] == conts[i]
+                    ):
+                        source[i] = j
+        scored = sorted(set(source))
         rows = []
-        for (question, passage, _), cont in zip(items, conts, strict=True):
-            limit = self._input_limit(None, new_tokens=len(cont))
-            rows.append(self._fitted_ids(question, [passage], limit) + cont)
+        for j in scored:
+            question, passage, _ = items[j]
+            limit = self._input_limit(None, new_tokens=len(conts[j]))
+            rows.append(self._fitted_ids(question, [passage], limit) + conts[j])
         accepts = inspect.signature(loaded.model.forward).parameters
 
         def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -465,8 +483,13 @@ class TransformersReader:
         ) -> tuple[list[list[float]], int]:
             return [row.tolist() for row in logp], 0
 
-        every = self._run_batches(rows, "score", forward, collect)
-        return [full[len(full) - len(c) :] for full, c in zip(every, conts, strict=True)]
+        every = dict(zip(scored, self._run_batches(rows, "score", forward, collect), strict=True))
+        out = []
+        for i, cont in enumerate(conts):
+            j = source[i]
+            tail = every[j][len(every[j]) - len(conts[j]) :]
+            out.append(tail[: len(cont)])
+        return out
 
     # -- accounting ----------------------------------------------------------------------------
 
