@@ -178,3 +178,15 @@ def test_table1_has_rows_for_the_new_methods(reader, tmp_path: Path) -> None:
     assert set(table["method"]) == {"eRAG", "eRAG_likelihood", "signed_utility"}
     assert set(table["metric"]) == set(metrics)
     assert (table["n_queries"] == 2).all()
+
+
+def test_a_prefix_continuation_is_read_off_the_longer_pass(reader) -> None:
+    passage = run_with_passages(_run("q1", ["green"]), CORPUS)["passage"][0]
+    question = QUERIES["question"][0]
+    short, long = reader.continuation_log_probs(
+        [(question, passage, " green"), (question, passage, " green all year round")]
+    )
+    (alone,) = reader.continuation_log_probs([(question, passage, " green")])
+    assert len(short) == 1 and len(long) > 1
+    assert short == long[:1]
+    assert short[0] == pytest.approx(alone[0], abs=1e-4)  # fp32, another batch shape
