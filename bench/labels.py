@@ -18,7 +18,7 @@ plus new ones) — and, in one process with one loaded reader, measures:
   the labeller's generation labels, and their ratio (target >= 3x).
 
     python bench/labels.py [--pairs 96] [--depth 4] [--dtype auto] [--threads N] [--batch 16]
-                           [--rounds 2] [--quick] [--json PATH]
+                           [--rounds 2] [--quick] [--likelihood-only] [--json PATH]
 
 ``--quick`` is a smoke run (8 pairs, one round); its ratios mean little. ``--json PATH`` also
 writes both tables as JSON rows (``-`` = stdout, the tables then go to stderr): ``{"bench":
@@ -188,6 +188,49 @@ def phase(reader: TransformersReader, fn) -> tuple[object, float, int]:
     return value, seconds, sum(t.tokens for t in reader.timings)
 
 
+def likelihood_vs_generation(args, reader, run, queries, corpus) -> int:
+    """Generation labels (``label_run``, fresh store) vs likelihood labels on the same pairs, in
+    ``--rounds`` alternating rounds (best of each side); prints both rows and the ratio."""
+    best = {"generation labels (label_run)": float("inf"), "likelihood labels": float("inf")}
+    tokens: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            sides = list(best) if r % 2 == 0 else list(best)[::-1]
+            for side in sides:
+                store = LabelStore(Path(tmp) / f"{r}-{side[:4]}.sqlite")
+                work = label_run if side.startswith("generation") else likelihood_labels
+                _, seconds, used = phase(
+                    reader,
+                    lambda w=work, s=store: w(run, queries, corpus, reader, args.metric, s),
+                )
+                if seconds < best[side]:
+                    best[side], tokens[side] = seconds, used
+    table = pl.DataFrame(
+        {
+            "method": list(best),
+            "pairs": [run.height] * 2,
+            "seconds": list(best.values()),
+            "pairs/s": [run.height / s for s in best.values()],
+            "tokens": [tokens[m] for m in best],
+        }
+    )
+    ratio = best["generation labels (label_run)"] / best["likelihood labels"]
+    summary = pl.DataFrame(
+        {"measure": ["likelihood / generation labels, pairs/s (target >= 3)"], "value": [ratio]}
+    )
+    out = text_stream(args)
+    print(
+        f"\nSQuAD v1.1 dev: {queries.height} queries x {args.depth} docs; reader {reader.dtype}, "
+        f"{reader.spec.num_threads} threads, batch {args.batch}; best of {args.rounds} "
+        "alternating rounds",
+        file=out,
+    )
+    print(format_table(table, floatfmt=".2f"), file=out)
+    print(format_table(summary, floatfmt=".2f"), file=out)
+    write_json(args, "labels", {"likelihood": table, "summary": summary})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=96, help="pairs in run A (default 96)")
@@ -201,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--squad", type=Path, default=SQUAD / "dev-v1.1.json.zip")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 pairs, one round")
+    parser.add_argument(
+        "--likelihood-only",
+        action="store_true",
+        help="time only generation vs likelihood labels on run A (no reference loop)",
+    )
     add_json_argument(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -233,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     reader.answer([("Warm-up?", "Warm-up passage.")] * 2)  # oneDNN kernel set-up, not timed
+    if args.likelihood_only:
+        return likelihood_vs_generation(args, reader, run_a, queries, corpus)
 
     # The machine's speed drifts (shared cores; AMX matmul measured here varied 0.7-2.2
     # TFLOP/s between minutes), so run A is timed in alternating rounds (best of each side)
