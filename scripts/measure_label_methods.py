@@ -34,12 +34,11 @@ from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.meta.baselines import containment_labels, provenance_labels
-from erag_dagster.meta.correlation import table1
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
 from erag_dagster.meta.label_methods import extra_labels, label_methods_table
 from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.registry import load_registry
-from erag_dagster.reports.tables import format_table
+from erag_dagster.reports.tables import format_table1
 from erag_dagster.retrieval.runs import top_k
 from erag_dagster.retrieval.service import run_retriever
 
@@ -83,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     e2e.write_parquet(args.out / "end_to_end.parquet")
     table = label_methods_table(labels, e2e, args.k, args.dataset)
     table.write_parquet(args.out / "correlation_table.parquet")
-    for stat in ("kendall_tau", "kendall_low", "kendall_high", "spearman_rho"):
+    for stat in ("kendall_tau", "spearman_rho"):
         print(f"\n{stat} ({ds.queries.height} queries, {args.metric}, BM25 top {args.k})")
-        print(format_table(table1(table, stat).drop("dataset", "retriever"), floatfmt=".2f"))
+        print(format_table1(table, stat, markdown=True, digits=2))
     return 0
 
 
