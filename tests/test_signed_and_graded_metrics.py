@@ -124,3 +124,13 @@ def test_signed_label_frames() -> None:
     assert labels_from_frame(frame, signed=True) == {"q": [-0.25, 1.0]}
     with pytest.raises(InputError, match="outside"):
         labels_from_frame(frame)
+
+
+def test_unknown_label_methods_are_refused_in_one_line() -> None:
+    from erag_dagster.meta.label_methods import check_label_methods
+
+    assert check_label_methods(["signed", "likelihood", "signed"]) == ["signed", "likelihood"]
+    with pytest.raises(InputError, match="unknown label method 'generation'; known: likelihood"):
+        check_label_methods(["generation"])
+    with pytest.raises(InputError, match="must be a list"):
+        check_label_methods("likelihood")
