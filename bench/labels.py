@@ -12,10 +12,13 @@ plus new ones) — and, in one process with one loaded reader, measures:
   third run C fusing A and B (like the registry's hybrid retriever): all its pairs are stored;
 * achieved GFLOP/s ≈ 2 × parameters × tokens processed / reader time, next to this machine's
   torch matmul GFLOP/s in the reader's dtype and thread count, measured in the same run;
-* peak RSS (``resource.getrusage``).
+* peak RSS (``resource.getrusage``);
+* likelihood labels (:mod:`erag_dagster.labels.likelihood`: teacher-forced gold probability,
+  prefill only) on the same run-A pairs, timed in the same alternating rounds: pairs/s next to
+  the labeller's generation labels, and their ratio (target >= 3x).
 
     python bench/labels.py [--pairs 96] [--depth 4] [--dtype auto] [--threads N] [--batch 16]
-                           [--rounds 2] [--quick] [--json PATH]
+                           [--rounds 2] [--quick] [--likelihood-only] [--json PATH]
 
 ``--quick`` is a smoke run (8 pairs, one round); its ratios mean little. ``--json PATH`` also
 writes both tables as JSON rows (``-`` = stdout, the tables then go to stderr): ``{"bench":
@@ -47,6 +50,7 @@ from benchjson import add_json_argument, text_stream, write_json
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.likelihood import likelihood_labels
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.prompts import reader_passage
@@ -184,6 +188,49 @@ def phase(reader: TransformersReader, fn) -> tuple[object, float, int]:
     return value, seconds, sum(t.tokens for t in reader.timings)
 
 
+def likelihood_vs_generation(args, reader, run, queries, corpus) -> int:
+    """Generation labels (``label_run``, fresh store) vs likelihood labels on the same pairs, in
+    ``--rounds`` alternating rounds (best of each side); prints both rows and the ratio."""
+    best = {"generation labels (label_run)": float("inf"), "likelihood labels": float("inf")}
+    tokens: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            sides = list(best) if r % 2 == 0 else list(best)[::-1]
+            for side in sides:
+                store = LabelStore(Path(tmp) / f"{r}-{side[:4]}.sqlite")
+                work = label_run if side.startswith("generation") else likelihood_labels
+                _, seconds, used = phase(
+                    reader,
+                    lambda w=work, s=store: w(run, queries, corpus, reader, args.metric, s),
+                )
+                if seconds < best[side]:
+                    best[side], tokens[side] = seconds, used
+    table = pl.DataFrame(
+        {
+            "method": list(best),
+            "pairs": [run.height] * 2,
+            "seconds": list(best.values()),
+            "pairs/s": [run.height / s for s in best.values()],
+            "tokens": [tokens[m] for m in best],
+        }
+    )
+    ratio = best["generation labels (label_run)"] / best["likelihood labels"]
+    summary = pl.DataFrame(
+        {"measure": ["likelihood / generation labels, pairs/s (target >= 3)"], "value": [ratio]}
+    )
+    out = text_stream(args)
+    print(
+        f"\nSQuAD v1.1 dev: {queries.height} queries x {args.depth} docs; reader {reader.dtype}, "
+        f"{reader.spec.num_threads} threads, batch {args.batch}; best of {args.rounds} "
+        "alternating rounds",
+        file=out,
+    )
+    print(format_table(table, floatfmt=".2f"), file=out)
+    print(format_table(summary, floatfmt=".2f"), file=out)
+    write_json(args, "labels", {"likelihood": table, "summary": summary})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=96, help="pairs in run A (default 96)")
@@ -197,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--squad", type=Path, default=SQUAD / "dev-v1.1.json.zip")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 pairs, one round")
+    parser.add_argument(
+        "--likelihood-only",
+        action="store_true",
+        help="time only generation vs likelihood labels on run A (no reference loop)",
+    )
     add_json_argument(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -229,17 +281,30 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     reader.answer([("Warm-up?", "Warm-up passage.")] * 2)  # oneDNN kernel set-up, not timed
+    if args.likelihood_only:
+        return likelihood_vs_generation(args, reader, run_a, queries, corpus)
 
     # The machine's speed drifts (shared cores; AMX matmul measured here varied 0.7-2.2
     # TFLOP/s between minutes), so run A is timed in alternating rounds (best of each side)
     # and the matmul rate is measured right before and right after those rounds.
     mm_before = matmul_gflops(reader.dtype, threads, 2048, 576, 1536)
     with tempfile.TemporaryDirectory() as tmp:
-        ref_a_s = ours_a_s = float("inf")
+        ref_a_s = ours_a_s = like_a_s = float("inf")
         for r in range(args.rounds):
-            sides = ["ref", "ours"] if r % 2 == 0 else ["ours", "ref"]
+            sides = ["ref", "ours", "likelihood"]
+            sides = sides[r % 3 :] + sides[: r % 3]  # each side leads in turn
             for side in sides:
-                if side == "ref":
+                if side == "likelihood":
+                    like_store = LabelStore(Path(tmp) / f"likelihood-{r}.sqlite")
+                    _, seconds, tokens = phase(
+                        reader,
+                        lambda s=like_store: likelihood_labels(
+                            run_a, queries, corpus, reader, args.metric, s
+                        ),
+                    )
+                    if seconds < like_a_s:
+                        like_a_s, like_a_tok = seconds, tokens
+                elif side == "ref":
                     value, seconds, tokens = phase(
                         reader, lambda: reference_erag(reader, run_a, queries, corpus, args.metric)
                     )
@@ -315,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             run_a.height,
         ),
         ("project labeller, run A", run_a.height, ours_a_s, ours_a_tok, ours_a.judged_now),
+        ("likelihood labels (prefill only), run A", run_a.height, like_a_s, like_a_tok, 0),
         ("reference erag loop, run B", run_b.height, ref_b_s, ref_b_tok, run_b.height),
         ("project labeller, run B", run_b.height, ours_b_s, ours_b_tok, ours_b.judged_now),
         ("reference erag loop, run C (A+B fused)", run_c.height, ref_c_s, ref_c_tok, run_c.height),
@@ -348,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = pl.DataFrame(
         {
             "measure": [
+                "likelihood / generation labels, pairs/s (run A; target >= 3)",
                 "speed-up run A vs the reference's single-input generator path",
                 "speed-up run A (pairs/s, ours / reference batched per rank)",
                 "speed-up runs A+B (wall time, reference / ours)",
@@ -367,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                 "peak RSS MiB overall",
             ],
             "value": [
+                ours_a_s / like_a_s,
                 single_a_s / ours_a_s,
                 ref_a_s / ours_a_s,
                 (ref_a_s + ref_b_s) / (ours_a_s + ours_b_s),

@@ -143,6 +143,7 @@ def check_settings(
     """
     from erag_dagster.data.loaders import load_dataset as default_loader
     from erag_dagster.data.spec import parse_spec
+    from erag_dagster.meta.label_methods import check_label_methods
     from erag_dagster.metrics.downstream import get_downstream_metric
     from erag_dagster.metrics.names import parse_metric_names
     from erag_dagster.retrieval.run_file import load_run_file
@@ -151,6 +152,7 @@ def check_settings(
     get_downstream_metric(params.metric)
     parse_metric_names(params.list_metrics)
     parse_metric_names(params.human_metrics)
+    check_label_methods(params.label_methods)
     dataset = (load_dataset or default_loader)(params.dataset)
     subset = parse_spec(params.dataset).question_subset
     for entry in settings.registry().retrievers.values():

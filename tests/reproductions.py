@@ -254,10 +254,36 @@ class Conditions:
         except ValueError as error:
             raise ValueError(f"{entry.id}: {path.name}: {error}") from None
 
+    def label_table1(self, entry: Reproduction) -> float:
+        """A Table-1 figure recomputed from stored labels: ``labels.parquet`` and
+        ``end_to_end.parquet`` in the folder ``data`` (written by
+        ``scripts/measure_label_methods.py``) through ``label_methods_table``; the ``column``
+        (``kendall_tau``, ``kendall_low``, ...) of the row ``method`` x ``list_metric``."""
+        from erag_dagster.meta.label_methods import label_methods_table
+
+        cond = entry.condition
+        folder = REPO_ROOT / cond["data"]
+        k = int(cond["k"])
+
+        def table() -> pl.DataFrame:
+            labels = pl.read_parquet(folder / "labels.parquet")
+            e2e = pl.read_parquet(folder / "end_to_end.parquet")
+            return label_methods_table(labels, e2e, k, entry.dataset)
+
+        frame = self._cached(("label_table1", str(folder), k), table)
+        row = frame.filter(
+            (pl.col("method") == cond["method"]) & (pl.col("metric") == cond["list_metric"])
+        )
+        if row.height != 1:
+            raise ValueError(f"{entry.id}: {row.height} rows for {cond['method']} x "
+                             f"{cond['list_metric']}")  # fmt: skip
+        return float(row[cond["column"]][0])
+
     KINDS: ClassVar[dict[str, Callable[[Conditions, Reproduction], float]]] = {
         "retrieval": retrieval,
         "trec_run": trec_run,
         "kilt_downstream": kilt_downstream,
         "dataset_size": dataset_size,
         "report_asset": report_asset,
+        "label_table1": label_table1,
     }

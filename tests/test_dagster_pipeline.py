@@ -34,7 +34,10 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("pipeline")
     home = write_instance_yaml(root / "dagster_home")
     with scoped_env(ERAG_STORAGE=str(root / "storage"), DAGSTER_HOME=str(home)):
-        registry = small_registry(root / "registry")
+        # the extra label methods are opt-in (off in the packaged registry): on here
+        registry = small_registry(
+            root / "registry", **{"evaluation.label_methods": ["likelihood", "signed"]}
+        )
         instance = dg.DagsterInstance.from_config(str(home))
         settings = EvalSettings(registry_path=str(registry))
         materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
@@ -118,6 +121,7 @@ def test_reports_cover_every_retriever(env) -> None:
     corr = load_asset_value("correlation_report", env["instance"], str(env["registry"]))
     methods = set(corr.get_column("method").to_list())
     assert {"eRAG", "provenance", "containment", "llm_annotation"} <= methods
+    assert {"eRAG_likelihood", "signed_utility"} <= methods  # registry label_methods
     assert corr.get_column("n_queries").max() == 6
     agree = load_asset_value("label_agreement", env["instance"], str(env["registry"]))
     assert {"eRAG", "containment", "semantic_answer", "llm_annotation"} <= set(agree["method"])

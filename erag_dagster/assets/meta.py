@@ -86,6 +86,7 @@ def _baseline_labels(
         encoder_from_config(registry.first_config("dense")),
         reader.get(registry, context.partition_key.keys_by_dimension["reader"]),
         store=label_store.open(), run_id=context.run.run_id, log=context.log.info,
+        metric=settings.resolve().metric, methods=settings.resolve().label_methods,
     )  # fmt: skip
     summary = (
         labels.group_by("method").agg(pl.col("label").mean().alias("mean_label")).sort("method")

@@ -1,5 +1,8 @@
 """The one rule for a relevance label's value: a real number, not NaN, within [0, 1].
 
+Signed labels (a document's utility minus the closed-book utility, in ``[-1, 1]``) follow the
+same rule with the lower bound ``low=-1.0``.
+
 Every producer and consumer of labels (the labeller's metric scores, the label store, the list
 metrics and the labels tables they read) checks values with :func:`checked_label`, so they
 accept and refuse exactly the same values. ``bool`` counts as a number (``True`` is 1), as in
@@ -20,21 +23,23 @@ from erag_dagster.errors import InputError
 __all__ = ["bad_label_rows", "checked_label"]
 
 
-def checked_label(value: object, where: str) -> float:
-    """``value`` as a float in ``[0, 1]``, else :class:`InputError` ``"<where>: label ..."``.
+def checked_label(value: object, where: str, low: float = 0.0) -> float:
+    """``value`` as a float in ``[low, 1]`` (``low`` is 0, or -1 for signed labels), else
+    :class:`InputError` ``"<where>: label ..."``.
 
     Messages: ``label X is not a number``, ``label is NaN``, ``label X is outside [0, 1]``.
     """
+    span = f"[{low:g}, 1]"
     if not isinstance(value, numbers.Real):
         raise InputError(f"{where}: label {value!r} is not a number")
     try:
         number = float(value)
     except OverflowError:
-        raise InputError(f"{where}: label {value!r} is outside [0, 1]") from None
+        raise InputError(f"{where}: label {value!r} is outside {span}") from None
     if math.isnan(number):
         raise InputError(f"{where}: label is NaN")
-    if not 0.0 <= number <= 1.0:
-        raise InputError(f"{where}: label {number!r} is outside [0, 1]")
+    if not low <= number <= 1.0:
+        raise InputError(f"{where}: label {number!r} is outside {span}")
     return number
 
 

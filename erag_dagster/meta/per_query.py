@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from erag_dagster.meta.label_methods import SIGNED_METHODS
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 
 #: ``(reader partition key, retriever partition key)``.
@@ -22,9 +23,12 @@ System = tuple[str, str]
 FIGURE1_METRICS = ("P@{k}", "Success@{k}", "nDCG@{k}")
 
 
-def per_query_metrics(labels: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
-    """``query_id`` plus one ``Float64`` column per metric, one row per labelled query."""
-    report = evaluate_labels(labels_from_frame(labels), list(metrics))
+def per_query_metrics(
+    labels: pl.DataFrame, metrics: Sequence[str], signed: bool = False
+) -> pl.DataFrame:
+    """``query_id`` plus one ``Float64`` column per metric, one row per labelled query
+    (``signed``: labels in [-1, 1], scored as ``evaluate_labels(..., signed=True)``)."""
+    report = evaluate_labels(labels_from_frame(labels, signed=signed), list(metrics), signed=signed)
     return pl.DataFrame(
         [{"query_id": qid, **{m: values[m] for m in metrics}} for qid, values in
          report.per_query.items()],
@@ -61,7 +65,7 @@ def _long(
 ) -> pl.DataFrame:
     """The ``per_query`` frame of :mod:`erag_dagster.meta.correlation` for one method."""
     return (
-        per_query_metrics(labels, metrics)
+        per_query_metrics(labels, metrics, signed=method in SIGNED_METHODS)
         .unpivot(index="query_id", variable_name="metric", value_name="value")
         .select(
             pl.lit(dataset).alias("dataset"),

@@ -16,6 +16,7 @@ from erag_dagster.meta.baselines import (
     semantic_labels,
 )
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
+from erag_dagster.meta.label_methods import extra_labels
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,16 @@ def baseline_label_set(
     store=None,
     run_id: str | None = None,
     log: Log | None = None,
+    metric: str = "em",
+    methods: Sequence[str] = (),
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
     provenance (the judgments), containment, semantic similarity to the answer and to the
     question (``encoder``), and LLM annotation (``reader``, answers kept in ``store``; left
     out, with one logged line, when the reader cannot give P("yes"): a server without
-    ``logprobs``)."""
+    ``logprobs``); plus the extra labellings ``methods``
+    (:mod:`erag_dagster.meta.label_methods`, scored with the downstream ``metric``; signed ones
+    have labels in [-1, 1])."""
     parts = {
         "provenance": provenance_labels(run, qrels),
         "containment": containment_labels(run, queries, corpus),
@@ -82,6 +87,10 @@ def baseline_label_set(
         parts["llm_annotation"] = llm_annotation_labels(
             run, queries, corpus, reader, store=store, run_id=run_id
         )
+    if methods:
+        if log is not None:
+            log(f"extra label methods {', '.join(methods)} of {run.height} pairs")
+        parts |= extra_labels(run, queries, corpus, reader, metric, methods, store, run_id, log)
     return pl.concat(
         [
             frame.select("query_id", "doc_id", "rank", "label").with_columns(method=pl.lit(name))

@@ -245,6 +245,11 @@ def evaluate_run(
     ``num_*``; geometric mean for ``gm_*``) and the ids of the dropped unjudged run queries.
     """
     parsed = parse_metric_names(metrics)
+    for metric in parsed:
+        if metric.is_signed_metric or metric.ideal == "max":
+            raise InputError(
+                f"metric {metric.name!r} is defined on label lists only, not on judged runs"
+            )
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, int):
         raise InputError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
     if relevance_level < 1:

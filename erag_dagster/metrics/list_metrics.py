@@ -25,9 +25,29 @@ Each query is scored on its own (a query's values never depend on the other quer
   - ``RR@k      = max_{i≤k} l_i / i`` (for 0/1 labels: 1 / rank of the first relevant document);
   - ``AP@k      = Σ_{i≤k} l_i · (Σ_{j≤i} l_j / i) / Σ_{i≤n} l_i`` (trec_eval ``map``/``map_cut``
     with the list's labels as qrels: the normaliser counts the whole list);
-  - ``nDCG@k    = DCG@k / IDCG@k`` with ``DCG@k = Σ_{i≤k} l_i / log2(i + 1)`` and ``IDCG@k`` the
-    DCG@k of the same labels sorted descending (trec_eval ``ndcg_cut``: linear gain);
+  - ``nDCG@k    = DCG@k / IDCG@k`` with ``DCG@k = Σ_{i≤k} l_i / log2(i + 1)`` (Järvelin &
+    Kekäläinen, "Cumulated gain-based evaluation of IR techniques", ACM TOIS 20(4), 2002;
+    linear gain and the ``log2(i + 1)`` discount, as trec_eval's ``ndcg_cut``). Two ideals
+    (:func:`ndcg_at`): ``nDCG(ideal=list)@k`` takes ``IDCG@k`` = the DCG@k of the same labels
+    sorted descending — what trec_eval computes when the list's labels are the qrels, blind to
+    magnitude (a list whose best label is 0.1 scores 1.0 once sorted); ``nDCG(ideal=max)@k``
+    takes ``IDCG@k = Σ_{i≤k} 1 / log2(i + 1)``, the best DCG@k any list can reach (every
+    label at its maximum 1). Plain ``nDCG@k`` uses :data:`DEFAULT_NDCG_IDEAL`. On a binary list
+    with at least ``k`` ones the two agree;
   - ``R@k       = Σ_{i≤k} l_i / Σ_{i≤n} l_i``.
+
+Signed labels (``signed=True``)
+-------------------------------
+Signed utility labels (a document's score minus the closed-book score, in ``[-1, 1]``: negative
+when the document distracts the reader; :mod:`erag_dagster.labels.signed`) take:
+
+* ``UDCG@k = Σ_{i≤k} l_i / log2(i + 1)  /  Σ_{i≤k} 1 / log2(i + 1)`` in ``[-1, 1]``
+  (:func:`udcg_at`), a UDCG-style discounted sum (Trappolini et al., "Redefining Retrieval
+  Evaluation in the Era of LLMs", EACL 2026, arXiv 2510.21440: utility and distraction-aware
+  cumulative gain; they fit an LLM-specific position discount, we keep ``log2(i + 1)`` so that
+  on labels ``>= 0`` UDCG@k equals ``nDCG(ideal=max)@k``);
+* every other family on the **positive part** ``max(l_i, 0)`` (P@k, Success@k, RR, AP, nDCG,
+  R: "how much of the list helps"), so on labels ``>= 0`` each equals its unsigned value.
 
 Edge-case policy (the reference ``erag`` crashes or drops queries here; we never do)
 -----------------------------------------------------------------------------------
@@ -36,8 +56,8 @@ Edge-case policy (the reference ``erag`` crashes or drops queries here; we never
 * empty list: every metric is 0.0 and the query stays in the mean;
 * no relevant document (all labels 0): every metric is 0.0 (``R``/``AP``/``nDCG``: 0/0 := 0),
   as trec_eval reports;
-* a label that is not a real number, NaN, or outside ``[0, 1]``: :class:`InputError` naming the
-  query id and the 1-based rank;
+* a label that is not a real number, NaN, or outside ``[0, 1]`` (``[-1, 1]`` when signed):
+  :class:`InputError` naming the query id and the 1-based rank;
 * ``aggregate`` is the arithmetic mean over all queries of ``labels``; no queries, no metrics,
   or a metric outside the six families (or with a relevance level other than 1): InputError.
 
@@ -56,7 +76,13 @@ import pytrec_eval
 from erag_dagster.errors import InputError
 from erag_dagster.labels.label_value import checked_label
 from erag_dagster.metrics.erag_compat import erag_eval_labels
-from erag_dagster.metrics.names import LIST_FAMILIES, MetricName, parse_metric_names
+from erag_dagster.metrics.names import (
+    LIST_FAMILIES,
+    NDCG_IDEALS,
+    SIGNED_FAMILIES,
+    MetricName,
+    parse_metric_names,
+)
 from erag_dagster.metrics.report import ListMetricReport
 
 CompatProvider = Callable[[Mapping[str, Sequence[float]], Sequence[str]], ListMetricReport]
@@ -65,6 +91,10 @@ COMPAT_PROVIDERS: dict[str, CompatProvider] = {"erag": erag_eval_labels}
 """``compat=`` mode → the evaluator that reproduces that reference implementation."""
 
 COMPAT_MODES: tuple[str, ...] = tuple(COMPAT_PROVIDERS)
+
+DEFAULT_NDCG_IDEAL = "list"
+"""The ideal of plain ``nDCG``/``nDCG@k`` on label lists (``"list"`` or ``"max"``); README
+"Graded nDCG" gives the measurement behind the choice."""
 
 
 # --- graded kernels (pure functions over labels in rank order) --------------------------------
@@ -104,16 +134,45 @@ def average_precision(labels: Sequence[float], k: int | None = None) -> float:
 
 
 def _dcg(gains: Sequence[float]) -> float:
-    return sum(g / math.log2(rank + 1) for rank, g in enumerate(gains, 1) if g > 0)
+    """``Σ_i g_i / log2(i + 1)`` over ranks ``i = 1..`` (signed gains allowed)."""
+    return sum(g / math.log2(rank + 1) for rank, g in enumerate(gains, 1) if g != 0)
 
 
-def ndcg_at(labels: Sequence[float], k: int | None = None) -> float:
-    """``nDCG@k = DCG@k / IDCG@k``, ``DCG@k = Σ_{i≤k} l_i / log2(i+1)``, ideal = labels sorted
-    descending (the list's own labels are the judgments); 0 when ``IDCG = 0``."""
-    ideal = _dcg(_top(sorted(labels, reverse=True), k))
-    if ideal <= 0:
+def max_dcg(positions: int) -> float:
+    """``Σ_{i=1..m} 1 / log2(i + 1)``: the DCG of ``m`` positions all labelled 1 (0 for m = 0)."""
+    return _dcg([1.0] * positions)
+
+
+def ndcg_at(labels: Sequence[float], k: int | None = None, ideal: str | None = None) -> float:
+    """``nDCG@k = DCG@k / IDCG@k`` with ``DCG@k = Σ_{i≤k} l_i / log2(i+1)`` (Järvelin &
+    Kekäläinen 2002) and, by ``ideal`` (default :data:`DEFAULT_NDCG_IDEAL`):
+
+    * ``"list"`` — ``IDCG@k`` = DCG@k of the same labels sorted descending (trec_eval
+      ``ndcg_cut_k`` with the list's labels as qrels); a sorted list scores 1 whatever its
+      labels' size;
+    * ``"max"`` — ``IDCG@k = max_dcg(m)``, ``m = k`` (``n`` without a cut-off): every one of
+      the top ``m`` positions at the maximal label 1, so the value also says how useful the
+      best documents are (a list of 0.1 labels scores 0.1).
+
+    In ``[0, 1]``; 0 when ``IDCG = 0`` (an empty or all-zero list)."""
+    ideal = DEFAULT_NDCG_IDEAL if ideal is None else ideal
+    if ideal == "list":
+        best = _dcg(_top(sorted(labels, reverse=True), k))
+    elif ideal == "max":
+        best = max_dcg(len(labels) if k is None else k)
+    else:
+        raise InputError(f"unknown nDCG ideal {ideal!r}; use one of {', '.join(NDCG_IDEALS)}")
+    if best <= 0:
         return 0.0
-    return _dcg(_top(labels, k)) / ideal
+    return _dcg(_top(labels, k)) / best
+
+
+def udcg_at(labels: Sequence[float], k: int) -> float:
+    """``UDCG@k = Σ_{i≤k} l_i / log2(i+1) / Σ_{i≤k} 1 / log2(i+1)`` for signed labels
+    ``l_i ∈ [-1, 1]`` (UDCG-style, Trappolini et al., EACL 2026, with the log2 discount): in
+    ``[-1, 1]``, negative when the top documents distract more than they help; missing positions
+    count 0; equals ``ndcg_at(labels, k, "max")`` on labels ``>= 0``."""
+    return _dcg(labels[:k]) / max_dcg(k)
 
 
 def recall_at(labels: Sequence[float], k: int) -> float:
@@ -136,9 +195,11 @@ def graded_value(metric: MetricName, labels: Sequence[float]) -> float:
     if metric.family == "AP":
         return average_precision(labels, k)
     if metric.family == "nDCG":
-        return ndcg_at(labels, k)
+        return ndcg_at(labels, k, metric.ideal)
     if metric.family == "R":
         return recall_at(labels, k)  # type: ignore[arg-type]
+    if metric.family == "UDCG":
+        return udcg_at(labels, k)  # type: ignore[arg-type]
     raise InputError(f"metric {metric.name!r} is not defined on label lists")
 
 
@@ -177,13 +238,13 @@ def _pytrec_binary(
 # --- validation and the public entry points ------------------------------------------------------
 
 
-def check_label(query_id: str, rank: int, label: object) -> float:
-    """``label`` as a float in ``[0, 1]``, or :class:`InputError` naming the query and rank
-    (the rule: :func:`erag_dagster.labels.label_value.checked_label`)."""
-    return checked_label(label, f"query {query_id!r} rank {rank}")
+def check_label(query_id: str, rank: int, label: object, signed: bool = False) -> float:
+    """``label`` as a float in ``[0, 1]`` (``[-1, 1]`` when ``signed``), or :class:`InputError`
+    naming the query and rank (the rule: :func:`erag_dagster.labels.label_value.checked_label`)."""
+    return checked_label(label, f"query {query_id!r} rank {rank}", low=-1.0 if signed else 0.0)
 
 
-def _check_lists(labels: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+def _check_lists(labels: Mapping[str, Sequence[float]], signed: bool) -> dict[str, list[float]]:
     if not isinstance(labels, Mapping):
         raise InputError("labels must map each query id to its list of labels in rank order")
     if not labels:
@@ -194,21 +255,32 @@ def _check_lists(labels: Mapping[str, Sequence[float]]) -> dict[str, list[float]
             raise InputError(f"query id {qid!r} is not a string")
         if isinstance(seq, str | bytes | Mapping) or not isinstance(seq, Iterable):
             raise InputError(f"query {qid!r}: labels must be a list of numbers in rank order")
-        checked[qid] = [check_label(qid, rank, x) for rank, x in enumerate(seq, 1)]
+        checked[qid] = [check_label(qid, rank, x, signed) for rank, x in enumerate(seq, 1)]
     return checked
+
+
+def _trec_equivalent(metric: MetricName) -> bool:
+    """True when trec_eval computes ``metric`` on a 0/1 list with the labels as qrels (every
+    list family except ``nDCG`` with the ``max`` ideal, and except ``UDCG``)."""
+    if metric.family == "nDCG":
+        return (metric.ideal or DEFAULT_NDCG_IDEAL) == "list"
+    return metric.family in LIST_FAMILIES
 
 
 def evaluate_labels(
     labels: Mapping[str, Sequence[float]],
     metrics: Sequence[str],
     compat: str | None = None,
+    signed: bool = False,
 ) -> ListMetricReport:
     """Score each query's label list with ``metrics`` and average over queries.
 
     ``metrics`` use the grammar of :mod:`erag_dagster.metrics.names` (``P@5``, ``nDCG@10``,
-    ``ndcg_cut_10``, ...) restricted to the families P, Success, RR, AP, nDCG, R. Keys of the
-    report are the names as given; ``aggregate`` is the arithmetic mean over every query in
-    ``labels``. See the module docstring for the formulas and the edge-case policy.
+    ``nDCG(ideal=max)@10``, ``ndcg_cut_10``, ``UDCG@10``, ...) restricted to the families P,
+    Success, RR, AP, nDCG, R and UDCG. Keys of the report are the names as given;
+    ``aggregate`` is the arithmetic mean over every query in ``labels``. ``signed=True`` accepts
+    labels in ``[-1, 1]`` and scores every family but UDCG on their positive part. See the module
+    docstring for the formulas and the edge-case policy.
 
     ``compat="erag"`` returns exactly what ``erag.eval`` 0.0.1 returns for these labels (metric
     names then in pytrec_eval spelling only) or raises :class:`InputError` where it fails.
@@ -221,8 +293,8 @@ def evaluate_labels(
 
     parsed = parse_metric_names(metrics)
     for metric in parsed:
-        if not metric.is_list_metric:
-            families = ", ".join(LIST_FAMILIES)
+        if not (metric.is_list_metric or metric.is_signed_metric):
+            families = ", ".join((*LIST_FAMILIES, *SIGNED_FAMILIES))
             raise InputError(
                 f"metric {metric.name!r} is not defined on label lists; use one of {families}"
             )
@@ -230,18 +302,24 @@ def evaluate_labels(
             raise InputError(
                 f"metric {metric.name!r}: labels lie in [0, 1], only rel=1 is meaningful"
             )
-    lists = _check_lists(labels)
+    lists = _check_lists(labels, signed)
+    # signed lists: every family but UDCG reads the positive part (module docstring)
+    positive = {q: [max(x, 0.0) for x in ls] for q, ls in lists.items()} if signed else lists
 
-    binary = {q: ls for q, ls in lists.items() if ls and all(x in (0.0, 1.0) for x in ls)}
-    binary_values = _pytrec_binary(binary, parsed) if binary else {}
+    trec = [m for m in parsed if _trec_equivalent(m)]
+    binary = {q: ls for q, ls in positive.items() if ls and all(x in (0.0, 1.0) for x in ls)}
+    binary_values = _pytrec_binary(binary, trec) if binary and trec else {}
     per_query: dict[str, dict[str, float]] = {}
-    for qid, ls in lists.items():
-        if qid in binary_values:
-            per_query[qid] = {m.name: binary_values[qid][m.name] for m in parsed}
-        elif not ls:
-            per_query[qid] = {m.name: 0.0 for m in parsed}
-        else:
-            per_query[qid] = {m.name: graded_value(m, ls) for m in parsed}
+    for qid, ls in positive.items():
+        values: dict[str, float] = {}
+        for m in parsed:
+            if not ls:
+                values[m.name] = 0.0
+            elif qid in binary_values and m.name in binary_values[qid]:
+                values[m.name] = binary_values[qid][m.name]
+            else:
+                values[m.name] = graded_value(m, lists[qid] if m.is_signed_metric else ls)
+        per_query[qid] = values
     aggregate = {
         m.name: sum(values[m.name] for values in per_query.values()) / len(per_query)
         for m in parsed
@@ -249,13 +327,16 @@ def evaluate_labels(
     return ListMetricReport(per_query=per_query, aggregate=aggregate)
 
 
-def labels_from_frame(df: pl.DataFrame, label_col: str = "label") -> dict[str, list[float]]:
+def labels_from_frame(
+    df: pl.DataFrame, label_col: str = "label", signed: bool = False
+) -> dict[str, list[float]]:
     """Per-query label lists (rank order) from a labels table.
 
     ``df`` needs ``query_id``, ``rank`` (1-based) and ``label_col``. Rows are sorted by
     ``query_id`` then ``rank``; each query's ranks must be exactly ``1..n`` (a gap or a repeat
     would shift every later label to a wrong rank), and every label must be a number in
-    ``[0, 1]`` — otherwise :class:`InputError` naming the query and rank.
+    ``[0, 1]`` (``[-1, 1]`` when ``signed``) — otherwise :class:`InputError` naming the query
+    and rank.
     """
     missing = [c for c in ("query_id", "rank", label_col) if c not in df.columns]
     if missing:
@@ -275,5 +356,5 @@ def labels_from_frame(df: pl.DataFrame, label_col: str = "label") -> dict[str, l
             raise InputError(f"query {qid!r}: expected rank {expected}, found rank {rank}")
         if label is None:
             raise InputError(f"query {qid!r} rank {rank}: label is missing or not a number")
-        ranks.append(check_label(qid, rank, label))
+        ranks.append(check_label(qid, rank, label, signed))
     return out

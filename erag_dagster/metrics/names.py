@@ -15,6 +15,12 @@ ir_measures            trec_eval / pytrec_eval     measure
 
 The ir_measures names may carry a relevance level for the binary measures, as in
 ``P(rel=2)@10`` (a document counts as relevant when its judgment is ``>= 2``; trec_eval ``-l2``).
+On label lists, ``nDCG`` may name its ideal: ``nDCG(ideal=list)@k`` (the list's own labels
+sorted, = trec_eval ``ndcg_cut_k`` with the labels as qrels) or ``nDCG(ideal=max)@k`` (every
+label at its maximum 1); plain ``nDCG@k`` uses
+:data:`erag_dagster.metrics.list_metrics.DEFAULT_NDCG_IDEAL` (formulas:
+:func:`erag_dagster.metrics.list_metrics.ndcg_at`). Signed label lists (labels in ``[-1, 1]``,
+:func:`erag_dagster.metrics.list_metrics.evaluate_signed_labels`) also take ``UDCG@k``.
 ``P``, ``Success`` and ``R`` need a cut-off; cut-offs are integers in ``[1, 2**31 - 1]``
 (trec_eval aborts on a cut-off of 0). ``RR@k`` has no trec_eval counterpart: it is
 ``recip_rank`` over the top ``k`` only (as ir_measures defines it).
@@ -40,6 +46,12 @@ from erag_dagster.errors import InputError
 #: The measure families computed on eRAG label lists (and on human qrels).
 LIST_FAMILIES: tuple[str, ...] = ("P", "Success", "RR", "AP", "nDCG", "R")
 
+#: The families defined on signed label lists only (utility minus closed-book utility).
+SIGNED_FAMILIES: tuple[str, ...] = ("UDCG",)
+
+#: The ideals ``nDCG(ideal=...)`` names: the list's own labels sorted, or every label at 1.
+NDCG_IDEALS: tuple[str, ...] = ("list", "max")
+
 #: trec_eval measures without parameters that pytrec_eval returns as one numeric value under
 #: their own name (``runid`` and ``relstring`` are left out: trec_eval prints strings for them).
 TREC_SCALAR_MEASURES: frozenset[str] = frozenset(
@@ -64,7 +76,8 @@ MAX_CUTOFF = 2**31 - 1
 
 # used with fullmatch (a trailing newline must not slip through as `$` would let it)
 _IR_MEASURES = re.compile(
-    r"(?P<family>P|Success|RR|AP|nDCG|R)(?:\(rel=(?P<rel>[0-9]+)\))?(?:@(?P<cutoff>[0-9]+))?"
+    r"(?P<family>P|Success|RR|AP|nDCG|R|UDCG)"
+    r"(?:\((?:rel=(?P<rel>[0-9]+)|ideal=(?P<ideal>[a-z]+))\))?(?:@(?P<cutoff>[0-9]+))?"
 )
 _TREC_CUTOFF = re.compile(r"(?P<base>P|recall|success|map_cut|ndcg_cut|relative_P)_(?P<k>[0-9]+)")
 _TREC_FLOAT = re.compile(r"(?P<base>Rprec_mult|iprec_at_recall)_(?P<x>[0-9]+\.[0-9]+)")
@@ -87,12 +100,15 @@ _FAMILY_TO_TREC = {
     "AP": ("map", "map_cut"),
     "nDCG": ("ndcg", "ndcg_cut"),
     "R": (None, "recall"),
+    "UDCG": (None, "udcg"),  # no trec_eval measure: computed by list_metrics.udcg_at only
 }
 _BINARY_FAMILIES = frozenset({"P", "Success", "RR", "AP", "R"})
 
 GRAMMAR = (
     "ir_measures names P@k, Success@k, RR, RR@k, AP, AP@k, nDCG, nDCG@k, R@k "
-    "(binary ones may name a relevance level, e.g. P(rel=2)@10), or trec_eval names P_k, "
+    "(binary ones may name a relevance level, e.g. P(rel=2)@10; on label lists nDCG may name "
+    "its ideal, nDCG(ideal=list)@k or nDCG(ideal=max)@k; signed labels also take UDCG@k), "
+    "or trec_eval names P_k, "
     "success_k, recip_rank, map, map_cut_k, ndcg, ndcg_cut_k, recall_k; for human qrels also "
     "the other numeric trec_eval measures pytrec_eval computes (bpref, Rprec, infAP, gm_map, "
     "num_rel_ret, relative_P_k, iprec_at_recall_0.10, Rprec_mult_0.20, ...); k is an integer >= 1"
@@ -110,7 +126,9 @@ class MetricName:
     * ``rel`` — the relevance level from ``(rel=N)``, or ``None`` (use the caller's default);
     * ``pytrec_measure`` — the measure to request from pytrec_eval, which is also the key of its
       result (``P_10``, ``ndcg_cut_10``, ``recip_rank``, ``iprec_at_recall_0.10``). For ``RR@k``
-      it is ``recip_rank``, computed on the ranking truncated to its top ``k``.
+      it is ``recip_rank``, computed on the ranking truncated to its top ``k``;
+    * ``ideal`` — for ``nDCG(ideal=list|max)``, the ideal it names, else ``None`` (plain
+      ``nDCG``: the label-list default, trec_eval's list ideal on human qrels).
     """
 
     name: str
@@ -118,11 +136,17 @@ class MetricName:
     cutoff: int | None
     rel: int | None
     pytrec_measure: str
+    ideal: str | None = None
 
     @property
     def is_list_metric(self) -> bool:
         """True for the six families that are defined on per-rank label lists."""
         return self.family in LIST_FAMILIES
+
+    @property
+    def is_signed_metric(self) -> bool:
+        """True for the families defined on signed label lists only (``UDCG``)."""
+        return self.family in SIGNED_FAMILIES
 
     @property
     def truncate_at(self) -> int | None:
@@ -189,12 +213,17 @@ def parse_metric_name(name: str) -> MetricName:
             raise _unknown(name, "the relevance level must be >= 1")
         if rel is not None and family not in _BINARY_FAMILIES:
             raise _unknown(name, f"{family} takes no relevance level: it uses graded gains")
+        ideal = match["ideal"]
+        if ideal is not None and family != "nDCG":
+            raise _unknown(name, "only nDCG names an ideal")
+        if ideal is not None and ideal not in NDCG_IDEALS:
+            raise _unknown(name, f"the ideal is one of {', '.join(NDCG_IDEALS)}")
         plain, with_cutoff = _FAMILY_TO_TREC[family]
         if cutoff is None and plain is None:
             raise _unknown(name, f"{family} needs a cut-off, e.g. {family}@10")
         # RR@k has no trec_eval measure: recip_rank on the top k (see MetricName.truncate_at)
         measure = plain if cutoff is None or family == "RR" else f"{with_cutoff}_{cutoff}"
-        return MetricName(name, family, cutoff, rel, str(measure))
+        return MetricName(name, family, cutoff, rel, str(measure), ideal)
 
     match = _TREC_CUTOFF.fullmatch(name)
     if match:

@@ -432,6 +432,67 @@ class TransformersReader:
 
         return self._run_batches(prompts, "score", forward, collect)
 
+    def continuation_log_probs(self, items: Sequence[tuple[str, str, str]]) -> list[list[float]]:
+        """Teacher-forced ``log p(c_t | prompt, c_<t)`` (natural log) of each continuation token,
+        per ``(question, passage, continuation)``: the prompt is exactly :meth:`answer`'s (so
+        the continuation follows the answer prefix; pass it with its leading space, e.g.
+        ``" Denver Broncos"``), the passage cut so prompt + continuation fit the context. One
+        forward pass per item, no decoding (prefill only); a continuation whose tokens start
+        a longer one of the same pair is read off that longer pass (the same causal values; the
+        passage budget is then the longer one's). Input order kept; ``[]`` for no items.
+        Decoder-only models only (an encoder-decoder reader is an :class:`InputError`).
+        """
+        if not items:
+            return []
+        loaded = self._ensure()
+        if loaded.is_seq2seq:
+            raise InputError(
+                f"reader {self.spec.name!r}: continuation likelihoods need a decoder-only model"
+            )
+        conts = [loaded.tokenizer(c, add_special_tokens=False)["input_ids"] for _, _, c in items]
+        # A continuation whose tokens start another one's of the same (question, passage) reads
+        # its log-probs off that longer sequence (causal: the same values), so it costs nothing.
+        longest: dict[tuple[str, str], list[int]] = {}
+        for i, (question, passage, _) in enumerate(items):
+            longest.setdefault((question, passage), []).append(i)
+        source: list[int] = list(range(len(items)))
+        for group in longest.values():
+            for i in group:
+                for j in group:
+                    if (
+                        len(conts[j]) > len(conts[source[i]])
+                        and conts[j][: len(conts[i])] == conts[i]
+                    ):
+                        source[i] = j
+        scored = sorted(set(source))
+        rows = []
+        for j in scored:
+            question, passage, _ = items[j]
+            limit = self._input_limit(None, new_tokens=len(conts[j]))
+            rows.append(self._fitted_ids(question, [passage], limit) + conts[j])
+        accepts = inspect.signature(loaded.model.forward).parameters
+
+        def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+            if "position_ids" in accepts:
+                kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = loaded.model(**kwargs).logits[:, :-1, :].float()
+            # log p(ids[t+1] | ids[<=t]) at every position; left padding keeps the ends aligned
+            return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0].cpu()
+
+        def collect(
+            loaded: LoadedModel, logp: torch.Tensor, ids: torch.Tensor
+        ) -> tuple[list[list[float]], int]:
+            return [row.tolist() for row in logp], 0
+
+        every = dict(zip(scored, self._run_batches(rows, "score", forward, collect), strict=True))
+        out = []
+        for i, cont in enumerate(conts):
+            j = source[i]
+            tail = every[j][len(every[j]) - len(conts[j]) :]
+            out.append(tail[: len(cont)])
+        return out
+
     # -- accounting ----------------------------------------------------------------------------
 
     def usage(self) -> dict[str, int]:

@@ -34,6 +34,7 @@ class Evaluation:
     efficiency_ks: list[int]
     efficiency_queries: int
     efficiency_rounds: int  # alternating timing rounds per Table 2 cell (median, range)
+    label_methods: list[str]  # extra Table-1 labellings: likelihood, signed (meta/label_methods)
 
 
 class EvalSettings(dg.ConfigurableResource):
@@ -57,6 +58,9 @@ class EvalSettings(dg.ConfigurableResource):
     efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
     efficiency_queries: int = Field(default=0, description="queries timed for Table 2")
     efficiency_rounds: int = Field(default=0, description="timing rounds per Table 2 cell")
+    label_methods: list[str] = Field(
+        default_factory=list, description="extra Table-1 labellings: likelihood, signed"
+    )
 
     _registry: Registry | None = PrivateAttr(default=None)
 
@@ -119,6 +123,7 @@ class EvalSettings(dg.ConfigurableResource):
             efficiency_queries=self.efficiency_queries
             or int(defaults.get("efficiency_queries", 10)),
             efficiency_rounds=self.efficiency_rounds or int(defaults.get("efficiency_rounds", 3)),
+            label_methods=list(self.label_methods or defaults.get("label_methods", [])),
         )
 
 

@@ -1,0 +1,104 @@
+"""Signed (distraction-aware) utility labels: what a document adds over the closed-book answer.
+
+An eRAG label says how good the reader's answer is *with* the document; it cannot say that the
+document made things worse. Following UDCG (Trappolini et al., "Redefining Retrieval Evaluation
+in the Era of LLMs", EACL 2026, arXiv 2510.21440), a document can have negative utility: it
+distracts the reader from an answer it would have given without it. With ``m`` the downstream
+metric (values in [0, 1]), ``a(q, d)`` the reader's eRAG answer from document ``d`` and
+``a_∅(q)`` its closed-book answer (no passage at all)::
+
+    label(q, d) = m(a(q, d), golds) − m(a_∅(q), golds)    ∈ [−1, 1]
+
+positive when the document helps, 0 when it changes nothing the metric sees, negative when it
+distracts. The closed-book answer is one greedy generation per query (the reader's
+``answer_with_contexts`` with no passages: its end-to-end prompt with an empty context), kept
+in the label store under :func:`closed_book_fingerprint`, so it is generated once per query and
+reader whatever the number of retrievers or re-runs. The with-document term is the eRAG label
+itself (:func:`~erag_dagster.labels.labeller.label_run`, answers from the same store). Signed
+lists are scored by ``evaluate_labels(..., signed=True)`` (UDCG@k, and the other families on the
+positive part; :mod:`erag_dagster.metrics.list_metrics`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from erag_dagster.data.schema import require_answers
+from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
+from erag_dagster.labels.labeller import label_run
+from erag_dagster.metrics.downstream import get_downstream_metric
+
+CLOSED_BOOK_TASK = "closed_book/v1"
+LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "label": pl.Float64}
+
+
+def closed_book_fingerprint(reader) -> str:
+    """Fingerprint of closed-book answering: the reader's fingerprint + the task version (its
+    prompt, decoding and post-processing all shape the answer)."""
+    return task_fingerprint(reader.fingerprint, CLOSED_BOOK_TASK)
+
+
+def closed_book_answers(
+    queries: pl.DataFrame, reader, store=None, run_id: str | None = None
+) -> pl.DataFrame:
+    """``query_id, answer``: the reader's answer to each question with no passage, one
+    generation per query (stored; the subject is the query itself, with an empty text)."""
+    rows = queries.select(pl.col("query_id").cast(pl.String), "question").rows()
+    subjects = [Subject(qid, question, "", "") for qid, question in rows]
+
+    def generate(part: list[int]) -> list[str]:
+        return reader.answer_with_contexts([(rows[i][1], []) for i in part])
+
+    answers = generate_stored(
+        subjects,
+        generate,
+        store,
+        closed_book_fingerprint(reader),
+        f"{reader.name}:closed_book",
+        {"task": CLOSED_BOOK_TASK, "reader": reader.identity()},
+        run_id=run_id,
+        step=32,
+    ).outputs
+    return pl.DataFrame(
+        {"query_id": [r[0] for r in rows], "answer": answers},
+        schema={"query_id": pl.String, "answer": pl.String},
+    )
+
+
+def signed_labels(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    reader,
+    metric: str,
+    store,
+    run_id: str | None = None,
+) -> pl.DataFrame:
+    """``query_id, doc_id, rank, label, closed_book`` for every row of ``run``: the eRAG label
+    minus the closed-book score (formula: module docstring), in ``[-1, 1]``; ``closed_book`` is
+    the closed-book score of the row's query. Input policy as :func:`label_run`'s."""
+    erag = label_run(run, queries, corpus, reader, metric, store, run_id=run_id).labels
+    if erag.height == 0:
+        return pl.DataFrame(schema={**LABEL_SCHEMA, "closed_book": pl.Float64})
+    asked = queries.join(erag.select("query_id").unique(), on="query_id", how="semi")
+    require_answers(asked, "signed labels")
+    closed = closed_book_answers(asked, reader, store, run_id).join(
+        asked.select(pl.col("query_id").cast(pl.String), "answers"), on="query_id"
+    )
+    score = get_downstream_metric(metric)
+    closed_scores = pl.DataFrame(
+        {
+            "query_id": closed["query_id"],
+            "closed_book": [
+                score(a, g) for a, g in zip(closed["answer"], closed["answers"], strict=True)
+            ],
+        },
+        schema={"query_id": pl.String, "closed_book": pl.Float64},
+    )
+    return (
+        erag.select("query_id", "doc_id", "rank", "label")
+        .join(closed_scores, on="query_id", how="left")
+        .with_columns(label=pl.col("label") - pl.col("closed_book"))
+        .sort("query_id", "rank")
+        .select(*LABEL_SCHEMA, "closed_book")
+    )

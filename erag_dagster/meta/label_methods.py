@@ -1,0 +1,108 @@
+"""The labellings beyond the paper that Table 1 can add next to eRAG and the baselines.
+
+Selected by the registry's ``evaluation.label_methods`` (or :class:`EvalSettings`):
+
+===============  =====================  ==================================================
+setting          Table 1 method         labels (module)
+===============  =====================  ==================================================
+``likelihood``   ``eRAG_likelihood``    teacher-forced P(gold | question, doc), prefill only
+                                        (:mod:`erag_dagster.labels.likelihood`)
+``signed``       ``signed_utility``     eRAG label − closed-book score, in [−1, 1]
+                                        (:mod:`erag_dagster.labels.signed`)
+===============  =====================  ==================================================
+
+Costs per system (reader × retriever) beyond eRAG: ``likelihood`` one forward pass per
+(pair, distinct gold) — or per (pair, label) for label outputs — and no decoding; ``signed``
+one closed-book generation per query (shared by every retriever of the reader: it is stored
+per query), its eRAG term comes from the store. Both are kept in the label store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import polars as pl
+
+from erag_dagster.errors import InputError
+
+#: setting → the method name in Table 1.
+LABEL_METHODS: dict[str, str] = {"likelihood": "eRAG_likelihood", "signed": "signed_utility"}
+
+#: Table-1 methods whose labels are signed (scored with ``evaluate_labels(signed=True)``).
+SIGNED_METHODS: frozenset[str] = frozenset({"signed_utility"})
+
+
+def check_label_methods(names: Sequence[str]) -> list[str]:
+    """``names`` as a list, or :class:`InputError` naming the unknown one and the known ones."""
+    if isinstance(names, str):
+        raise InputError(f"label_methods must be a list, got the string {names!r}")
+    for name in names:
+        if name not in LABEL_METHODS:
+            raise InputError(f"unknown label method {name!r}; known: {', '.join(LABEL_METHODS)}")
+    return list(dict.fromkeys(names))
+
+
+def extra_labels(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    reader,
+    metric: str,
+    methods: Sequence[str],
+    store,
+    run_id: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, pl.DataFrame]:
+    """Table-1 method name → ``query_id, doc_id, rank, label`` for each selected method.
+
+    ``likelihood`` needs a reader with ``continuation_log_probs`` (teacher forcing: the
+    in-process transformers backend); for any other reader it is left out, with one line to
+    ``log``, rather than approximated."""
+    from erag_dagster.labels.likelihood import likelihood_labels
+    from erag_dagster.labels.signed import signed_labels
+
+    out: dict[str, pl.DataFrame] = {}
+    for name in check_label_methods(methods):
+        if name == "likelihood" and not hasattr(reader, "continuation_log_probs"):
+            if log is not None:
+                log(
+                    f"{LABEL_METHODS[name]} left out: reader {getattr(reader, 'name', '?')!r} "
+                    "cannot score a given answer (teacher forcing needs the transformers backend)"
+                )
+            continue
+        if name == "likelihood":
+            frame = likelihood_labels(run, queries, corpus, reader, metric, store, run_id)
+        else:
+            frame = signed_labels(run, queries, corpus, reader, metric, store, run_id)
+        out[LABEL_METHODS[name]] = frame.select("query_id", "doc_id", "rank", "label")
+    return out
+
+
+#: The list metrics of :func:`label_methods_table` at depth ``k``.
+TABLE_METRICS = ("P@{k}", "Success@{k}", "RR", "AP", "nDCG(ideal=list)@{k}",
+                 "nDCG(ideal=max)@{k}", "UDCG@{k}")  # fmt: skip
+
+
+def label_methods_table(
+    labels: pl.DataFrame,
+    end_to_end: pl.DataFrame,
+    k: int,
+    dataset: str,
+    n_resamples: int = 1000,
+) -> pl.DataFrame:
+    """Table 1 (:func:`~erag_dagster.meta.correlation.correlation_table`, seed 0) of every
+    ``method`` of ``labels`` (``method, query_id, doc_id, rank, label``; the ``eRAG`` rows are
+    the eRAG labels) against ``end_to_end`` (``query_id, k, score``) at depth ``k``, for
+    :data:`TABLE_METRICS`, through :func:`~erag_dagster.meta.per_query.correlation_inputs` (one
+    system, ``bm25 / reader``)."""
+    from erag_dagster.meta.correlation import correlation_table
+    from erag_dagster.meta.per_query import correlation_inputs
+
+    system = ("reader", "bm25")
+    erag = labels.filter(pl.col("method") == "eRAG").drop("method")
+    others = labels.filter(pl.col("method") != "eRAG")
+    per_query, e2e = correlation_inputs(
+        {system: erag}, {system: others}, {system: end_to_end},
+        [m.format(k=k) for m in TABLE_METRICS], dataset, k,
+    )  # fmt: skip
+    return correlation_table(per_query, e2e, n_resamples=n_resamples)

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Table 1 for the labelling methods beyond the paper, on one dataset, with BM25 and the default
+reader: eRAG (generation), eRAG likelihood, signed utility, answer containment and the provenance
+judgments, each under P@k, Success@k, RR, AP, both nDCG ideals and UDCG@k, against end-to-end
+quality at depth k (Kendall tau-b and Spearman with 95% bootstrap CIs).
+
+It runs the project's own functions (``run_retriever``, ``label_run``, ``extra_labels``,
+``containment_labels``, ``provenance_labels``, ``evaluate_end_to_end``, ``correlation_inputs``,
+``correlation_table``) with one label store, and writes into ``--out``:
+
+* ``labels.parquet`` — ``method, query_id, doc_id, rank, label`` (every method's labels);
+* ``end_to_end.parquet`` — ``query_id, k, score``;
+* ``correlation_table.parquet`` — the correlation table, printed as Table 1 too.
+
+The first two are what ``reproductions/label_methods.yaml`` recomputes its figures from
+(``tests/reproductions.py``, kind ``label_table1``). LLM annotation and semantic similarity are
+left out (they are in the default run's Table 1; here they would only add reader passes).
+
+    python scripts/measure_label_methods.py --dataset sample --out reproductions/data/sample
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import polars as pl
+
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.store import LabelStore
+from erag_dagster.meta.baselines import containment_labels, provenance_labels
+from erag_dagster.meta.end_to_end import evaluate_end_to_end
+from erag_dagster.meta.label_methods import extra_labels, label_methods_table
+from erag_dagster.readers.transformers_reader import reader_from_config
+from erag_dagster.registry import load_registry
+from erag_dagster.reports.tables import format_table1
+from erag_dagster.retrieval.runs import top_k
+from erag_dagster.retrieval.service import run_retriever
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--store", type=Path, help="label store (default: <out>/labels.sqlite)")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--metric", default="f1")
+    parser.add_argument("--dtype", default="auto")
+    args = parser.parse_args(argv)
+    ds = load_dataset(args.dataset)
+    registry = load_registry()
+    entry = next(iter(registry.readers.values()))
+    reader = reader_from_config(entry.name, {**entry.config, "dtype": args.dtype})
+    store = LabelStore(str(args.store or args.out / "labels.sqlite"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    run = top_k(run_retriever(registry, "bm25", ds.corpus, ds.queries, args.k), args.k)
+    erag = label_run(run, ds.queries, ds.corpus, reader, args.metric, store).labels
+    print(f"eRAG labels {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    parts = {"eRAG": erag.select("query_id", "doc_id", "rank", "label")}
+    parts |= extra_labels(
+        run, ds.queries, ds.corpus, reader, args.metric, ["likelihood", "signed"], store
+    )
+    parts["containment"] = containment_labels(run, ds.queries, ds.corpus)
+    parts["provenance"] = provenance_labels(run, ds.qrels)
+    labels = pl.concat(
+        [
+            f.select(pl.lit(m).alias("method"), "query_id", "doc_id", "rank", "label")
+            for m, f in parts.items()
+        ]
+    )
+    e2e = evaluate_end_to_end(
+        run, ds.queries, ds.corpus, reader, args.metric, args.k, store=store
+    ).scores.select("query_id", "k", "score")
+    print(f"all labels and end-to-end {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    labels.write_parquet(args.out / "labels.parquet")
+    e2e.write_parquet(args.out / "end_to_end.parquet")
+    table = label_methods_table(labels, e2e, args.k, args.dataset)
+    table.write_parquet(args.out / "correlation_table.parquet")
+    for stat in ("kendall_tau", "spearman_rho"):
+        print(f"\n{stat} ({ds.queries.height} queries, {args.metric}, BM25 top {args.k})")
+        print(format_table1(table, stat, markdown=True, digits=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
