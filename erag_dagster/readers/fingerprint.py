@@ -33,7 +33,7 @@ from erag_dagster.devices import cpu_supports_bf16, resolve_device
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_json
 from erag_dagster.readers.models import ModelSource, resolve_model
-from erag_dagster.readers.prompts import POSTPROCESS_VERSION
+from erag_dagster.readers.prompts import POSTPROCESS_VERSION, prompt_identity
 from erag_dagster.readers.spec import ReaderSpec
 
 FINGERPRINT_VERSION = 1
@@ -82,16 +82,7 @@ def reader_identity(
         "model": source.identity,
         "libraries": library_versions(source),
         "dtype": str(dtype).removeprefix("torch."),
-        "prompt": {
-            "system_prompt": spec.system_prompt,
-            "prompt_template": spec.prompt_template,
-            "answer_prefix": spec.answer_prefix,
-            "few_shot": [
-                {"question": ex.question, "passage": ex.passage, "answer": ex.answer}
-                for ex in spec.few_shot
-            ],
-            "max_input_tokens": spec.max_input_tokens,
-        },
+        "prompt": prompt_identity(spec, spec.answer_prefix),
         "decoding": {
             "greedy": True,
             "do_sample": False,

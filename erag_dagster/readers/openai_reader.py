@@ -65,6 +65,7 @@ from erag_dagster.readers.prompts import (
     build_messages,
     plain_prompt,
     postprocess_answer,
+    prompt_identity,
 )
 from erag_dagster.readers.retry import call_with_retries
 from erag_dagster.readers.spec import ReaderSpec
@@ -143,16 +144,7 @@ class OpenAIReader:
                 "response_model": info.response_model,
                 "system_fingerprint": info.system_fingerprint,
             },
-            "prompt": {
-                "system_prompt": spec.system_prompt,
-                "prompt_template": spec.prompt_template,
-                "answer_prefix": spec.answer_prefix if prefix_sent else None,
-                "few_shot": [
-                    {"question": ex.question, "passage": ex.passage, "answer": ex.answer}
-                    for ex in spec.few_shot
-                ],
-                "max_input_tokens": spec.max_input_tokens,
-            },
+            "prompt": prompt_identity(spec, spec.answer_prefix if prefix_sent else None),
             "decoding": {
                 "greedy": True,
                 "temperature": 0,

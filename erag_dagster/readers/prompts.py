@@ -170,3 +170,19 @@ def build_context_prompt(
         limit -= max(1, (count_tokens(cut) - budget))
         cut = truncate(passages[0], limit)
     return ContextPrompt(cut, 1, True, count_tokens(cut))
+
+
+def prompt_identity(spec: ReaderSpec, answer_prefix: str | None) -> dict[str, object]:
+    """The prompt part of every backend's reader identity (what of the prompt shapes an
+    answer): system prompt, template, the answer prefix actually sent (``None`` when the
+    backend cannot send it), few-shot examples and the input-token budget."""
+    return {
+        "system_prompt": spec.system_prompt,
+        "prompt_template": spec.prompt_template,
+        "answer_prefix": answer_prefix,
+        "few_shot": [
+            {"question": ex.question, "passage": ex.passage, "answer": ex.answer}
+            for ex in spec.few_shot
+        ],
+        "max_input_tokens": spec.max_input_tokens,
+    }
