@@ -285,3 +285,50 @@ def test_per_system_tables_from_label_frames(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
         "correlation_table.parquet", "correlation_vs_k.parquet", "correlation_vs_k.png"
     ]  # fmt: skip
+
+
+def _pair_labels(rows: list[tuple[str, str, int, float]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=["query_id", "doc_id", "rank", "label"], orient="row")
+
+
+def test_reader_transfer_rows_pair_one_readers_labels_with_anothers_end_to_end() -> None:
+    """Two readers, one retriever: system ``bm25 / B`` gets its own eRAG rows (B's labels) and
+    ``eRAG (labels of A)`` rows (A's labels), both matched with B's end-to-end scores."""
+    from erag_dagster.meta.per_query import correlation_inputs, transfer_method
+
+    labels_a = _pair_labels([("q1", "d1", 1, 1.0), ("q1", "d2", 2, 0.0), ("q2", "d3", 1, 0.0)])
+    labels_b = _pair_labels([("q1", "d1", 1, 0.0), ("q1", "d2", 2, 1.0), ("q2", "d3", 1, 1.0)])
+    e2e = pl.DataFrame({"query_id": ["q1", "q2"], "k": [2, 2], "score": [0.0, 1.0]})
+    per_query, end_to_end = correlation_inputs(
+        {("A", "bm25"): labels_a, ("B", "bm25"): labels_b},
+        {},
+        {("B", "bm25"): e2e},
+        ["P@1"],
+        "sample",
+        2,
+    )
+    on_b = per_query.filter(pl.col("retriever") == "bm25 / B").sort("method", "query_id")
+    assert transfer_method("A") == "eRAG (labels of A)"
+    # P@1 of each query's top document: B judged (0, 1), A judged (1, 0)
+    assert on_b.select("method", "query_id", "value").rows() == [
+        ("eRAG", "q1", 0.0),
+        ("eRAG", "q2", 1.0),
+        ("eRAG (labels of A)", "q1", 1.0),
+        ("eRAG (labels of A)", "q2", 0.0),
+    ]
+    on_a = per_query.filter(pl.col("retriever") == "bm25 / A")
+    assert set(on_a["method"]) == {"eRAG", "eRAG (labels of B)"}
+    assert end_to_end["retriever"].unique().to_list() == ["bm25 / B"]  # only B answered e2e
+    table = correlation_table(per_query, end_to_end, n_resamples=50)
+    taus = dict(
+        table.filter(pl.col("retriever") == "bm25 / B").select("method", "kendall_tau").rows()
+    )
+    assert taus["eRAG"] == pytest.approx(1.0) and taus["eRAG (labels of A)"] == pytest.approx(-1.0)
+
+
+def test_one_reader_has_no_transfer_rows() -> None:
+    from erag_dagster.meta.per_query import correlation_inputs
+
+    labels = _pair_labels([("q1", "d1", 1, 1.0)])
+    per_query, _ = correlation_inputs({("A", "bm25"): labels}, {}, {}, ["P@1"], "sample", 1)
+    assert per_query["method"].unique().to_list() == ["eRAG"]

@@ -78,6 +78,12 @@ def _long(
     )
 
 
+def transfer_method(labelling_reader: str) -> str:
+    """The Table-1 method name of eRAG labels made by ``labelling_reader`` (a reader partition
+    key) and correlated with another reader's end-to-end quality."""
+    return f"eRAG (labels of {labelling_reader})"
+
+
 def correlation_inputs(
     doc_labels: Mapping[System, pl.DataFrame],
     baseline_labels: Mapping[System, pl.DataFrame],
@@ -91,12 +97,21 @@ def correlation_inputs(
 
     The system is named ``"<retriever> / <reader>"`` in the ``retriever`` column. A system
     without baseline labels or end-to-end scores contributes its eRAG rows only.
+
+    Reader transfer: with several readers, each system also gets the eRAG labels that every
+    *other* reader gave the same retriever's lists, as method :func:`transfer_method` — how well
+    reader A's labels track reader B's end-to-end quality, i.e. how much eRAG depends on which
+    reader produced the labels (the paper's premise, not measured there).
     """
     per_query, e2e = [], []
     for (reader, retriever), labels in sorted(doc_labels.items()):
         system = f"{retriever} / {reader}"
         top = labels.filter(pl.col("rank") <= k)
         per_query.append(_long(top, metrics, system, "eRAG", dataset))
+        for (other, other_retriever), other_labels in sorted(doc_labels.items()):
+            if other_retriever == retriever and other != reader:
+                top_other = other_labels.filter(pl.col("rank") <= k)
+                per_query.append(_long(top_other, metrics, system, transfer_method(other), dataset))
         baselines = baseline_labels.get((reader, retriever))
         if baselines is not None:
             for (method,), frame in baselines.group_by("method", maintain_order=True):
