@@ -6,7 +6,8 @@ never-observed inputs on its first tick and the automation sensor then materiali
 partition. A reader edit (a new system prompt for one reader, then "Reload definitions", here
 the ``reloadRepositoryLocation`` mutation) runs that reader's new ``doc_labels`` partition once,
 with that reader's observed version as ``dagster/input_data_version/reader_models``, and no other
-``doc_labels`` partition again. ``dagster dev`` then stops on SIGINT.
+``doc_labels`` partition again. ``dagster dev`` (started as ``make dev`` starts it:
+``python -m erag_dagster.dev_server``) then stops on SIGINT.
 """
 
 from __future__ import annotations
@@ -188,10 +189,12 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
     alpha, beta = before.reader("alpha").partition_key, before.reader("beta").partition_key
     bm25 = before.retriever("bm25").partition_key
     port, log = _free_port(), tmp_path / "dagster-dev.log"
-    dagster = str(Path(sys.executable).parent / "dagster")
     with log.open("w") as out:
+        # what `make dev` runs: Dagster's `dagster dev`, with SIGINT handled even when this
+        # test process inherited it ignored (a background CI job does)
         proc = subprocess.Popen(
-            [dagster, "dev", "-m", LOCATION, "-h", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "erag_dagster.dev_server", "-m", LOCATION,
+             "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
