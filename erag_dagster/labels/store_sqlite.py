@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,13 +79,33 @@ class SqliteLabelStore(LabelStoreBase):
         conn = sqlite3.connect(target, timeout=self.busy_timeout_s, isolation_level=None, uri=uri)
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
         if not self.read_only:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StorageError(f"{self.path}: cannot switch the label store to WAL ({mode})")
+            self._switch_to_wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        """``PRAGMA journal_mode = WAL``, retried until the busy timeout.
+
+        The switch needs an exclusive lock, and SQLite answers "database is locked" at once,
+        without calling the busy handler, while another process is creating or switching the
+        same new file (four writers opening a fresh store together did this in CI). So this
+        one statement is retried every 10-100 ms; past ``busy_timeout_s``: :class:`StoreLocked`.
+        """
+        deadline = time.monotonic() + self.busy_timeout_s
+        pause_s = 0.01
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if time.monotonic() >= deadline or not _is_lock_error(exc):
+                    raise _locked(exc, self) from None
+                time.sleep(pause_s)
+                pause_s = min(pause_s * 2, 0.1)
+        if str(mode).lower() != "wal":
+            raise StorageError(f"{self.path}: cannot switch the label store to WAL ({mode})")
 
     def _read_only_uri(self) -> str:
         """``mode=ro``; plus ``immutable=1`` when no ``-wal`` file exists (no process has the
@@ -190,8 +211,12 @@ class _Tx:
             raise _locked(error, self.store) from None
 
 
+def _is_lock_error(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
 def _locked(exc: sqlite3.OperationalError, store: SqliteLabelStore) -> Exception:
-    if "locked" in str(exc) or "busy" in str(exc):
+    if _is_lock_error(exc):
         return StoreLocked(
             f"{store.path}: locked by another process for more than {store.busy_timeout_s:g} s"
         )
