@@ -16,6 +16,7 @@ deploy/README.md).
 import dagster as dg
 
 from erag_dagster.assets import automation, data, labels, meta, retrieval
+from erag_dagster.assets.common import prefixed
 from erag_dagster.deployment import deployment as current_deployment
 from erag_dagster.deployment import step_executor
 from erag_dagster.registry import Registry, load_registry
@@ -24,23 +25,34 @@ from erag_dagster.resources.io import PolarsJsonIOManagerFactory
 
 
 def source_assets(registry: Registry) -> list[dg.SourceAsset]:
-    """The observed external inputs (``reader_models`` has one partition per registry reader)."""
-    return [automation.dataset_files, automation.build_reader_models(registry)]
+    """The observed external inputs: each dataset's ``dataset_files`` and ``reader_models``
+    (one partition per registry reader, shared by every dataset)."""
+    return [
+        *(automation.build_dataset_files(name) for name in registry.dataset_names),
+        automation.build_reader_models(registry),
+    ]
 
 
-def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
-    """Every materialisable asset, with partitions named by the registry's configs.
+def dataset_assets(registry: Registry) -> list[dg.AssetsDefinition]:
+    """The materialisable assets of one dataset, partitioned by ``registry`` (the dataset's
+    view: :meth:`Registry.for_dataset`), unprefixed. A dataset without ``reader_labels`` gets
+    the human-judgment assets only (no reader stage can run without gold answers).
 
     The order is the order of the main job (:func:`erag_dagster.pipeline.materialize_all`)
     among assets that do not depend on each other.
     """
-    return [
+    judged = [
         data.dataset_tables,
         retrieval.bm25_index,
         retrieval.dense_index,
         retrieval.build_retrieval_run(registry),
         retrieval.retrieval_report,
         *filter(None, [retrieval.build_rerank_lift(registry)]),
+    ]
+    if not registry.reader_labels:
+        return judged
+    return [
+        *judged,
         labels.build_doc_labels(registry),
         labels.erag_per_query,
         labels.erag_report,
@@ -48,6 +60,16 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
         meta.correlation_report,
         meta.label_agreement,
         meta.efficiency_report,
+    ]
+
+
+def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
+    """Every materialisable asset: :func:`dataset_assets` once per registry dataset, its keys
+    prefixed by the dataset's name (none without a ``datasets`` section)."""
+    return [
+        asset
+        for name in registry.dataset_names
+        for asset in prefixed(dataset_assets(registry.for_dataset(name)), name)
     ]
 
 
@@ -84,11 +106,15 @@ def build_defs(
 ) -> dg.Definitions:
     """The Definitions for a registry file (default: ``$ERAG_REGISTRY`` or the packaged one)."""
     registry = load_registry(registry_path or (settings.registry_path if settings else None))
+    observe = automation.build_observe_inputs_job(registry)
     return dg.Definitions(
         assets=[*source_assets(registry), *build_assets(registry)],
-        jobs=[automation.observe_inputs_job],
-        schedules=[automation.build_reevaluation_schedule(registry)],
-        sensors=[automation.build_automation_sensor(), automation.build_input_change_sensor()],
+        jobs=[observe],
+        schedules=[automation.build_reevaluation_schedule(registry, observe)],
+        sensors=[
+            automation.build_automation_sensor(),
+            automation.build_input_change_sensor(observe),
+        ],
         resources=build_resources(registry, settings),
         executor=step_executor(),  # production: one Kubernetes job per step (deploy/README.md)
     )

@@ -134,12 +134,13 @@ class StepFailed(EnvironmentFault):
 
 def check_settings(
     settings: EvalSettings, load_dataset: Callable[[str], object] | None = None
-) -> Evaluation:
-    """The settings in force, checked before any run starts: registry, downstream metric, list
-    and human metric names, the dataset (loaded once with ``load_dataset``, default
-    :func:`erag_dagster.data.loaders.load_dataset`) and the registry's run files against it.
-    Raises :class:`InputError` naming the bad value (a bad registry file: its path; a run file:
-    its ``file:line``), so a bad run costs one line, not a failed run.
+) -> list[Evaluation]:
+    """The settings in force for each registry dataset (one without a ``datasets`` section),
+    checked before any run starts: registry, downstream metric, list and human metric names,
+    the dataset (loaded once with ``load_dataset``, default
+    :func:`erag_dagster.data.loaders.load_dataset`) and its run files against it. Raises
+    :class:`InputError` naming the bad value (a bad registry file: its path; a run file: its
+    ``file:line``; a registry dataset: its name), so a bad run costs one line, not a failed run.
     """
     from erag_dagster.data.loaders import load_dataset as default_loader
     from erag_dagster.data.spec import parse_spec
@@ -148,21 +149,30 @@ def check_settings(
     from erag_dagster.metrics.names import parse_metric_names
     from erag_dagster.retrieval.run_file import load_run_file
 
-    params = settings.resolve()  # parses the registry
-    get_downstream_metric(params.metric)
-    parse_metric_names(params.list_metrics)
-    parse_metric_names(params.human_metrics)
-    check_label_methods(params.label_methods)
-    dataset = (load_dataset or default_loader)(params.dataset)
-    subset = parse_spec(params.dataset).question_subset
-    for entry in settings.registry().retrievers.values():
-        if entry.config["kind"] == "run_file":
-            cfg = entry.config
-            load_run_file(
-                cfg["path"], cfg["format"], cfg["sha256"], dataset.queries, dataset.corpus,
-                params.k, subset,
-            )  # fmt: skip
-    return params
+    settings.check_dataset_override()  # parses the registry
+    checked = []
+    for name in settings.registry().dataset_names:
+        params = settings.resolve(name)
+        try:
+            get_downstream_metric(params.metric)
+            parse_metric_names(params.list_metrics)
+            parse_metric_names(params.human_metrics)
+            check_label_methods(params.label_methods)
+            dataset = (load_dataset or default_loader)(params.dataset)
+            subset = parse_spec(params.dataset).question_subset
+            for entry in settings.registry(name).retrievers.values():
+                if entry.config["kind"] == "run_file":
+                    cfg = entry.config
+                    load_run_file(
+                        cfg["path"], cfg["format"], cfg["sha256"], dataset.queries,
+                        dataset.corpus, params.k, subset,
+                    )  # fmt: skip
+        except InputError as exc:
+            if name is None:
+                raise
+            raise InputError(f"dataset {name!r}: {exc}") from None
+        checked.append(params)
+    return checked
 
 
 def _run_config(verbose: bool) -> dict:
@@ -313,7 +323,7 @@ def load_asset_value(
     defs = build_defs(registry_path or None)
     quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
     with quiet, defs.get_asset_value_loader(instance=instance or _instance()) as loader:
-        return loader.load_asset_value(key)
+        return loader.load_asset_value(dg.AssetKey.from_user_string(key))
 
 
 def print_reports(
@@ -334,11 +344,22 @@ def print_reports(
         "label_agreement": "Agreement of automatic labels with the human judgments (Cohen's kappa)",
         "efficiency_report": "Efficiency: end-to-end vs eRAG (query- / document-level batching)",
     }
-    for key, title in titles.items():
-        if only is not None and key not in only:
-            continue
+    from erag_dagster.registry import load_registry
+
+    registry = load_registry(registry_path or None)
+    wanted = [
+        (name, key)
+        for name in registry.dataset_names
+        for key in titles
+        if (only is None or key in only)
+        and (key == "retrieval_report" or registry.for_dataset(name).reader_labels)
+    ]
+    for name, key in wanted:
+        title = titles[key] + (f" [dataset {name}]" if name else "")
         try:
-            frame = load_asset_value(key, instance, registry_path, verbose)
+            frame = load_asset_value(
+                f"{name}/{key}" if name else key, instance, registry_path, verbose
+            )
         except Exception as exc:  # a report not materialised yet is not an error here
             print(f"\n{title}: not available ({type(exc).__name__})")
             continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -29,6 +29,7 @@ import yaml
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_file, sha256_text
 from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
 
 OPERATIONAL_KEYS = frozenset(
     {"batch_size", "device", "num_threads", "threads",
@@ -44,8 +45,11 @@ RETRIEVER_KEYS = {
     "run_file": frozenset({"kind", "path", "format", "sha256"}),
     "rerank": frozenset({"kind", "first_stage", "top_n", "k", "scorer", "dtype", "max_length"}),
 }
-"""Keys each retriever kind reads, besides :data:`OPERATIONAL_KEYS`; any other key is refused
-(a typo would otherwise be ignored by the retriever yet change the partition hash)."""
+"""Keys each retriever kind reads, besides :data:`OPERATIONAL_KEYS` and :data:`SCOPE_KEYS`; any
+other key is refused (a typo would otherwise be ignored by the retriever yet change the
+partition hash)."""
+SCOPE_KEYS = frozenset({"datasets"})
+"""Where a retriever runs, not what it returns: left out of its hash (:mod:`.registry_datasets`)."""
 READER_SCORER = "reader:"
 """A rerank ``scorer`` starting with this names a registry reader (its ``P("yes")``); any other
 value is a local Hugging Face cross-encoder folder."""
@@ -103,7 +107,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*$")
 
 def content_hash(config: dict[str, Any]) -> str:
     """sha256 hex of the canonical JSON of ``config`` without operational keys."""
-    canonical = {k: v for k, v in sorted(config.items()) if k not in OPERATIONAL_KEYS}
+    canonical = {k: v for k, v in sorted(config.items()) if k not in OPERATIONAL_KEYS | SCOPE_KEYS}
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
     return sha256_text(blob)
 
@@ -131,6 +135,45 @@ class Registry:
     evaluation: dict[str, Any] = field(default_factory=dict)
     generation: ExecutorSpec = field(default_factory=ExecutorSpec)
     """Where readers generate (``generation`` section, operational: hashes nothing)."""
+    datasets: dict[str, DatasetEntry] = field(default_factory=dict)
+    """The ``datasets`` section (:mod:`.registry_datasets`); empty: one dataset, unprefixed."""
+    dataset_name: str | None = None
+    """Set on the view of one dataset (:meth:`for_dataset`), else ``None``."""
+    reader_labels: bool = True
+    """Whether this (view's) dataset gets the reader stages (:mod:`.registry_datasets`)."""
+
+    def for_dataset(self, name: str | None) -> Registry:
+        """The registry as one dataset sees it (``None``: this registry): the retrievers scoped
+        to it (and those whose inputs all are), its evaluation overrides over the shared ones
+        and its spec as ``evaluation.dataset``. Partitions of a dataset's assets come from it."""
+        if name is None:
+            return self
+        if name not in self.datasets:
+            known = ", ".join(self.datasets) or "none: the registry has no datasets section"
+            raise InputError(f"{self.path}: unknown dataset {name!r}; known: {known}")
+        entry = self.datasets[name]
+        scoped = {
+            n: e for n, e in self.retrievers.items() if name in e.config.get("datasets", [name])
+        }
+        while dropped := [  # builds on a retriever this dataset does not have
+            n for n, e in scoped.items() if not set(_references(e.config)) <= set(scoped)
+        ]:
+            scoped = {n: e for n, e in scoped.items() if n not in dropped}
+        kept = scoped
+        evaluation = {**self.evaluation, **entry.evaluation, "dataset": entry.spec}
+        return replace(
+            self,
+            retrievers=kept,
+            evaluation=evaluation,
+            datasets={},
+            dataset_name=name,
+            reader_labels=entry.reader_labels,
+        )
+
+    @property
+    def dataset_names(self) -> list[str | None]:
+        """The datasets of the graph: the section's names, or ``[None]`` (one, unprefixed)."""
+        return list(self.datasets) or [None]
 
     @cached_property
     def _by_partition(self) -> dict[str, Entry]:
@@ -185,7 +228,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
         raise InputError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: the registry must be a mapping with 'retrievers' and 'readers'")
-    unknown = set(raw) - {"retrievers", "readers", "evaluation", "generation"}
+    unknown = set(raw) - {"retrievers", "readers", "evaluation", "generation", "datasets"}
     if unknown:
         raise InputError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
     retrievers_raw = _section(raw, "retrievers", path)
@@ -197,8 +240,8 @@ def load_registry(path: str | Path | None = None) -> Registry:
                 f"{path}: retriever {name!r} has kind {kind!r}; use one of {RETRIEVER_KINDS}"
             )
         for key, value in cfg.items():
-            if key not in RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS:
-                allowed = ", ".join(sorted(RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS))
+            if key not in RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS | SCOPE_KEYS:
+                allowed = ", ".join(sorted(RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS | SCOPE_KEYS))
                 raise InputError(
                     f"{path}: retriever {name!r} ({kind}) has unknown key {key!r}; known: {allowed}"
                 )
@@ -212,6 +255,20 @@ def load_registry(path: str | Path | None = None) -> Registry:
     evaluation = raw.get("evaluation") or {}
     if not isinstance(evaluation, dict):
         raise InputError(f"{path}: 'evaluation' must be a mapping")
+    check_evaluation(evaluation, f"{path}: evaluation")
+    generation = raw.get("generation")
+    if generation is not None and not isinstance(generation, dict):
+        raise InputError(f"{path}: 'generation' must be a mapping")
+    spec = ExecutorSpec.from_mapping(generation, f"{path}: generation")
+    datasets = parse_datasets(raw.get("datasets"), Path(path).resolve().parent, path)
+    _check_scopes(retrievers, datasets, path)
+    for entry in datasets.values():
+        check_evaluation(entry.evaluation, f"{path}: dataset {entry.name!r} evaluation")
+    return Registry(path, retrievers, readers, evaluation, spec, datasets)
+
+
+def check_evaluation(evaluation: dict[str, Any], where: str) -> None:
+    """The integer settings of an ``evaluation`` mapping (or a dataset's overrides) are >= 1."""
     for key in (
         "k",
         "label_k",
@@ -224,12 +281,35 @@ def load_registry(path: str | Path | None = None) -> Registry:
         counts = value if key.endswith("_ks") and isinstance(value, list) else [value]
         if not counts or not all(_count(v) and v <= 2**31 - 1 for v in counts):
             wanted = "a list of integers >= 1" if key.endswith("_ks") else "an integer >= 1"
-            raise InputError(f"{path}: evaluation {key} is {value!r}; it must be {wanted}")
-    generation = raw.get("generation")
-    if generation is not None and not isinstance(generation, dict):
-        raise InputError(f"{path}: 'generation' must be a mapping")
-    spec = ExecutorSpec.from_mapping(generation, f"{path}: generation")
-    return Registry(path, retrievers, readers, evaluation, spec)
+            raise InputError(f"{where} {key} is {value!r}; it must be {wanted}")
+
+
+def _references(config: dict[str, Any]) -> list[str]:
+    """The retriever names a config builds on (a hybrid's ``fuse``, a rerank's first stage)."""
+    if config["kind"] == "hybrid":
+        return list(config["fuse"])
+    if config["kind"] == "rerank":
+        return [config["first_stage"]]
+    return []
+
+
+def _check_scopes(
+    retrievers: dict[str, Entry], datasets: dict[str, DatasetEntry], path: str
+) -> None:
+    """Each retriever's ``datasets`` names known datasets (and needs a ``datasets`` section)."""
+    for entry in retrievers.values():
+        scope = entry.config.get("datasets")
+        if scope is None:
+            continue
+        if not isinstance(scope, list) or not scope or not all(isinstance(n, str) for n in scope):
+            raise InputError(f"{path}: retriever {entry.name!r}: datasets must be a list of names")
+        unknown = [n for n in scope if n not in datasets]
+        if unknown:
+            known = ", ".join(datasets) or "none: the registry has no datasets section"
+            raise InputError(
+                f"{path}: retriever {entry.name!r} names unknown dataset {unknown[0]!r}; "
+                f"known: {known}"
+            )
 
 
 def _retriever_entries(

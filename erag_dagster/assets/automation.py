@@ -25,6 +25,7 @@ import json
 import os
 
 import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._utils.schedules import is_valid_cron_string
 
 from erag_dagster.errors import InputError
@@ -67,23 +68,38 @@ READER_MODELS_BY_READER = dg.AssetDep(
 """A reader x retriever partition depends on its own reader's ``reader_models`` partition only."""
 
 
+def dataset_files_key(dataset: str | None) -> dg.AssetKey:
+    """``dataset_files``, prefixed by the registry dataset's name when there is one."""
+    return DATASET_FILES.with_prefix(dataset) if dataset else DATASET_FILES
+
+
 def current_input_versions(
-    dataset_spec: str, registry: Registry
-) -> dict[tuple[str, str | None], str]:
+    settings: EvalSettings,
+) -> dict[tuple[dg.AssetKey, str | None], str]:
     """What the observable inputs would report now: ``{(asset key, partition): data version}``
-    (partition ``None`` for ``dataset_files``; one entry per registry reader partition)."""
-    versions: dict[tuple[str, str | None], str] = {
-        ("dataset_files", None): dataset_digest(dataset_spec)
+    (partition ``None`` for each dataset's ``dataset_files``; one entry per registry reader
+    partition of ``reader_models``)."""
+    registry = settings.registry()
+    versions: dict[tuple[dg.AssetKey, str | None], str] = {
+        (dataset_files_key(name), None): dataset_digest(settings.resolve(name).dataset)
+        for name in registry.dataset_names
     }
     for entry in registry.readers.values():
-        versions[("reader_models", entry.partition_key)] = reader_digest(entry.name, entry.config)
+        versions[(READER_MODELS, entry.partition_key)] = reader_digest(entry.name, entry.config)
     return versions
 
 
-@dg.observable_source_asset(group_name="inputs")
-def dataset_files(settings: EvalSettings) -> dg.DataVersion:
-    """The dataset's files (content hash); the embedded sample's file for ``sample``."""
-    return dg.DataVersion(dataset_digest(settings.resolve().dataset))
+def build_dataset_files(dataset: str | None) -> dg.SourceAsset:
+    """``dataset_files`` of one registry dataset (``None``: the only one, unprefixed)."""
+
+    @dg.observable_source_asset(
+        name="dataset_files", key_prefix=[dataset] if dataset else None, group_name="inputs"
+    )
+    def dataset_files(settings: EvalSettings) -> dg.DataVersion:
+        """The dataset's files (content hash); the embedded sample's file for ``sample``."""
+        return dg.DataVersion(dataset_digest(settings.resolve(dataset).dataset))
+
+    return dataset_files
 
 
 def build_reader_models(registry: Registry) -> dg.SourceAsset:
@@ -135,9 +151,15 @@ def reader_lineage_tags(instance: dg.DagsterInstance, reader_partition: str) -> 
     }
 
 
-observe_inputs_job = dg.define_asset_job(
-    "observe_inputs", selection=dg.AssetSelection.keys("dataset_files", "reader_models")
-)
+OBSERVE_INPUTS = "observe_inputs"
+
+
+def build_observe_inputs_job(registry: Registry) -> UnresolvedAssetJobDefinition:
+    """``observe_inputs``: every dataset's ``dataset_files`` and ``reader_models``."""
+    keys = [dataset_files_key(name) for name in registry.dataset_names]
+    return dg.define_asset_job(
+        OBSERVE_INPUTS, selection=dg.AssetSelection.assets(*keys, READER_MODELS)
+    )
 
 
 def schedule_cron(registry: Registry) -> str:
@@ -159,14 +181,14 @@ def _observed_version(record) -> str | None:
 def changed_inputs(instance: dg.DagsterInstance, settings: EvalSettings) -> dict[str, str]:
     """The inputs whose current version differs from the last observed one (never observed
     counts as changed): ``{"asset" or "asset[partition]": current version}``."""
-    now = current_input_versions(settings.resolve().dataset, settings.registry())
     changed = {}
-    for (key, partition), version in now.items():
+    for (key, partition), version in current_input_versions(settings).items():
         record = instance.get_latest_data_version_record(
-            dg.AssetKey(key), is_source=True, partition_key=partition
+            key, is_source=True, partition_key=partition
         )
         if _observed_version(record) != version:
-            changed[f"{key}[{partition}]" if partition else key] = version
+            name = key.to_user_string()
+            changed[f"{name}[{partition}]" if partition else name] = version
     return changed
 
 
@@ -188,12 +210,15 @@ def _reevaluation(context: dg.ScheduleEvaluationContext, settings: EvalSettings)
     return _observation_request(context.instance, settings, "schedule")
 
 
-def build_reevaluation_schedule(registry: Registry) -> dg.ScheduleDefinition:
-    """``reevaluation_schedule`` on the cron of ``registry`` (see :func:`schedule_cron`)."""
+def build_reevaluation_schedule(
+    registry: Registry, job: UnresolvedAssetJobDefinition
+) -> dg.ScheduleDefinition:
+    """``reevaluation_schedule`` on the cron of ``registry`` (see :func:`schedule_cron`),
+    running ``job`` (:func:`build_observe_inputs_job`)."""
     return dg.schedule(
         name="reevaluation_schedule",
         cron_schedule=schedule_cron(registry),
-        job=observe_inputs_job,
+        job=job,
         default_status=dg.DefaultScheduleStatus.RUNNING,
     )(_reevaluation)
 
@@ -208,7 +233,7 @@ def sensor_interval_s(default: int) -> int:
     return int(raw)
 
 
-def build_input_change_sensor() -> dg.SensorDefinition:
+def build_input_change_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
     """``input_change_sensor`` (running by default, every 60 s): requests an observation of the
     inputs when one differs from its last observation, or was never observed — so a fresh
     deployment observes its inputs on the first tick and then builds the graph, and a changed
@@ -218,7 +243,7 @@ def build_input_change_sensor() -> dg.SensorDefinition:
 
     @dg.sensor(
         name="input_change_sensor",
-        job=observe_inputs_job,
+        job=job,
         minimum_interval_seconds=sensor_interval_s(60),
         default_status=dg.DefaultSensorStatus.RUNNING,
     )

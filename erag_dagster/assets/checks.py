@@ -148,12 +148,10 @@ def default_run_difference(registry: Registry, evaluation: Any) -> str | None:
     return None
 
 
-def previous_ci_figures(
-    context: dg.AssetExecutionContext, asset: str
-) -> list[dict[str, Any]] | None:
+def previous_ci_figures(context: dg.AssetExecutionContext) -> list[dict[str, Any]] | None:
     """The ``ci_figures`` of the asset's latest recorded materialisation (``None``: none, or
     one made before this check existed)."""
-    event = context.instance.get_latest_materialization_event(dg.AssetKey(asset))
+    event = context.instance.get_latest_materialization_event(context.asset_key)
     if event is None or event.asset_materialization is None:
         return None
     value = event.asset_materialization.metadata.get(CI_FIGURES)
@@ -179,7 +177,7 @@ def report_results(
         results.append(result(README_FIGURES, outcome))
     if regression:
         figures = checks.ci_figures(report)
-        outcome = checks.check_regression(figures, previous_ci_figures(context, asset))
+        outcome = checks.check_regression(figures, previous_ci_figures(context))
         results.append(result(NO_REGRESSION, outcome, dg.AssetCheckSeverity.WARN))
         extra[CI_FIGURES] = dg.MetadataValue.json(figures)
     return results, extra

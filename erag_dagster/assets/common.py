@@ -15,6 +15,39 @@ CODE_VERSION = "1"
 T = TypeVar("T")
 
 
+def dataset_of(context: dg.AssetExecutionContext) -> str | None:
+    """The registry dataset whose asset is running: its key prefix (``scifact/corpus`` →
+    ``scifact``); ``None`` for an unprefixed asset (a registry without ``datasets``)."""
+    key = next(iter(context.assets_def.keys))
+    return key.path[0] if len(key.path) > 1 else None
+
+
+def prefixed(assets: list[dg.AssetsDefinition], dataset: str | None) -> list[dg.AssetsDefinition]:
+    """``assets`` with every key among them, and every dependency on one of them or on
+    ``extra`` keys, prefixed by ``dataset`` (unchanged when ``None``); checks follow."""
+    if dataset is None:
+        return assets
+    from erag_dagster.assets.automation import DATASET_FILES
+
+    own = {key for a in assets for key in a.keys} | {DATASET_FILES}
+    replacements = {key: key.with_prefix(dataset) for key in own}
+    return [
+        _renamed_node(a.with_attributes(asset_key_replacements=replacements), dataset)
+        for a in assets
+    ]
+
+
+def _renamed_node(assets_def: dg.AssetsDefinition, dataset: str) -> dg.AssetsDefinition:
+    """``assets_def`` with its op named ``<dataset>__<op>`` (what ``key_prefix`` gives an
+    asset decorated with it): a job holding two datasets' copies needs distinct op names, and
+    ``with_attributes`` renames keys only. Uses Dagster's own copy path (``with_attributes``
+    builds its result the same way)."""
+    node = assets_def.node_def
+    renamed = node.with_replaced_properties(name=f"{dataset}__{node.name}")
+    attributes = {**assets_def.get_attributes_dict(), "node_def": renamed}
+    return assets_def.__class__.dagster_internal_init(**attributes)
+
+
 def retriever_partitions(registry: Registry) -> dg.StaticPartitionsDefinition:
     return dg.StaticPartitionsDefinition(registry.retriever_partitions)
 

@@ -3,8 +3,8 @@
 import dagster as dg
 import polars as pl
 
-from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE, dataset_files
-from erag_dagster.assets.common import CODE_VERSION, frame_version, table_md
+from erag_dagster.assets.automation import DATASET_FILES, RECOMPUTE_WHEN_STALE
+from erag_dagster.assets.common import CODE_VERSION, dataset_of, frame_version, table_md
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.resources import EvalSettings
 
@@ -29,11 +29,11 @@ from erag_dagster.resources import EvalSettings
     },
     group_name="dataset",
     can_subset=False,
-    deps=[dataset_files],
+    deps=[DATASET_FILES],
 )
 def dataset_tables(context: dg.AssetExecutionContext, settings: EvalSettings):
     """Load and validate the dataset (``settings.dataset``; default ``sample``)."""
-    spec = settings.resolve().dataset
+    spec = settings.resolve(dataset_of(context)).dataset
     ds = load_dataset(spec)
     context.log.info(
         f"{spec}: {ds.corpus.height} documents, {ds.queries.height} queries, "

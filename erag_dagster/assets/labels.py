@@ -15,6 +15,7 @@ from erag_dagster.assets.automation import (
 from erag_dagster.assets.common import (
     CODE_VERSION,
     by_system,
+    dataset_of,
     frame_version,
     reader_retriever_partitions,
     system_of,
@@ -54,13 +55,13 @@ def _doc_labels(
     answers and metric) are taken from it; only unseen pairs run the reader.
     """
     reader_key, retriever_key = system_of(context.partition_key)
-    params = settings.resolve()
-    model = reader.get(settings.registry(), reader_key)
+    params = settings.resolve(dataset_of(context))
+    model = reader.get(settings.registry(dataset_of(context)), reader_key)
     top_run = top_k(retrieval_run, params.label_k)
     result = label_run(
         top_run, queries, corpus, model, params.metric,
         label_store.open(), run_id=context.run.run_id, log=context.log.info,
-        executor=reader.executor_spec(settings.registry()),
+        executor=reader.executor_spec(settings.registry(dataset_of(context))),
     )  # fmt: skip
     labels = result.labels
     distribution = (
@@ -106,7 +107,7 @@ def erag_per_query(
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Per-query eRAG list metrics: ``reader, retriever, query_id`` + one column per metric,
     computed on the eRAG labels of each run's top ``label_k`` documents."""
-    metrics = settings.resolve().list_metrics
+    metrics = settings.resolve(dataset_of(context)).list_metrics
     table = erag_per_query_table(by_system(doc_labels), metrics)
     results, _ = asset_checks.report_results(context, "erag_per_query", table)
     output = dg.Output(
@@ -128,11 +129,11 @@ def erag_report(
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """The retriever comparison table: per (reader, retriever), the mean over queries of each
     eRAG list metric (the queries are those of ``erag_per_query``)."""
-    params = settings.resolve()
+    params = settings.resolve(dataset_of(context))
     metrics = [m for m in params.list_metrics if m in erag_per_query.columns]
     table = erag_summary(erag_per_query, metrics)
     results, _ = asset_checks.report_results(
-        context, "erag_report", table, figures_of=(settings.registry(), params)
+        context, "erag_report", table, figures_of=(settings.registry(dataset_of(context)), params)
     )
     output = dg.Output(
         table,

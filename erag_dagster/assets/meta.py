@@ -17,6 +17,7 @@ from erag_dagster.assets.automation import (
 from erag_dagster.assets.common import (
     CODE_VERSION,
     by_system,
+    dataset_of,
     frame_version,
     reader_retriever_partitions,
     table_md,
@@ -45,7 +46,7 @@ def _end_to_end(
     queries: pl.DataFrame,
 ) -> dg.Output[pl.DataFrame]:
     """The reader answers from the top-k documents together, for every k in ``e2e_ks``."""
-    params = settings.resolve()
+    params = settings.resolve(dataset_of(context))
     model = reader.get(settings.registry(), context.partition_key.keys_by_dimension["reader"])
     result = end_to_end_at_depths(
         retrieval_run, queries, corpus, model, params.metric, params.e2e_ks, context.log.info,
@@ -80,13 +81,14 @@ def _baseline_labels(
     qrels: pl.DataFrame,
 ) -> dg.Output[pl.DataFrame]:
     """Provenance, containment, semantic and LLM-annotation labels for the same top-k lists."""
-    registry = settings.registry()
+    registry = settings.registry(dataset_of(context))
+    params = settings.resolve(dataset_of(context))
     labels = baseline_label_set(
-        top_k(retrieval_run, settings.resolve().label_k), queries, corpus, qrels,
+        top_k(retrieval_run, params.label_k), queries, corpus, qrels,
         encoder_from_config(registry.first_config("dense")),
         reader.get(registry, context.partition_key.keys_by_dimension["reader"]),
         store=label_store.open(), run_id=context.run.run_id, log=context.log.info,
-        metric=settings.resolve().metric, methods=settings.resolve().label_methods,
+        metric=params.metric, methods=params.label_methods,
     )  # fmt: skip
     summary = (
         labels.group_by("method").agg(pl.col("label").mean().alias("mean_label")).sort("method")
@@ -121,17 +123,17 @@ def correlation_report(
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Kendall tau-b / Spearman rho (bootstrap 95% CIs) of every labelling method with
     end-to-end quality, per retriever (paper Table 1), and correlation vs k (Figure 1)."""
-    params = settings.resolve()
+    registry, params = settings.registry(dataset_of(context)), settings.resolve(dataset_of(context))
     report = build_correlation_report(
         by_system(doc_labels), by_system(baseline_labels), by_system(end_to_end),
-        dataset=parse_spec(params.dataset).name, metrics=params.list_metrics,
+        dataset=dataset_of(context) or parse_spec(params.dataset).name, metrics=params.list_metrics,
         label_k=params.label_k,
         e2e_ks=params.e2e_ks, n_resamples=params.bootstrap_resamples,
         folder=storage_dir("reports"),
     )  # fmt: skip
     image = base64.b64encode(report.plot.read_bytes()).decode()
     results, extra = asset_checks.report_results(
-        context, "correlation_report", report.table, None, (settings.registry(), params), True
+        context, "correlation_report", report.table, None, (registry, params), True
     )
     output = dg.Output(
         report.table,
@@ -164,8 +166,8 @@ def efficiency_report(
 ) -> dg.Output[pl.DataFrame]:
     """Wall time and peak memory: end-to-end vs eRAG (query- and document-level batching),
     on the first registry reader and the first retriever partition (sorted)."""
-    params = settings.resolve()
-    reader_entry = next(iter(settings.registry().readers.values()))
+    params = settings.resolve(dataset_of(context))
+    reader_entry = next(iter(settings.registry(dataset_of(context)).readers.values()))
     first = sorted(retrieval_run)[0]
     table = measure_efficiency_report(
         reader_entry.name, reader_entry.config, retrieval_run[first], queries, corpus,

@@ -11,6 +11,7 @@ from erag_dagster.assets import checks as asset_checks
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import (
     CODE_VERSION,
+    dataset_of,
     frame_version,
     retriever_partitions,
     table_md,
@@ -54,7 +55,7 @@ def dense_index(
 ) -> dg.Output[dict]:
     """Exact faiss index (IndexFlatIP, normalised vectors) for every dense retriever config,
     and the approximate index (HNSW, IVF-PQ) of a config that names one."""
-    registry = settings.registry()
+    registry = settings.registry(dataset_of(context))
     built: dict[str, dict] = {}
     for entry in registry.retrievers.values():
         if entry.config["kind"] != "dense":
@@ -90,8 +91,8 @@ def _retrieval_run(
     queries: pl.DataFrame,
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Top-k run ``(query_id, doc_id, rank, score)`` of one retriever config (the partition)."""
-    registry = settings.registry()
-    params = settings.resolve()
+    registry = settings.registry(dataset_of(context))
+    params = settings.resolve(dataset_of(context))
     k = params.k
     entry = registry.retriever(context.partition_key)
     timing = RetrievalTiming()
@@ -136,9 +137,9 @@ def retrieval_report(
     """Human-judgment leaderboard (pytrec_eval, trec_eval conventions): per retriever the mean
     of each metric with a bootstrap 95% CI, and a paired comparison (randomisation test and
     t-test) with the first retriever of the registry."""
-    params = settings.resolve()
+    params = settings.resolve(dataset_of(context))
     metrics = params.human_metrics
-    registry = settings.registry()
+    registry = settings.registry(dataset_of(context))
     if qrels.height == 0:
         context.log.warning("the dataset has no judgments: no human-judgment report")
         empty = pl.DataFrame()
@@ -192,8 +193,8 @@ def _rerank_lift(
     (:func:`~erag_dagster.retrieval.rerank.lift_report`: before/after at the same depth, paired
     randomisation and t-test p-values, bootstrap CI of the difference) with the added seconds
     per query its run measured (model load excluded)."""
-    registry = settings.registry()
-    params = settings.resolve()
+    registry = settings.registry(dataset_of(context))
+    params = settings.resolve(dataset_of(context))
     entry = registry.retriever(context.partition_key)
     first = registry.retriever(entry.config["first_stage"]).partition_key
     cost = _latest_run_metadata(context, entry.partition_key)
@@ -215,8 +216,9 @@ def _rerank_lift(
 
 def _latest_run_metadata(context: dg.AssetExecutionContext, partition: str) -> dict:
     """The metadata values of ``retrieval_run[partition]``'s latest materialisation."""
+    run_key = context.asset_key_for_input("retrieval_run")
     records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("retrieval_run"), asset_partitions=[partition]),
+        dg.AssetRecordsFilter(asset_key=run_key, asset_partitions=[partition]),
         limit=1,
     ).records
     if not records or records[0].asset_materialization is None:

@@ -80,6 +80,17 @@ class EvalSettings(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._check_registry_path()
 
+    def check_dataset_override(self) -> None:
+        """Refuse a dataset given in settings (or ``$ERAG_DATASET``) for a registry with a
+        ``datasets`` section: each of its datasets has its own spec and assets."""
+        given = self.dataset or os.environ.get("ERAG_DATASET")
+        registry = self.registry()
+        if given and registry.datasets:
+            raise InputError(
+                f"dataset {given!r} given, but {registry.path} has a datasets section "
+                f"({', '.join(registry.datasets)}): edit it there, or unset ERAG_DATASET"
+            )
+
     def _check_registry_path(self) -> None:
         bound = self._registry
         if bound is None or not self.registry_path:
@@ -90,22 +101,29 @@ class EvalSettings(dg.ConfigurableResource):
                 f"definitions were built from ({bound.path}); set ERAG_REGISTRY to it instead"
             )
 
-    def registry(self) -> Registry:
-        """The registry (parsed at most once per settings object)."""
+    def registry(self, dataset: str | None = None) -> Registry:
+        """The registry (parsed at most once per settings object); with ``dataset``, the view
+        of that registry dataset (:meth:`Registry.for_dataset`)."""
         if self._registry is None:
             self._registry = load_registry(self.registry_path or None)
         self._check_registry_path()
-        return self._registry
+        return self._registry.for_dataset(dataset)
 
-    def resolve(self) -> Evaluation:
-        """The settings in force: explicit values, else the registry's ``evaluation`` section,
-        else the built-in defaults; ``label_k`` and ``e2e_ks`` are capped at ``k``."""
-        defaults = self.registry().evaluation
+    def resolve(self, dataset: str | None = None) -> Evaluation:
+        """The settings in force: explicit values, else the registry's ``evaluation`` section
+        (with ``dataset``: that registry dataset's overrides first), else the built-in defaults;
+        ``label_k`` and ``e2e_ks`` are capped at ``k``.
+
+        A registry dataset's spec is its own: ``dataset``/``$ERAG_DATASET`` replace the spec of
+        a registry without a ``datasets`` section only (:meth:`check_dataset_override`)."""
+        defaults = self.registry(dataset).evaluation
         k = self.k or int(defaults.get("k", 50))
         label_k = min(self.label_k or int(defaults.get("label_k", 10)), k)
         e2e_ks = self.e2e_ks or defaults.get("e2e_ks", [label_k])
         return Evaluation(
-            dataset=self.dataset
+            dataset=str(defaults["dataset"])
+            if dataset is not None
+            else self.dataset
             or os.environ.get("ERAG_DATASET")
             or str(defaults.get("dataset", "sample")),
             k=k,
