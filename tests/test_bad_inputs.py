@@ -106,6 +106,25 @@ def bad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             f"retrievers:\n  theirs:\n    kind: run_file\n    path: {run}\n"
             "readers:\n  r:\n    model: m\n"
         )
+    datasets = {
+        "dsname": "datasets:\n  my-set: sample\n",
+        "dskey": "datasets:\n  s:\n    spec: sample\n    passage: 3\n",
+        "dsboth": "datasets:\n  s:\n    spec: sample?passages=3\n    passages: 4\n",
+        "dsok": "datasets:\n  s: sample\n  good: beir:good\n",
+    }
+    for name, section in datasets.items():
+        (tmp_path / f"{name}.yaml").write_text(
+            f"{section}retrievers:\n  bm25:\n    kind: bm25\nreaders:\n  r:\n    model: m\n"
+        )
+    (tmp_path / "dsscope.yaml").write_text(
+        "datasets:\n  s: sample\nretrievers:\n  bm25:\n    kind: bm25\n    datasets: [t]\n"
+        "readers:\n  r:\n    model: m\n"
+    )
+    (tmp_path / "dsrun.yaml").write_text(
+        "datasets:\n  s: sample\n  good: beir:good\nretrievers:\n  bm25:\n    kind: bm25\n"
+        "  theirs:\n    kind: run_file\n    path: badrun.trec\n    datasets: [good]\n"
+        "readers:\n  r:\n    model: m\n"
+    )
     (tmp_path / "badrun.trec").write_text("q1 Q0 d1 1 1.0 t\nq2 Q0 dx 1 1.0 t\n")
     (tmp_path / "badq.trec").write_text("q9 Q0 d1 1 1.0 t\n")
     pl.DataFrame({"query_id": ["q1"], "doc_id": ["d1"]}).write_parquet(tmp_path / "noscore.parquet")
@@ -152,6 +171,20 @@ CASES = [
      ["badq.trec:1", "query_id 'q9'"]),
     ("run file checked before a run", ["run", "--dataset", "beir:good", "--registry",
      "baddoc.yaml"], {}, 2, ["badrun.trec:2", "doc_id 'dx'"]),
+    ("dataset name not a key part", [*RETRIEVE, "--registry", "dsname.yaml"], {}, 2,
+     ["dsname.yaml", "dataset 'my-set'", "a letter, then"]),
+    ("dataset unknown key", [*RETRIEVE, "--registry", "dskey.yaml"], {}, 2,
+     ["dskey.yaml", "dataset 's'", "unknown key 'passage'"]),
+    ("dataset option twice", [*RETRIEVE, "--registry", "dsboth.yaml"], {}, 2,
+     ["dsboth.yaml", "dataset 's'", "'passages' is given in the spec and as a key"]),
+    ("retriever scoped to an unknown dataset", [*RETRIEVE, "--registry", "dsscope.yaml"], {},
+     2, ["dsscope.yaml", "retriever 'bm25'", "unknown dataset 't'", "known: s"]),
+    ("--dataset with a datasets section", ["run", "--dataset", "sample", "--registry",
+     "dsok.yaml"], {}, 2, ["dataset 'sample' given", "dsok.yaml", "datasets section (s, good)"]),
+    ("ERAG_DATASET with a datasets section", ["run", "--registry", "dsok.yaml"],
+     {"ERAG_DATASET": "sample"}, 2, ["dataset 'sample' given", "unset ERAG_DATASET"]),
+    ("run file of one dataset checked before a run", ["run", "--registry", "dsrun.yaml"], {},
+     2, ["dataset 'good'", "badrun.trec:2", "doc_id 'dx'"]),
     ("run file missing", [*THEIRS, "gone.yaml"], {}, 2,
      ["gone.yaml", "run_file 'theirs'", "nope.trec"]),
     ("parquet run without score", [*THEIRS, "noscore.yaml"], {}, 2,

@@ -1,0 +1,229 @@
+"""Several datasets in one graph: the registry's ``datasets`` section, per-dataset asset-key
+prefixes and partitions, and automation that recomputes only the dataset that changed.
+
+The slow world materialises two datasets through the main job: the embedded sample (reader
+stages on) and the SciFact BEIR copy in ../shared/data (human judgments only), with a run-file
+retriever (the BM25 run written by ``erag-dagster retrieve``) scoped to SciFact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from erag_dagster.cli import main
+from erag_dagster.data.spec import parse_spec
+from erag_dagster.definitions import build_defs
+from erag_dagster.errors import InputError
+from erag_dagster.pipeline import load_asset_value, materialize_all
+from erag_dagster.registry import load_registry
+from erag_dagster.resources import EvalSettings
+from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
+from tests.test_automation import requested
+
+
+def _with_datasets(folder: Path, datasets: dict, extra: dict | None = None, **changes) -> Path:
+    """:func:`small_registry` with BM25 and ``extra`` retrievers, plus a ``datasets`` section."""
+    path = small_registry(folder, **changes)
+    raw = yaml.safe_load(path.read_text())
+    raw["retrievers"] = {"bm25": raw["retrievers"]["bm25"], **(extra or {})}
+    path.write_text(yaml.safe_dump({"datasets": datasets, **raw}, sort_keys=False))
+    return path
+
+
+# -- the registry section ------------------------------------------------------------------------
+
+
+def test_dataset_entries_merge_options_and_resolve_paths(tmp_path: Path) -> None:
+    (tmp_path / "data" / "beir").mkdir(parents=True)
+    path = _with_datasets(
+        tmp_path / "reg",
+        {
+            "sample": "sample?spread_questions=6",
+            "theirs": {
+                "spec": "beir:../data/beir",
+                "spread_questions": 20,
+                "evaluation": {"k": 7},
+            },
+        },
+    )
+    registry = load_registry(path)
+    assert list(registry.datasets) == ["sample", "theirs"]
+    theirs = registry.datasets["theirs"]
+    parsed = parse_spec(theirs.spec)
+    assert parsed.path == (tmp_path / "data" / "beir").resolve()  # against the registry folder
+    assert parsed.options == {"spread_questions": "20"}
+    assert theirs.reader_labels is False  # beir has no gold answers
+    assert registry.datasets["sample"].reader_labels is True
+    settings = EvalSettings(registry_path=str(path))
+    assert settings.resolve("theirs").k == 7  # the dataset's override
+    assert settings.resolve("sample").k == 10  # the shared evaluation section
+    assert settings.resolve("sample").dataset == "sample?spread_questions=6"
+
+
+def test_scope_keeps_partition_keys_and_drops_what_builds_on_it(tmp_path: Path) -> None:
+    run = tmp_path / "theirs.trec"
+    run.write_text("q1 Q0 d1 1 1.0 t\n")
+    extra = {
+        "theirs": {"kind": "run_file", "path": str(run), "datasets": ["b"]},
+        "fused": {"kind": "hybrid", "fuse": ["bm25", "theirs"]},
+    }
+    scoped = load_registry(
+        _with_datasets(tmp_path / "s", {"a": "sample", "b": "sample"}, extra=extra)
+    )
+    unscoped_extra = {"theirs": {"kind": "run_file", "path": str(run)}}
+    plain = load_registry(_with_datasets(tmp_path / "p", {"a": "sample"}, extra=unscoped_extra))
+    # scope is not content: the partition key is the same with and without it
+    assert scoped.retriever("theirs").partition_key == plain.retriever("theirs").partition_key
+    assert list(scoped.for_dataset("a").retrievers) == ["bm25"]  # fused builds on theirs
+    assert list(scoped.for_dataset("b").retrievers) == ["bm25", "theirs", "fused"]
+    with pytest.raises(InputError, match="unknown dataset 'c'; known: a, b"):
+        scoped.for_dataset("c")
+
+
+def test_graph_has_one_prefixed_copy_per_dataset(tmp_path: Path, shared_data: Path) -> None:
+    path = _with_datasets(
+        tmp_path / "reg",
+        {"sample": "sample?max_questions=4", "scifact": f"beir:{shared_data}/scifact/beir"},
+    )
+    defs = build_defs(str(path))
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert {"sample/doc_labels", "sample/correlation_report", "scifact/retrieval_report"} <= keys
+    assert "scifact/doc_labels" not in keys  # beir: human-judgment assets only
+    assert {k for k in keys if "/" not in k} == {"reader_models"}  # shared by both datasets
+    assert (
+        dg.AssetKey(["scifact", "dataset_files"])
+        in graph.get(dg.AssetKey(["scifact", "corpus"])).parent_keys
+    )
+    assert graph.get(dg.AssetKey(["sample", "retrieval_run"])).parent_keys == {
+        dg.AssetKey(["sample", "bm25_index"]),
+        dg.AssetKey(["sample", "dense_index"]),
+        dg.AssetKey(["sample", "queries"]),
+        dg.AssetKey(["sample", "corpus"]),
+    }
+    defs.resolve_all_job_defs()  # one op per dataset copy: no clash of node names
+    checks = {k.to_user_string() for k in graph.asset_check_keys}
+    assert "scifact/retrieval_run:retrieval_run_depth_ranks_unique" in checks or any(
+        c.startswith("scifact/retrieval_run:") for c in checks
+    )
+
+
+# -- a materialised two-dataset world ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
+    root = tmp_path_factory.mktemp("datasets")
+    home = write_instance_yaml(root / "dagster_home")
+    scifact = f"beir:{shared_data}/scifact/beir"
+    with scoped_env(ERAG_STORAGE=str(root / "storage"), DAGSTER_HOME=str(home)):
+        run = root / "bm25.trec"  # their system's run: here, our BM25 written by the CLI
+        assert main(["retrieve", "--dataset", scifact, "--retriever", "bm25", "--k", "10",
+                     "--output", str(run)]) == 0  # fmt: skip
+        datasets = {
+            "sample": "sample?max_questions=4",
+            "scifact": {"spec": scifact, "spread_questions": 8},
+        }
+        extra = {"theirs": {"kind": "run_file", "path": str(run), "datasets": ["scifact"]}}
+        registry = _with_datasets(root / "base", datasets, extra=extra)
+        instance = dg.DagsterInstance.from_config(str(home))
+        settings = EvalSettings(registry_path=str(registry))
+        materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
+        yield {
+            "root": root, "registry": registry, "instance": instance, "datasets": datasets,
+            "extra": extra, "scifact": scifact,
+        }  # fmt: skip
+
+
+def _edited(world, name: str, datasets: dict) -> dg.Definitions:
+    path = _with_datasets(world["root"] / name, datasets, extra=world["extra"])
+    defs = build_defs(str(path))
+    observe = defs.resolve_job_def("observe_inputs")
+    assert observe.execute_in_process(instance=world["instance"]).success
+    return defs
+
+
+@pytest.mark.slow
+def test_each_dataset_has_its_reports_and_the_run_file_scores_as_bm25(world) -> None:
+    registry = load_registry(world["registry"])
+    sample = load_asset_value("sample/retrieval_report", world["instance"], str(world["registry"]))
+    scifact = load_asset_value(
+        "scifact/retrieval_report", world["instance"], str(world["registry"])
+    )
+    assert sample.get_column("retriever").to_list() == [registry.retriever("bm25").partition_key]
+    theirs = registry.retriever("theirs").partition_key
+    assert scifact.get_column("retriever").to_list() == [
+        registry.retriever("bm25").partition_key,
+        theirs,
+    ]
+    assert set(scifact.get_column("queries").to_list()) == {8}
+    # same content, different identity: the run file's figures are BM25's
+    metrics = [c for c in scifact.columns if c.startswith(("nDCG@", "R@")) and "_" not in c]
+    bm25_row, theirs_row = scifact.select(metrics).rows()
+    assert bm25_row == pytest.approx(theirs_row)
+    erag = load_asset_value("sample/erag_report", world["instance"], str(world["registry"]))
+    assert erag.height == 1 and erag.get_column("queries").to_list() == [4]
+
+
+@pytest.mark.slow
+def test_nothing_changed_requests_nothing(world) -> None:
+    result = dg.evaluate_automation_conditions(
+        defs=build_defs(str(world["registry"])), instance=world["instance"]
+    )
+    assert requested(result) == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edited", ["scifact", "sample"])
+def test_editing_one_dataset_recomputes_only_its_assets(world, edited: str) -> None:
+    base = build_defs(str(world["registry"]))
+    tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
+    datasets = dict(world["datasets"])
+    datasets["scifact"] = {"spec": world["scifact"], "spread_questions": 10}
+    if edited == "sample":
+        datasets = {**world["datasets"], "sample": "sample?max_questions=5"}
+    defs = _edited(world, f"edit-{edited}", datasets)
+    try:
+        result = dg.evaluate_automation_conditions(
+            defs=defs, instance=world["instance"], cursor=tick.cursor
+        )
+        got = requested(result)
+        assert set(got) == {f"{edited}/corpus", f"{edited}/queries", f"{edited}/qrels"}
+    finally:  # the instance observes the base registry's inputs again for the other cases
+        _edited(world, "base-again", world["datasets"])
+
+
+@pytest.mark.slow
+def test_adding_a_dataset_materialises_only_its_assets(world, shared_data: Path) -> None:
+    base = build_defs(str(world["registry"]))
+    tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
+    dl19 = f"beir:{shared_data}/beir-msmarco-dl19-subset"
+    defs = _edited(world, "added", {**world["datasets"], "dl19": dl19})
+    first = dg.evaluate_automation_conditions(
+        defs=defs, instance=world["instance"], cursor=tick.cursor
+    )
+    # Dagster counts a condition's first evaluation of a new asset as "handled"
+    # (since_last_handled includes initial_evaluation), so a new dataset starts on the next tick
+    assert requested(first) == {}
+    result = dg.evaluate_automation_conditions(
+        defs=defs, instance=world["instance"], cursor=first.cursor
+    )
+    got = set(requested(result))  # the tables, and what reads them in the same tick
+    assert {"dl19/corpus", "dl19/queries", "dl19/qrels"} <= got
+    assert all(key.startswith("dl19/") for key in got), got
+    _edited(world, "base-again", world["datasets"])
+
+
+@pytest.mark.slow
+def test_run_prints_every_datasets_reports(world, capsys) -> None:
+    from erag_dagster.pipeline import print_reports
+
+    print_reports(world["instance"], str(world["registry"]))
+    out = capsys.readouterr().out
+    assert "[dataset sample] ==" in out and "[dataset scifact] ==" in out
+    assert "eRAG: list metrics" in out
+    assert "dataset scifact]: not available" not in out  # no reader stage: not listed
