@@ -203,6 +203,7 @@ def test_beir_holm_family(two_datasets) -> None:
     assert "Holm-adjusted over 9 comparisons" in text
     assert "paired randomisation test" in text
     assert "bm25 (baseline)" in text
+    assert "not run on that dataset" not in text  # no missing cell, no such note
     row = cell(board, "sample", "bm25", "nDCG@10")
     assert f"{row['mean']:.3f} [{row['low']:.2f}, {row['high']:.2f}]" in text
 

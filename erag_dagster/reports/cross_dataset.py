@@ -422,8 +422,9 @@ def format_cross_leaderboard(
         "bootstrap (queries resampled within each dataset).",
         f"{star} p < {alpha}: {P_HOLM_TEST} over {family} comparisons (every non-baseline cell "
         f"of this table) with the baseline ({', '.join(base)}) on the same queries.",
-        f"{MISSING}: not run on that dataset (a mean over datasets needs every dataset).",
     ]
+    if any(MISSING in row for row in rows):
+        notes.append(f"{MISSING}: not run on that dataset (a mean over datasets needs every one).")
     headers = [*keys, *datasets]
     table = render_cells(headers, rows, [False] * len(keys) + [True] * len(datasets), markdown)
     return table + "\n\n" + ("\n\n" if markdown else "\n").join(notes)
