@@ -318,8 +318,20 @@ def test_erag_leaderboard_on_stored_labels() -> None:
     assert (again >= board["p_holm"].drop_nulls().to_numpy()).all()
     text = format_cross_leaderboard(board)
     assert "| metric" in text and "reader" in text and "over 12 comparisons" in text
+    # a reader that never judged the baseline's lists compares with its own first retriever
+    other = {n: t.filter(pl.col("retriever") == "bm25-reversed").with_columns(reader=pl.lit("b"))
+             for n, t in tables.items()}  # fmt: skip
+    mixed = erag_leaderboard({n: pl.concat([tables[n], other[n]]) for n in tables}, n_resamples=50)
+    assert mixed.filter(pl.col("reader") == "b")["baseline"].all()
+    assert (mixed["family"] == 3 * len(metrics)).all()
     with pytest.raises(InputError, match="missing column"):
         erag_leaderboard({"x": tables["squad50"].drop("RR")}, ["RR"])
+    broken = tables["squad50"].with_columns(RR=pl.when(pl.int_range(pl.len()) == 5)
+                                            .then(None).otherwise(pl.col("RR")))  # fmt: skip
+    with pytest.raises(InputError, match=r"missing or non-finite RR for reader 'smollm2'"):
+        erag_leaderboard({"squad50": broken})
+    with pytest.raises(InputError, match="baseline 'dense'"):
+        erag_leaderboard(tables, baseline="dense")
 
 
 def test_table1_across_datasets() -> None:

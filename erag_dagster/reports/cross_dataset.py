@@ -134,10 +134,11 @@ def erag_leaderboard(
     query_id`` + one column per metric, :func:`~erag_dagster.meta.per_query.erag_per_query`).
     ``metrics``: default every metric column of the first table. Within each reader every
     retriever is compared with ``baseline`` (default: the first retriever of the first
-    dataset's table). The Holm family spans all readers. Output: ``reader`` then
-    :data:`LEADERBOARD_SCHEMA`'s columns, readers in order of first appearance. Cells' means
-    are :func:`~erag_dagster.meta.per_query.erag_summary`'s (the ``erag_report`` asset's). An
-    empty table contributes nothing; a missing column or a null/non-finite value raises
+    dataset's table; a reader without it compares with its own first retriever). The Holm
+    family spans all readers. Output: ``reader`` then :data:`LEADERBOARD_SCHEMA`'s columns,
+    readers in order of first appearance. Cells' means are
+    :func:`~erag_dagster.meta.per_query.erag_summary`'s (the ``erag_report`` asset's). An empty
+    table contributes nothing; a missing column or a null/non-finite value raises
     :class:`InputError`.
     """
     tables = {name: t for name, t in per_dataset.items() if t.height}
@@ -163,9 +164,17 @@ def erag_leaderboard(
                 aggregate=means[(reader, retriever)],
             )  # fmt: skip
             by_reader.setdefault(str(reader), {}).setdefault(dataset, {})[str(retriever)] = report
+    if baseline is not None and not any(
+        baseline in reports for boards in by_reader.values() for reports in boards.values()
+    ):
+        raise InputError(f"baseline {baseline!r} is not a retriever of any erag_per_query table")
     frames = []
     for reader, boards in by_reader.items():
-        rows = _rows(boards, names, base, n_resamples, n_permutations, confidence, seed)
+        # a reader that never judged the baseline's lists compares with its own first retriever
+        judged = any(base in reports for reports in boards.values())
+        rows = _rows(
+            boards, names, base if judged else None, n_resamples, n_permutations, confidence, seed
+        )
         frames.append(
             pl.DataFrame(rows, schema=LEADERBOARD_SCHEMA, orient="row").select(
                 pl.lit(reader).alias("reader"), pl.all()
