@@ -20,10 +20,10 @@ Leaderboards are *long* frames, one row per ``(retriever, dataset, metric)`` (eR
   mean over datasets of the per-dataset differences, with ``p_perm`` the sign-flip test of that
   statistic flipping queries within datasets
   (:func:`~erag_dagster.stats.significance.stratified_randomisation_test`); ``p_t`` is null
-  (no t-test for a weighted mean of differences). A retriever missing from some dataset has no
-  row there and a mean-over-datasets row of nulls (``datasets`` says on how many it ran): a
-  mean over a different set of datasets would not be comparable with the others. A dataset
-  without the baseline has null comparisons;
+  on every mean row (no t-test for a weighted mean of differences). A retriever missing from
+  some dataset has no row there and a mean-over-datasets row of nulls (``datasets`` says on
+  how many it ran): a mean over a different set of datasets would not be comparable with the
+  others. A dataset without the baseline has null comparisons;
 - ``p_holm``: ``p_perm`` Holm-adjusted (:func:`~erag_dagster.stats.significance.holm`) over
   the **family of every non-null non-baseline ``p_perm`` in the table** (all datasets, the
   mean-over-datasets rows and all metrics; eRAG: all readers too); ``family`` holds its size on
@@ -280,7 +280,7 @@ def _mean_cells(
     if base_reports is None:
         return mean, low, high, None, None, None
     if is_base:
-        return mean, low, high, 0.0, 1.0, 1.0
+        return mean, low, high, 0.0, 1.0, None
     differences = []
     for s, base in zip(scores, base_reports, strict=True):
         _ids, a, b, _only_a, _only_b = align(s, metric_scores(base, metric))
