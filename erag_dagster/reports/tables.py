@@ -93,6 +93,17 @@ def _render_markdown(
     return "\n".join(out)
 
 
+def render_cells(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[bool],
+    markdown: bool = False,
+) -> str:
+    """Render already-formatted cells (``right``: which columns to right-align) as a text or
+    markdown table, for reports whose cells are composite text (``0.512 [0.47, 0.55]``)."""
+    return (_render_markdown if markdown else _render_text)(headers, rows, right)
+
+
 def format_table(frame: pl.DataFrame, floatfmt: str = ".4f") -> str:
     """An aligned plain-text table of ``frame`` for terminals (header, dashes, rows).
 

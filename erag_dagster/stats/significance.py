@@ -17,6 +17,10 @@ intersection of their ids; ids only one side has are dropped and counted).
   scipy's ``permutation_test(..., permutation_type="samples")`` follows the same two rules.
 - **Bootstrap CI of the mean difference**: percentile bootstrap over queries (see
   :mod:`erag_dagster.stats.correlation`).
+- **Across datasets** (:func:`stratified_bootstrap_mean_ci`,
+  :func:`stratified_randomisation_test`): the same bootstrap and sign-flip test for the
+  unweighted mean over datasets of per-dataset means, resampling / flipping within each dataset.
+- **Multiple comparisons**: :func:`holm` (Holm 1979 step-down, family-wise error rate).
 
 Edge-case policy: ``n = 0`` (no shared query) raises :class:`InputError`; so do non-finite
 scores. When every difference is the same value ``c`` (zero variance) the t statistic is
@@ -28,7 +32,7 @@ p-value, ``2 / 2**n`` when exact). With ``n = 1`` the t-test is undefined: ``t =
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,6 +172,61 @@ def bootstrap_mean_ci(
     return percentile_interval(means, confidence)
 
 
+def stratified_bootstrap_mean_ci(
+    groups: Sequence[ArrayLike],
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the *unweighted mean of group means*
+    ``(1/G) * sum_g mean(groups[g])`` (BEIR's "average over datasets").
+
+    Stratified bootstrap (Davison & Hinkley 1997, §3.7): each resample draws ``n_g`` values with
+    replacement within every group ``g`` (queries never move between datasets, and each
+    dataset keeps its size), the statistic is recomputed, and the interval is the percentile
+    interval of the ``n_resamples`` replicates. Each group has its own seeded generator (spawned
+    from ``seed``), so the result is deterministic. With one group this is the ordinary
+    percentile bootstrap of that group's mean (but not the same draws as
+    :func:`bootstrap_mean_ci`). Raises :class:`InputError` for no groups, an empty group or
+    non-finite values.
+    """
+    check_bootstrap_args(n_resamples, confidence)
+    if not groups:
+        raise InputError("stratified bootstrap needs at least one group")
+    arrays = [np.asarray(g, dtype=np.float64) for g in groups]
+    for i, v in enumerate(arrays):
+        if v.ndim != 1 or v.size == 0 or not np.isfinite(v).all():
+            raise InputError(f"stratified bootstrap: group {i} is not a non-empty finite 1-D array")
+    total = np.zeros(int(n_resamples))
+    for v, child in zip(arrays, np.random.SeedSequence(seed).spawn(len(arrays)), strict=True):
+        rng = np.random.default_rng(child)
+        total += np.concatenate(
+            [v[idx].mean(axis=1) for idx in resample_blocks(rng, v.size, n_resamples)]
+        )
+    return percentile_interval(total / len(arrays), confidence)
+
+
+def stratified_randomisation_test(
+    differences: Sequence[ArrayLike], n_permutations: int = 10_000, seed: int | None = 0
+) -> tuple[float, bool]:
+    """Two-sided paired sign-flip test of the unweighted mean over groups of the mean paired
+    difference, ``D = (1/G) * sum_g mean(d_g)``; returns ``(p, exact)``.
+
+    Under H0 each query's difference is equally likely to carry either sign, independently of
+    the others, so flipping signs within groups is a valid randomisation (a stratified
+    version of the test in the module docstring). Since
+    ``D = sum_g sum_q d_gq / (G * n_g)``, it is :func:`randomisation_test` on the weighted
+    differences ``d_gq / (G * n_g)``: same exact/Monte Carlo rules and p-value formulas.
+    """
+    if not differences:
+        raise InputError("stratified randomisation test needs at least one group")
+    arrays = [np.asarray(d, dtype=np.float64) for d in differences]
+    if any(d.ndim != 1 or d.size == 0 for d in arrays):
+        raise InputError("stratified randomisation test: every group needs a non-empty 1-D array")
+    weighted = np.concatenate([d / (len(arrays) * d.size) for d in arrays])
+    return randomisation_test(weighted, n_permutations=n_permutations, seed=seed)
+
+
 def compare_paired(
     a: Mapping[str, float],
     b: Mapping[str, float],
@@ -211,3 +270,32 @@ def compare_paired(
         n_permutations=2**d.size if exact else int(n_permutations),
         confidence=confidence,
     )
+
+
+def holm(p_values: ArrayLike) -> NDArray[np.float64]:
+    """Holm's step-down adjustment of ``p_values`` for multiple comparisons (Holm 1979,
+    "A simple sequentially rejective multiple test procedure", Scand. J. Statist. 6:65–70).
+
+    With the ``m`` finite p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted
+    value of the ``i``-th is ``min(1, max_{j <= i} (m - j + 1) * p_(j))`` (the running maximum
+    keeps the adjusted values in the order of the raw ones); rejecting where the adjusted value
+    is ``< alpha`` controls the family-wise error rate at ``alpha`` under any dependence
+    between the tests. Returned in the input order, same shape (1-D). ``nan`` p-values stay
+    ``nan`` and are not counted in ``m``; an empty input gives an empty array. A p-value outside
+    ``[0, 1]`` (or infinite) raises :class:`InputError`.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1:
+        raise InputError("holm needs a one-dimensional array of p-values")
+    finite = ~np.isnan(p)
+    if ((p[finite] < 0.0) | (p[finite] > 1.0)).any():
+        raise InputError(f"p-values must lie in [0, 1], got {p[finite].min()}..{p[finite].max()}")
+    out = np.full(p.shape, np.nan)
+    index = np.flatnonzero(finite)
+    m = index.size
+    if m == 0:
+        return out
+    order = index[np.argsort(p[index], kind="stable")]
+    scaled = (m - np.arange(m)) * p[order]
+    out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))
+    return out

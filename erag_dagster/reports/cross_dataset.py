@@ -1,0 +1,453 @@
+"""Reports across datasets: the BEIR-style leaderboard, the eRAG leaderboard and Table 1 with
+one column group per dataset.
+
+Every per-dataset cell is the single-dataset report's own number: the leaderboards call
+:func:`~erag_dagster.reports.leaderboard.leaderboard_from_reports` once per dataset (same
+seed, same draws), so a cell equals the ``retrieval_report`` of that dataset exactly; Table 1
+takes each dataset's :func:`~erag_dagster.meta.correlation.correlation_table` as it is.
+
+Leaderboards are *long* frames, one row per ``(retriever, dataset, metric)`` (eRAG: per
+``(reader, retriever, dataset, metric)``) with :data:`LEADERBOARD_SCHEMA`:
+
+- ``mean`` (the dataset's aggregate), ``low``/``high`` (95% percentile bootstrap CI over the
+  dataset's queries), ``queries``/``dropped`` as in the single-dataset leaderboard;
+- ``diff``/``p_perm``/``p_t``: paired comparison with the baseline retriever on the queries
+  both scored (randomisation test and t-test; the baseline's own row reads 0 / 1 / 1);
+- the **mean over datasets** row (``dataset`` = :data:`MEAN_OVER_DATASETS`): the unweighted
+  mean of the dataset means (BEIR's convention: each dataset counts once, whatever its
+  size). Its CI is a stratified bootstrap (queries resampled within each dataset,
+  :func:`~erag_dagster.stats.significance.stratified_bootstrap_mean_ci`); its ``diff`` is the
+  mean over datasets of the per-dataset differences, with ``p_perm`` the sign-flip test of that
+  statistic flipping queries within datasets
+  (:func:`~erag_dagster.stats.significance.stratified_randomisation_test`); ``p_t`` is null
+  on every mean row (no t-test for a weighted mean of differences). A retriever missing from
+  some dataset has no row there and a mean-over-datasets row of nulls (``datasets`` says on
+  how many it ran): a mean over a different set of datasets would not be comparable with the
+  others. A dataset without the baseline has null comparisons;
+- ``p_holm``: ``p_perm`` Holm-adjusted (:func:`~erag_dagster.stats.significance.holm`) over
+  the **family of every non-null non-baseline ``p_perm`` in the table** (all datasets, the
+  mean-over-datasets rows and all metrics; eRAG: all readers too); ``family`` holds its size on
+  every row. The baseline's rows have ``p_holm`` null (not a comparison).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+from erag_dagster.errors import InputError
+from erag_dagster.meta.correlation import CI_COLUMNS, GROUP_COLUMNS
+from erag_dagster.meta.per_query import erag_summary
+from erag_dagster.metrics.list_metrics import ListMetricReport
+from erag_dagster.reports.leaderboard import (
+    evaluate_runs,
+    leaderboard_from_reports,
+    metric_scores,
+)
+from erag_dagster.reports.tables import MISSING, render_cells
+from erag_dagster.stats.significance import (
+    align,
+    holm,
+    stratified_bootstrap_mean_ci,
+    stratified_randomisation_test,
+)
+
+#: The ``dataset`` value of the rows that average over datasets.
+MEAN_OVER_DATASETS = "mean over datasets"
+
+LEADERBOARD_SCHEMA: dict[str, type[pl.DataType]] = {
+    "dataset": pl.String,
+    "retriever": pl.String,
+    "metric": pl.String,
+    "baseline": pl.Boolean,
+    "datasets": pl.Int64,
+    "queries": pl.Int64,
+    "dropped": pl.Int64,
+    "mean": pl.Float64,
+    "low": pl.Float64,
+    "high": pl.Float64,
+    "diff": pl.Float64,
+    "p_perm": pl.Float64,
+    "p_t": pl.Float64,
+    "p_holm": pl.Float64,
+    "family": pl.Int64,
+}
+
+#: The test and correction the leaderboards' ``p_holm`` comes from (for notes and metadata).
+P_HOLM_TEST = "paired randomisation test, Holm-adjusted"
+
+
+class DatasetRuns(NamedTuple):
+    """One dataset of :func:`beir_leaderboard`: judgments, runs (name → run table) and the
+    trec_eval relevance level of its binary measures (2 for TREC DL, else 1)."""
+
+    qrels: pl.DataFrame
+    runs: Mapping[str, pl.DataFrame]
+    relevance_level: int = 1
+
+
+Board = dict[str, dict[str, ListMetricReport]]  # dataset -> retriever -> report
+
+
+def beir_leaderboard(
+    per_dataset: Mapping[str, DatasetRuns | tuple],
+    metrics: Sequence[str],
+    n_resamples: int = 1000,
+    baseline: str | None = None,
+    n_permutations: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Retriever × dataset leaderboard on human judgments (see the module docstring).
+
+    ``per_dataset`` maps a dataset name to a :class:`DatasetRuns` (or a plain
+    ``(qrels, runs[, relevance_level])`` tuple). ``baseline``: the retriever every other one is
+    compared with; by default the first run of the first dataset. Rows: datasets in input order
+    then :data:`MEAN_OVER_DATASETS`; within each, retrievers in order of first appearance, then
+    metrics in the given order. Raises :class:`InputError` for no datasets, a baseline no
+    dataset has, and what :func:`~erag_dagster.reports.leaderboard.leaderboard` refuses.
+    """
+    boards: Board = {}
+    for name, value in per_dataset.items():
+        ds = DatasetRuns(*value)
+        boards[name] = evaluate_runs(ds.qrels, ds.runs, metrics, relevance_level=ds.relevance_level)
+    rows = _rows(boards, metrics, baseline, n_resamples, n_permutations, confidence, seed)
+    return _with_holm(pl.DataFrame(rows, schema=LEADERBOARD_SCHEMA, orient="row"))
+
+
+def erag_leaderboard(
+    per_dataset: Mapping[str, pl.DataFrame],
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 1000,
+    baseline: str | None = None,
+    n_permutations: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Reader × retriever × dataset leaderboard of eRAG list metrics (see the module docstring).
+
+    ``per_dataset`` maps a dataset name to its ``erag_per_query`` table (``reader, retriever,
+    query_id`` + one column per metric, :func:`~erag_dagster.meta.per_query.erag_per_query`).
+    ``metrics``: default every metric column of the first table. Within each reader every
+    retriever is compared with ``baseline`` (default: the first retriever of the first
+    dataset's table; a reader without it compares with its own first retriever). The Holm
+    family spans all readers. Output: ``reader`` then :data:`LEADERBOARD_SCHEMA`'s columns,
+    readers in order of first appearance. Cells' means are
+    :func:`~erag_dagster.meta.per_query.erag_summary`'s (the ``erag_report`` asset's). An empty
+    table contributes nothing; a missing column or a null/non-finite value raises
+    :class:`InputError`.
+    """
+    tables = {name: t for name, t in per_dataset.items() if t.height}
+    if not tables:
+        raise InputError("the eRAG leaderboard needs at least one non-empty erag_per_query table")
+    first = next(iter(tables.values()))
+    keys = ("reader", "retriever", "query_id")
+    names = list(metrics) if metrics else [c for c in first.columns if c not in keys]
+    base = baseline if baseline is not None else str(first["retriever"][0])
+    by_reader: dict[str, Board] = {}
+    for dataset, table in tables.items():
+        _check_per_query(table, names, dataset)
+        means = {
+            (row["reader"], row["retriever"]): {m: row[m] for m in names}
+            for row in erag_summary(table, names).iter_rows(named=True)
+        }
+        for (reader, retriever), group in table.group_by(
+            "reader", "retriever", maintain_order=True
+        ):
+            report = ListMetricReport(
+                per_query={row[0]: dict(zip(names, row[1:], strict=True)) for row in
+                           group.select("query_id", *names).iter_rows()},
+                aggregate=means[(reader, retriever)],
+            )  # fmt: skip
+            by_reader.setdefault(str(reader), {}).setdefault(dataset, {})[str(retriever)] = report
+    if baseline is not None and not any(
+        baseline in reports for boards in by_reader.values() for reports in boards.values()
+    ):
+        raise InputError(f"baseline {baseline!r} is not a retriever of any erag_per_query table")
+    frames = []
+    for reader, boards in by_reader.items():
+        # a reader that never judged the baseline's lists compares with its own first retriever
+        judged = any(base in reports for reports in boards.values())
+        rows = _rows(
+            boards, names, base if judged else None, n_resamples, n_permutations, confidence, seed
+        )
+        frames.append(
+            pl.DataFrame(rows, schema=LEADERBOARD_SCHEMA, orient="row").select(
+                pl.lit(reader).alias("reader"), pl.all()
+            )
+        )
+    return _with_holm(pl.concat(frames))
+
+
+def _check_per_query(table: pl.DataFrame, metrics: Sequence[str], dataset: str) -> None:
+    missing = [c for c in ("reader", "retriever", "query_id", *metrics) if c not in table.columns]
+    if missing:
+        raise InputError(f"erag_per_query of {dataset!r}: missing column(s) {', '.join(missing)}")
+    for m in metrics:
+        bad = table.filter(pl.col(m).is_null() | ~pl.col(m).cast(pl.Float64).is_finite())
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise InputError(
+                f"erag_per_query of {dataset!r}: missing or non-finite {m} for reader "
+                f"{row['reader']!r}, retriever {row['retriever']!r}, query {row['query_id']!r}"
+            )
+
+
+def _rows(
+    boards: Board,
+    metrics: Sequence[str],
+    baseline: str | None,
+    n_resamples: int,
+    n_permutations: int,
+    confidence: float,
+    seed: int,
+) -> list[tuple]:
+    """Per-dataset rows (from the single-dataset leaderboard) and the mean-over-datasets rows."""
+    if not boards:
+        raise InputError("the cross-dataset leaderboard needs at least one dataset")
+    order: list[str] = []
+    for reports in boards.values():
+        order += [r for r in reports if r not in order]
+    base = order[0] if baseline is None else baseline
+    if base not in order:
+        raise InputError(f"baseline {base!r} is not a retriever of any dataset: {', '.join(order)}")
+    rows: list[tuple] = []
+    for dataset, reports in boards.items():
+        has_base = base in reports
+        board = leaderboard_from_reports(
+            reports,
+            metrics,
+            baseline=base if has_base else None,
+            n_resamples=n_resamples,
+            n_permutations=n_permutations,
+            confidence=confidence,
+            seed=seed,
+        )
+        for row in board.iter_rows(named=True):
+            for m in metrics:
+                compared = (row[f"{m}_diff"], row[f"{m}_p_perm"], row[f"{m}_p_t"])
+                rows.append(
+                    (dataset, row["retriever"], m, row["retriever"] == base, 1, row["queries"],
+                     row["dropped"], row[m], row[f"{m}_low"], row[f"{m}_high"],
+                     *(compared if has_base else (None, None, None)), None, None)
+                )  # fmt: skip
+    for retriever in order:
+        present = [d for d, reports in boards.items() if retriever in reports]
+        complete = len(present) == len(boards)
+        with_base = complete and all(base in reports for reports in boards.values())
+        reports = [boards[d][retriever] for d in present]
+        for m in metrics:
+            cells = (None,) * 6
+            if complete:
+                cells = _mean_cells(
+                    reports,
+                    [boards[d][base] for d in present] if with_base else None,
+                    m,
+                    retriever == base,
+                    n_resamples,
+                    n_permutations,
+                    confidence,
+                    seed,
+                )
+            rows.append(
+                (MEAN_OVER_DATASETS, retriever, m, retriever == base, len(present),
+                 sum(len(r.per_query) for r in reports),
+                 sum(len(r.dropped_queries) for r in reports), *cells, None, None)
+            )  # fmt: skip
+    return rows
+
+
+def _mean_cells(
+    reports: Sequence[ListMetricReport],
+    base_reports: Sequence[ListMetricReport] | None,
+    metric: str,
+    is_base: bool,
+    n_resamples: int,
+    n_permutations: int,
+    confidence: float,
+    seed: int,
+) -> tuple[float | None, ...]:
+    """``mean, low, high, diff, p_perm, p_t`` of the mean over datasets (module docstring)."""
+    mean = sum(r.aggregate[metric] for r in reports) / len(reports)
+    scores = [metric_scores(r, metric) for r in reports]
+    low, high = stratified_bootstrap_mean_ci(
+        [list(s.values()) for s in scores], n_resamples, confidence, seed
+    )
+    if base_reports is None:
+        return mean, low, high, None, None, None
+    if is_base:
+        return mean, low, high, 0.0, 1.0, None
+    differences = []
+    for s, base in zip(scores, base_reports, strict=True):
+        _ids, a, b, _only_a, _only_b = align(s, metric_scores(base, metric))
+        differences.append(a - b)
+    diff = float(np.mean([d.mean() for d in differences]))
+    p_perm, _exact = stratified_randomisation_test(differences, n_permutations, seed)
+    return mean, low, high, diff, p_perm, None
+
+
+def _with_holm(board: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``p_holm`` and ``family``: Holm over every non-baseline, non-null ``p_perm``."""
+    tested = (~pl.col("baseline") & pl.col("p_perm").is_not_null()).alias("tested")
+    flags = board.select(tested)["tested"]
+    p = board["p_perm"].fill_null(math.nan).to_numpy().copy()
+    p[~flags.to_numpy()] = math.nan
+    adjusted = holm(p)
+    return board.with_columns(
+        p_holm=pl.Series(adjusted, dtype=pl.Float64).fill_nan(None),
+        family=pl.lit(int(flags.sum()), dtype=pl.Int64),
+    )
+
+
+# --- Table 1 across datasets ------------------------------------------------------------------
+
+
+def table1_across(
+    per_dataset: Mapping[str, pl.DataFrame], statistic: str = "kendall_tau"
+) -> pl.DataFrame:
+    """Paper Table 1 across datasets: rows ``retriever, method, metric`` (a system is
+    ``"<retriever> / <reader>"`` as in the single-dataset table), one column group per dataset
+    (input order): ``"<dataset> <statistic>"``, ``"<dataset> low"``, ``"<dataset> high"`` (the
+    percentile bootstrap CI over that dataset's queries) and ``"<dataset> n_queries"``.
+
+    ``per_dataset`` maps a dataset name to its
+    :func:`~erag_dagster.meta.correlation.correlation_table` (the ``correlation_report`` asset);
+    the name, not the table's ``dataset`` column, labels the group. Rows appear in order of first
+    appearance over the datasets; a system/method/metric a dataset lacks is null there.
+
+    Uncertainty: the correlation tables carry no p-values (Table 1 compares methods by their
+    correlation, not by a test), so there is nothing to Holm-correct: the per-dataset bootstrap
+    CIs are the uncertainty, and they are not adjusted for the number of cells.
+    """
+    if statistic not in CI_COLUMNS:
+        raise InputError(
+            f"unknown statistic {statistic!r}; expected one of {', '.join(CI_COLUMNS)}"
+        )
+    low, high = CI_COLUMNS[statistic]
+    index = ["retriever", "method", "metric"]
+    wide: pl.DataFrame | None = None
+    for name, table in per_dataset.items():
+        missing = [c for c in (*GROUP_COLUMNS, statistic, low, high, "n_queries") if
+                   c not in table.columns]  # fmt: skip
+        if missing:
+            raise InputError(
+                f"correlation table of {name!r}: missing column(s) {', '.join(missing)}"
+            )
+        dup = table.filter(pl.struct(index).is_duplicated())
+        if dup.height:
+            row = dup.row(0, named=True)
+            where = ", ".join(f"{c}={row[c]!r}" for c in index)
+            raise InputError(f"correlation table of {name!r}: more than one row for {where}")
+        part = table.select(
+            *index,
+            pl.col(statistic).cast(pl.Float64).alias(f"{name} {statistic}"),
+            pl.col(low).cast(pl.Float64).alias(f"{name} low"),
+            pl.col(high).cast(pl.Float64).alias(f"{name} high"),
+            pl.col("n_queries").cast(pl.Int64).alias(f"{name} n_queries"),
+        )
+        wide = part if wide is None else wide.join(part, on=index, how="full", coalesce=True,
+                                                   maintain_order="left_right")  # fmt: skip
+    if wide is None:
+        raise InputError("Table 1 across datasets needs at least one correlation table")
+    return wide
+
+
+def format_table1_across(
+    wide: pl.DataFrame, statistic: str = "kendall_tau", markdown: bool = True, digits: int = 3,
+    ci_digits: int = 2,
+) -> str:  # fmt: skip
+    """Render :func:`table1_across`: rows ``retriever, method, metric``, one column per dataset
+    whose cell reads ``0.412 [0.30, 0.52]`` (``nan`` undefined, ``–`` missing), and a note
+    saying what the brackets are and that no test (hence no Holm correction) is involved."""
+    index = ["retriever", "method", "metric"]
+    suffix = f" {statistic}"
+    datasets = [c[: -len(suffix)] for c in wide.columns if c.endswith(suffix)]
+    rows = []
+    for row in wide.iter_rows(named=True):
+        cells = [str(row[c]) for c in index]
+        for d in datasets:
+            cells.append(_ci_text(row[f"{d}{suffix}"], row[f"{d} low"], row[f"{d} high"],
+                                  digits, ci_digits))  # fmt: skip
+        rows.append(cells)
+    notes = [
+        f"Cells: {statistic} over queries with end-to-end quality [95% percentile bootstrap CI "
+        "over that dataset's queries]; – not measured on that dataset; nan undefined.",
+        "No significance test here, hence no multiple-comparison correction: the CIs are the "
+        "uncertainty (not adjusted for the number of cells).",
+    ]
+    table = render_cells([*index, *datasets], rows, [False] * 3 + [True] * len(datasets), markdown)
+    return table + "\n\n" + ("\n\n" if markdown else "\n").join(notes)
+
+
+# --- formatting the leaderboards ---------------------------------------------------------------
+
+
+def format_cross_leaderboard(
+    board: pl.DataFrame,
+    markdown: bool = True,
+    digits: int = 3,
+    ci_digits: int = 2,
+    alpha: float = 0.05,
+) -> str:
+    """Render a :func:`beir_leaderboard` or :func:`erag_leaderboard` frame.
+
+    Rows ``metric, [reader,] retriever`` (the baseline marked ``(baseline)``), one column per
+    dataset then :data:`MEAN_OVER_DATASETS`. A cell reads ``0.512 [0.47, 0.55]``, followed by
+    ``*`` (``\\*`` in markdown) where the Holm-adjusted p-value is below ``alpha``; ``–`` where
+    the retriever did not run. The notes name the test, the correction and the family size.
+    """
+    reader = ["reader"] if "reader" in board.columns else []
+    datasets = board["dataset"].unique(maintain_order=True).to_list()
+    keys = ["metric", *reader, "retriever"]
+    star = "\\*" if markdown else "*"
+    cells = {(*(row[k] for k in keys), row["dataset"]): row for row in board.iter_rows(named=True)}
+    systems = board.select(keys[1:]).unique(maintain_order=True).rows()
+    metrics = board["metric"].unique(maintain_order=True).to_list()
+    rows = []
+    for key in [(m, *system) for m in metrics for system in systems]:
+        if not any((*key, d) in cells for d in datasets):
+            continue
+        first = cells[(*key, next(d for d in datasets if (*key, d) in cells))]
+        label = f"{key[-1]} (baseline)" if first["baseline"] else key[-1]
+        out = [*(str(k) for k in key[:-1]), label]
+        for d in datasets:
+            row = cells.get((*key, d))
+            if row is None or row["mean"] is None:
+                out.append(MISSING)
+                continue
+            text = _ci_text(row["mean"], row["low"], row["high"], digits, ci_digits)
+            p = row["p_holm"]
+            out.append(text + (star if p is not None and p < alpha else ""))
+        rows.append(out)
+    family = int(board["family"][0]) if board.height else 0
+    base = board.filter(pl.col("baseline"))["retriever"].unique(maintain_order=True).to_list()
+    notes = [
+        "[low, high]: 95% percentile bootstrap CI over the dataset's queries; "
+        f"{MEAN_OVER_DATASETS}: unweighted mean of the dataset means, CI by a stratified "
+        "bootstrap (queries resampled within each dataset).",
+        f"{star} p < {alpha}: {P_HOLM_TEST} over {family} comparisons (every non-baseline cell "
+        f"of this table) with the baseline ({', '.join(base)}) on the same queries.",
+    ]
+    if any(MISSING in row for row in rows):
+        notes.append(f"{MISSING}: not run on that dataset (a mean over datasets needs every one).")
+    headers = [*keys, *datasets]
+    table = render_cells(headers, rows, [False] * len(keys) + [True] * len(datasets), markdown)
+    return table + "\n\n" + ("\n\n" if markdown else "\n").join(notes)
+
+
+def _ci_text(
+    value: float | None, low: float | None, high: float | None, digits: int, ci_digits: int
+) -> str:
+    """``0.512 [0.47, 0.55]``; ``–`` when missing, ``nan`` when undefined."""
+    if value is None:
+        return MISSING
+    if math.isnan(value):
+        return "nan"
+    bounds = ", ".join(
+        "nan" if b is None or math.isnan(b) else f"{b:.{ci_digits}f}" for b in (low, high)
+    )
+    return f"{value:.{digits}f} [{bounds}]"
