@@ -15,7 +15,7 @@ deploy/README.md).
 
 import dagster as dg
 
-from erag_dagster.assets import automation, data, labels, meta, retrieval
+from erag_dagster.assets import automation, cross_dataset, data, labels, meta, retrieval
 from erag_dagster.assets.common import prefixed
 from erag_dagster.deployment import deployment as current_deployment
 from erag_dagster.deployment import step_executor
@@ -65,12 +65,14 @@ def dataset_assets(registry: Registry) -> list[dg.AssetsDefinition]:
 
 def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     """Every materialisable asset: :func:`dataset_assets` once per registry dataset, its keys
-    prefixed by the dataset's name (none without a ``datasets`` section)."""
-    return [
+    prefixed by the dataset's name (none without a ``datasets`` section), then the reports
+    across datasets (:mod:`erag_dagster.assets.cross_dataset`; two or more datasets)."""
+    per_dataset = [
         asset
         for name in registry.dataset_names
         for asset in prefixed(dataset_assets(registry.for_dataset(name)), name)
     ]
+    return [*per_dataset, *cross_dataset.build_cross_dataset_assets(registry)]
 
 
 def build_resources(

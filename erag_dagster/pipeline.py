@@ -123,6 +123,9 @@ DEFAULT_REPORTS: tuple[str, ...] = (
     "erag_report",
     "correlation_report",
     "label_agreement",
+    "beir_leaderboard",
+    "erag_leaderboard",
+    "table1_across",
 )
 
 
@@ -354,6 +357,14 @@ def print_reports(
         if (only is None or key in only)
         and (key == "retrieval_report" or registry.for_dataset(name).reader_labels)
     ]
+    across = {
+        "beir_leaderboard": "Across datasets: retriever x dataset on the human judgments",
+        "erag_leaderboard": "Across datasets: eRAG list metrics, reader x retriever x dataset",
+        "table1_across": "Across datasets: Table 1 (Kendall tau-b), one column group per dataset",
+    }
+    if len(registry.datasets) >= 2:
+        wanted += [(None, key) for key in across if only is None or key in only]
+        titles |= across
     for name, key in wanted:
         title = titles[key] + (f" [dataset {name}]" if name else "")
         try:
@@ -364,7 +375,15 @@ def print_reports(
             print(f"\n{title}: not available ({type(exc).__name__})")
             continue
         print(f"\n== {title} ==")
-        if key == "correlation_report" and frame.height:
+        if key in across and frame.height:
+            from erag_dagster.reports.cross_dataset import (
+                format_cross_leaderboard,
+                format_table1_across,
+            )
+
+            text = format_table1_across if key == "table1_across" else format_cross_leaderboard
+            print(text(frame, markdown=False))
+        elif key == "correlation_report" and frame.height:
             from erag_dagster.reports.tables import format_table1
 
             print(format_table1(frame, statistic="kendall_tau"))

@@ -1,9 +1,10 @@
 """Several datasets in one graph: the registry's ``datasets`` section, per-dataset asset-key
-prefixes and partitions, and automation that recomputes only the dataset that changed.
+prefixes and partitions, the reports across datasets, and automation that recomputes only the
+dataset that changed.
 
-The slow world materialises two datasets through the main job: the embedded sample (reader
-stages on) and the SciFact BEIR copy in ../shared/data (human judgments only), with a run-file
-retriever (the BM25 run written by ``erag-dagster retrieve``) scoped to SciFact.
+The slow world materialises three datasets through the main job: two subsets of the embedded
+sample (reader stages on) and the SciFact BEIR copy in ../shared/data (human judgments only),
+with a run-file retriever (the BM25 run written by ``erag-dagster retrieve``) scoped to SciFact.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
 import yaml
 
@@ -94,7 +96,9 @@ def test_graph_has_one_prefixed_copy_per_dataset(tmp_path: Path, shared_data: Pa
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert {"sample/doc_labels", "sample/correlation_report", "scifact/retrieval_report"} <= keys
     assert "scifact/doc_labels" not in keys  # beir: human-judgment assets only
-    assert {k for k in keys if "/" not in k} == {"reader_models"}  # shared by both datasets
+    # shared by both datasets: the readers, and the one report two judged datasets can share
+    # (one dataset with reader stages: no eRAG leaderboard, no Table 1 across datasets)
+    assert {k for k in keys if "/" not in k} == {"reader_models", "beir_leaderboard"}
     assert (
         dg.AssetKey(["scifact", "dataset_files"])
         in graph.get(dg.AssetKey(["scifact", "corpus"])).parent_keys
@@ -126,6 +130,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
                      "--output", str(run)]) == 0  # fmt: skip
         datasets = {
             "sample": "sample?max_questions=4",
+            "spread": "sample?spread_questions=4",  # a second dataset with reader stages
             "scifact": {"spec": scifact, "spread_questions": 8},
         }
         extra = {"theirs": {"kind": "run_file", "path": str(run), "datasets": ["scifact"]}}
@@ -227,3 +232,45 @@ def test_run_prints_every_datasets_reports(world, capsys) -> None:
     assert "[dataset sample] ==" in out and "[dataset scifact] ==" in out
     assert "eRAG: list metrics" in out
     assert "dataset scifact]: not available" not in out  # no reader stage: not listed
+
+
+@pytest.mark.slow
+def test_reports_across_datasets_hold_each_datasets_own_figures(world) -> None:
+    """Every cell of the cross-dataset tables is the figure of that dataset's own report."""
+    from erag_dagster.reports.cross_dataset import MEAN_OVER_DATASETS
+
+    load = lambda key: load_asset_value(key, world["instance"], str(world["registry"]))  # noqa: E731
+    beir = load("beir_leaderboard")
+    assert set(beir.get_column("dataset")) == {"sample", "spread", "scifact", MEAN_OVER_DATASETS}
+    for name in ("sample", "spread", "scifact"):
+        own = load(f"{name}/retrieval_report")
+        for row in own.iter_rows(named=True):
+            cells = beir.filter(
+                (pl.col("dataset") == name) & (pl.col("retriever") == row["retriever"])
+            )
+            for cell in cells.iter_rows(named=True):
+                assert cell["mean"] == pytest.approx(row[cell["metric"]], abs=1e-12)
+    family = beir.filter(~pl.col("baseline") & pl.col("p_perm").is_not_null()).height
+    assert set(beir.get_column("family")) == {family}  # Holm over every comparison shown
+    erag = load("erag_leaderboard")
+    for name in ("sample", "spread"):
+        own = load(f"{name}/erag_report")
+        cells = erag.filter(pl.col("dataset") == name)
+        for cell in cells.iter_rows(named=True):
+            mine = own.filter(pl.col("retriever") == cell["retriever"])
+            assert cell["mean"] == pytest.approx(mine.get_column(cell["metric"])[0], abs=1e-12)
+    across = load("table1_across")
+    assert {"sample kendall_tau", "spread kendall_tau"} <= set(across.columns)
+    assert "scifact kendall_tau" not in across.columns  # no reader stage there
+    assert (
+        dg.AssetKey("erag_leaderboard")
+        not in build_defs(
+            str(
+                _with_datasets(
+                    world["root"] / "one-labelled", {"a": "sample", "b": world["scifact"]}
+                )
+            )
+        )
+        .resolve_asset_graph()
+        .get_all_asset_keys()
+    )  # one labelled dataset: nothing to compare
