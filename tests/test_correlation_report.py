@@ -102,9 +102,9 @@ def test_constant_method_is_nan_not_an_error() -> None:
 
 
 def test_sparse_labels_report_the_undefined_share_and_no_biased_ci() -> None:
-    """One exact-match label in 30 questions (the default run's eRAG dense P@3): 37% of
-    resamples miss it. The CI of the other 63% excluded 0 ([-0.14, -0.03]); now it is not
-    reported, and the table says why and how many resamples were undefined."""
+    """One exact-match label among the queries (the default run's eRAG dense P@3): over a
+    third of the resamples miss it. The CI of the rest excluded 0 ([-0.14, -0.03] there); now
+    it is not reported, and the table says why and how many resamples were undefined."""
     per_query, end_to_end, _ = _inputs()
     end_to_end = end_to_end.with_columns(
         value=pl.col("query_id").is_in(["q03", "q07", "q11"]).cast(pl.Float64)

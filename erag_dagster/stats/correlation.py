@@ -28,7 +28,7 @@ of those ``B`` values (``alpha = 1 - confidence``; numpy's linear-interpolation 
 
 **Undefined resamples** (the policy of :func:`bootstrap_ci`). A resample can draw a constant
 side although the sample is not constant: with ``m`` of ``n`` queries off the common value, it
-misses all of them with probability ``(1 - m/n)^n ~ exp(-m)`` (37% for one exact answer in 30
+misses all of them with probability ``(1 - m/n)^n ~ exp(-m)`` (36% for one exact answer in 30
 questions, 4% for three). Dropping those resamples, as this module once did, makes the interval
 a percentile interval of the resamples that *did* draw the rare queries: a biased subset, e.g.
 with one non-zero label every defined resample has the sign of that query's pair, so the
