@@ -29,6 +29,7 @@ import polars as pl
 import yaml
 
 from erag_dagster.meta.correlation import CI_COLUMNS as CORRELATION_CI
+from erag_dagster.meta.correlation import CI_NOTE_COLUMNS as CORRELATION_NOTES
 from erag_dagster.retrieval.ann import parse_index
 
 #: The reproduction entries of the default run (next to the package in a source checkout).
@@ -210,9 +211,11 @@ def ci_columns(report: pl.DataFrame) -> dict[str, tuple[str, str]]:
 
 def ci_figures(report: pl.DataFrame) -> list[dict[str, Any]]:
     """The report's CI-carrying figures as records ``{row, figure, value, low, high}``; ``row``
-    joins the row's text columns with `` / `` (its identity). Empty when no column has a CI."""
+    joins the row's text columns with `` / `` (its identity; the correlation table's
+    ``*_ci_note`` annotations are not). Empty when no column has a CI."""
     columns = ci_columns(report)
-    keys = [c for c, t in report.schema.items() if t == pl.String]
+    notes = {note for _, note in CORRELATION_NOTES.values()}
+    keys = [c for c, t in report.schema.items() if t == pl.String and c not in notes]
     if not columns:
         return []
     rows = report.select(

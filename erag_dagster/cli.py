@@ -291,7 +291,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         materialize_all,
         print_reports,
     )
-    from erag_dagster.progress import Progress
+    from erag_dagster.progress import relaying_notes
     from erag_dagster.resources import EvalSettings
 
     _registry(args.registry)  # a bad registry file is one line naming it, before any run
@@ -302,13 +302,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         label_k=args.label_k or 0,
         metric=args.metric or "",
     )
-    materialize_all(
-        settings,
-        stages=DEFAULT_STAGES,
-        verbose=args.verbose,
-        progress=Progress.to_stream,
-        load_dataset=_dataset,
-    )
+    with relaying_notes() as progress:  # + each doc_labels partition's estimate (issue #11)
+        materialize_all(
+            settings,
+            stages=DEFAULT_STAGES,
+            verbose=args.verbose,
+            progress=progress,
+            load_dataset=_dataset,
+        )
     print_reports(registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose)
     return 0
 
@@ -404,7 +405,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 
 def cmd_correlate(args: argparse.Namespace) -> int:
     from erag_dagster.pipeline import materialize_all, print_reports
-    from erag_dagster.progress import Progress
+    from erag_dagster.progress import relaying_notes
     from erag_dagster.resources import EvalSettings
 
     registry = _registry(args.registry)
@@ -421,13 +422,14 @@ def cmd_correlate(args: argparse.Namespace) -> int:
         label_k=args.k,
         e2e_ks=sorted({1, args.k} | ({3} if args.k > 3 else set())),
     )
-    materialize_all(
-        settings,
-        stages=["labels", "meta"],
-        verbose=args.verbose,
-        progress=Progress.to_stream,
-        load_dataset=_dataset,
-    )
+    with relaying_notes() as progress:  # + each doc_labels partition's estimate (issue #11)
+        materialize_all(
+            settings,
+            stages=["labels", "meta"],
+            verbose=args.verbose,
+            progress=progress,
+            load_dataset=_dataset,
+        )
     print_reports(registry_path=str(path), only=("correlation_report",), verbose=args.verbose)
     return 0
 

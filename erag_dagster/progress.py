@@ -11,16 +11,26 @@ already ran for another partition is estimated at that assets' mean duration, an
 the mean of every finished step — so the ETA is a rough guide that sharpens as partitions finish;
 until two steps have finished there is none (``ETA ?``: the first step, observing the inputs,
 says nothing about the rest), and it is ``0:00`` once every step has finished.
+
+Notes: a library step can put a line on the terminal while the job runs by logging an INFO
+record to :data:`NOTES` (the labeller's estimate before it generates, issue #11: nobody starts a
+10-hour labelling run by accident). Within :func:`relaying_notes` each record is written as
+``<running step's label>: <message>`` on its own line, before the step's progress line; outside
+it (``erag-dagster label``, tests, the UI) :data:`NOTES` has no handler and drops them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import TextIO
 
 BAR_WIDTH = 20
+#: Lines for the terminal from inside a step (INFO records); see the module docstring.
+NOTES = logging.getLogger("erag_dagster.progress")
 
 
 def clock(seconds: float) -> str:
@@ -53,6 +63,7 @@ class Progress:
         self._durations: dict[Hashable, list[float]] = {}
         self._done = 0
         self._step_start = self._start
+        self._running: str | None = None
 
     @classmethod
     def to_stream(cls, planned: list[Hashable], stream: TextIO | None = None) -> Progress:
@@ -73,8 +84,23 @@ class Progress:
     def started(self, label: str) -> None:
         """A step begins (``label``: its assets and partition); a terminal shows it running."""
         self._step_start = self._now()
+        self._running = label
         if self._tty:
-            self._write(f"\r{self._bar(self._done)} {self._done + 1}/{self.total} {label} …\x1b[K")
+            self._write(self._running_line())
+
+    def _running_line(self) -> str:
+        return f"\r{self._bar(self._done)} {self._done + 1}/{self.total} {self._running} …\x1b[K"
+
+    def note(self, text: str) -> None:
+        """A line from inside the running step: ``<step label>: text`` (``text`` alone between
+        steps); a terminal then redraws the running step under it."""
+        line = f"{self._running}: {text}" if self._running else text
+        if self._tty:
+            self._write(f"\r{line}\x1b[K\n")
+            if self._running:
+                self._write(self._running_line())
+        else:
+            self._write(line)
 
     def finished(self, label: str) -> None:
         """The step begun by :meth:`started` finished: write its line."""
@@ -83,6 +109,7 @@ class Progress:
         group = self._planned[self._done] if self._done < self.total else None
         self._durations.setdefault(group, []).append(seconds)
         self._done += 1
+        self._running = None
         eta = self.eta()
         line = (
             f"[{self._done}/{self.total}] {label} {seconds:.1f}s · elapsed "
@@ -110,3 +137,39 @@ class Progress:
     def _bar(self, done: int) -> str:
         filled = round(BAR_WIDTH * done / self.total) if self.total else BAR_WIDTH
         return "[" + "#" * filled + "-" * (BAR_WIDTH - filled) + "]"
+
+
+class _ToProgress(logging.Handler):
+    """Writes each :data:`NOTES` record as a note of the latest tracker a factory made."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.tracker: Progress | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.tracker is not None:
+            self.tracker.note(record.getMessage())
+
+
+@contextlib.contextmanager
+def relaying_notes(
+    factory: Callable[[list[Hashable]], Progress] = Progress.to_stream,
+) -> Iterator[Callable[[list[Hashable]], Progress]]:
+    """A progress factory (for :func:`~erag_dagster.pipeline.materialize_all`) whose trackers
+    also write the :data:`NOTES` records logged while the ``with`` block runs."""
+    handler = _ToProgress()
+
+    def make(planned: list[Hashable]) -> Progress:
+        handler.tracker = factory(planned)
+        return handler.tracker
+
+    level, propagate = NOTES.level, NOTES.propagate
+    NOTES.addHandler(handler)
+    NOTES.setLevel(logging.INFO)
+    NOTES.propagate = False  # the terminal gets each note once, whatever the root logger does
+    try:
+        yield make
+    finally:
+        NOTES.removeHandler(handler)
+        NOTES.setLevel(level)
+        NOTES.propagate = propagate

@@ -171,9 +171,13 @@ def test_ci_figures_of_leaderboard_and_correlation_tables():
             "kendall_tau": [0.5],
             "kendall_low": [0.2],
             "kendall_high": [0.7],
+            "kendall_ci_note": [None],
         }
     )
     assert checks.ci_figures(table)[0]["row"] == "bm25 / eRAG"
+    # A CI that stops being reported changes the note, not the row the figure belongs to.
+    noted = table.with_columns(kendall_ci_note=pl.lit("no CI: 36.6% of resamples undefined"))
+    assert checks.ci_figures(noted)[0]["row"] == "bm25 / eRAG"
     assert checks.ci_figures(pl.DataFrame({"retriever": ["x"], "P@3": [0.1]})) == []
 
 

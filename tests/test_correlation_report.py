@@ -20,6 +20,11 @@ from erag_dagster.meta.correlation import (
     table1,
 )
 from erag_dagster.meta.plots import plot_correlation_vs_k
+from erag_dagster.stats.correlation import (
+    bootstrap_distribution,
+    kendall_tau_b,
+    percentile_interval,
+)
 
 N = 30
 QUERIES = [f"q{i:02d}" for i in range(N)]
@@ -92,6 +97,35 @@ def test_constant_method_is_nan_not_an_error() -> None:
     for column in ("kendall_tau", "kendall_low", "kendall_high", "spearman_rho"):
         assert math.isnan(row[column])
     assert row["n_queries"] == 28
+    assert (row["kendall_undefined"], row["spearman_undefined"]) == (1.0, 1.0)
+    assert row["kendall_ci_note"] == "correlation undefined (constant scores, or n < 2)"
+
+
+def test_sparse_labels_report_the_undefined_share_and_no_biased_ci() -> None:
+    """One exact-match label among the queries (the default run's eRAG dense P@3): over a
+    third of the resamples miss it. The CI of the rest excluded 0 ([-0.14, -0.03] there); now
+    it is not reported, and the table says why and how many resamples were undefined."""
+    per_query, end_to_end, _ = _inputs()
+    end_to_end = end_to_end.with_columns(
+        value=pl.col("query_id").is_in(["q03", "q07", "q11"]).cast(pl.Float64)
+    )
+    sparse = per_query.filter(pl.col("method") == "erag", pl.col("metric") == "P@1")
+    sparse = sparse.with_columns(value=(pl.col("query_id") == "q05").cast(pl.Float64) / 3)
+    row = correlation_table(sparse, end_to_end, n_resamples=1000).row(0, named=True)
+    # n = 28 matched, m = 3 ones: tau_b = -m / sqrt((n - 1) * m * (n - m)).
+    assert row["kendall_tau"] == pytest.approx(-math.sqrt(3 / (27 * 25)))
+    assert 0.3 < row["kendall_undefined"] < 0.45
+    assert math.isnan(row["kendall_low"]) and math.isnan(row["kendall_high"])
+    share = row["kendall_undefined"]
+    assert row["kendall_ci_note"] == f"no CI: {share:.1%} of resamples undefined"
+    # What dropping the undefined resamples gave: an interval entirely below 0.
+    x = sparse.sort("query_id")["value"].to_numpy()[2:]
+    y = end_to_end.sort("query_id")["value"].to_numpy()[:28]
+    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=1000, seed=0)
+    assert percentile_interval(draws[~np.isnan(draws)], 0.95)[1] < 0
+    dense = correlation_table(per_query, _inputs()[1], n_resamples=200)
+    assert dense["kendall_undefined"].to_list()[:4] == [0.0] * 4
+    assert dense["kendall_ci_note"].to_list()[:4] == [None] * 4
 
 
 def test_correlation_table_ignores_row_order() -> None:
@@ -192,7 +226,8 @@ def test_correlation_vs_k_rows_and_values() -> None:
     per_k = {10: _inputs(seed=1, shift=0.0)[:2], 1: _inputs(seed=2)[:2]}
     frame = correlation_vs_k(per_k, n_resamples=100)
     assert frame.columns == [
-        "k", "dataset", "retriever", "method", "metric", "kendall_tau", "low", "high", "n_queries",
+        "k", "dataset", "retriever", "method", "metric", "kendall_tau", "low", "high",
+        "undefined", "ci_note", "n_queries",
     ]  # fmt: skip
     assert frame["k"].to_list() == [1] * 6 + [10] * 6
     direct = correlation_table(*per_k[10], n_resamples=100)

@@ -119,3 +119,28 @@ def test_format_table1_spearman_and_unknown_statistic() -> None:
     assert lines[3] == "nq       bm25       kilt    *0.600 [0.50, 0.70]"
     with pytest.raises(InputError, match="unknown statistic 'pearson'"):
         format_table1(frame, statistic="pearson")
+
+
+def test_format_table1_shows_undefined_resamples_and_unreported_cis() -> None:
+    frame = _correlations().with_columns(
+        kendall_high=pl.Series([0.52, NAN, 0.1, NAN]),
+        kendall_low=pl.Series([0.3, NAN, -0.2, NAN]),
+        kendall_undefined=pl.Series([0.0, 0.366, 0.018, 1.0]),
+        kendall_ci_note=pl.Series(
+            [None, "no CI: 36.6% of resamples undefined", None, "correlation undefined"]
+        ),
+    )
+    lines = format_table1(frame).splitlines()
+    assert lines[2:5] == [
+        "nq       bm25       erag                   *0.412 [0.30, 0.52]"
+        "  *0.300 [no CI: 36.6% of resamples undefined]",
+        "nq       bm25       kilt    -0.050 [-0.20, 0.10] (1.8% undef.)"
+        "                                             –",
+        "nq       bm25       const                                  nan"
+        "                                             –",
+    ]
+    assert lines[-1] == (
+        "undef.: share of bootstrap resamples with a constant side (correlation undefined); the"
+        " CI counts them at -1 (low) and +1 (high), and is not reported when they reach"
+        " (1 - confidence)/2 of the resamples or when it would exclude the estimate."
+    )

@@ -20,11 +20,16 @@ import pytest
 
 from erag_dagster.errors import InputError
 from erag_dagster.pipeline import StepFailed, _failure, _run_config
-from erag_dagster.progress import Progress
+from erag_dagster.progress import NOTES, Progress, relaying_notes
 from tests.pipeline_fixtures import small_registry, write_instance_yaml
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")
 PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] \S.* \d+\.\ds · elapsed \d+:\d\d · ETA (\d+:\d\d|\?)$")
+#: The labeller's estimate before a doc_labels partition generates (issue #11).
+ESTIMATE = re.compile(
+    r"^doc_labels \[(\S+)\]: (\d+) pairs to generate, ~[\d,]+ prompt tokens \(\d+ per pair\), "
+    r"at most [\d,]+ output tokens \(estimate\)$"
+)
 DAGSTER_LOG = " - dagster - "
 REPORT_TITLES = (
     "== Retrieval quality",
@@ -112,6 +117,14 @@ def test_run_prints_progress_lines_and_reports_only(quiet_and_verbose) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stderr.splitlines()
     assert lines, "no progress line"
+    # Before generating, the one doc_labels partition says what it will cost: 3 questions x the
+    # top 1, none in the fresh label store; then that step's progress line.
+    estimates = [i for i, line in enumerate(lines) if ESTIMATE.match(line)]
+    assert len(estimates) == 1, done.stderr
+    (at,) = estimates
+    partition, pairs = ESTIMATE.match(lines.pop(at)).groups()
+    assert pairs == "3"
+    assert lines[at].startswith("[") and f"doc_labels [{partition}]" in lines[at]
     for line in lines:
         assert PROGRESS.match(line), line
     counts = [PROGRESS.match(line).groups()[:2] for line in lines]
@@ -141,6 +154,8 @@ def test_verbose_brings_the_dagster_log_back(quiet_and_verbose) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert DAGSTER_LOG in done.stderr
     assert "STEP_SUCCESS" in done.stderr
+    # Every pair is in the label store after the first run: nothing to generate, no estimate.
+    assert "pairs to generate" not in done.stderr
     assert "Warning" not in done.stderr
     assert all(title in done.stdout for title in REPORT_TITLES)
 
@@ -173,6 +188,30 @@ def test_progress_on_a_terminal_draws_a_bar() -> None:
     text = out.getvalue()
     assert text.startswith("\r[" + "-" * 20 + "] 1/2 a …")
     assert "\r[" + "#" * 10 + "-" * 10 + "] [1/2] a " in text and text.endswith("\n")
+
+
+def test_notes_name_the_running_step_and_go_only_where_relayed() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    lines: list[str] = []
+    NOTES.info("dropped: nobody relays it")
+    with relaying_notes(lambda planned: Progress(planned, lines.append)) as factory:
+        progress = factory(["a", "b"])
+        progress.started("doc_labels [r|x]")
+        NOTES.info("3 pairs to generate")
+        progress.finished("doc_labels [r|x]")
+        NOTES.info("between steps")
+    NOTES.info("dropped too")
+    assert lines[0] == "doc_labels [r|x]: 3 pairs to generate"
+    assert PROGRESS.match(lines[1]) and lines[2:] == ["between steps"]
+    out = Terminal()
+    with relaying_notes(lambda planned: Progress.to_stream(planned, out)) as factory:
+        factory(["a"]).started("a")
+        NOTES.info("note")
+    # The note replaces the running line, which is drawn again under it.
+    assert out.getvalue().endswith("\ra: note\x1b[K\n\r[" + "-" * 20 + "] 1/1 a …\x1b[K")
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,8 @@ def test_bootstrap_ci_contains_estimate_and_shrinks_with_n(statistic) -> None:
     for est, n in ((small, 40), (large, 640)):
         assert isinstance(est, CorrelationEstimate)
         assert est.low < est.value < est.high
-        assert (est.n, est.n_resamples, est.n_dropped, est.confidence) == (n, 500, 0, 0.95)
+        assert (est.n, est.n_resamples, est.n_undefined, est.confidence) == (n, 500, 0, 0.95)
+        assert est.ci_note is None
         assert est.value == pytest.approx(statistic(x[:n], y[:n]))
     # The width scales like 1 / sqrt(n): 16x the queries gives about a quarter of the width
     # (here a bit less: the first 40 queries happen to correlate more weakly, widening theirs).
@@ -166,22 +167,102 @@ def test_bootstrap_is_deterministic_for_a_seed() -> None:
     )
 
 
-def test_bootstrap_drops_and_counts_undefined_resamples() -> None:
+def test_too_many_undefined_resamples_leave_the_ci_unreported() -> None:
     # A resample is undefined when x is constant (it draws only from {0, 1}, or only 2) or y is
     # (only from {1, 2}, or only 0): by inclusion-exclusion 9/27 + 9/27 - 3/27 = 5/9.
     x, y = [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]
     est = bootstrap_ci(x, y, kendall_tau_b, n_resamples=600, seed=0)
     draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=600, seed=0)
-    assert est.n_dropped == int(np.isnan(draws).sum())
-    assert est.n_resamples + est.n_dropped == 600
-    assert 280 < est.n_dropped < 390
-    assert (est.low, est.high) == percentile_interval(draws[~np.isnan(draws)], 0.95)
+    assert (est.n_resamples, est.n_undefined) == (600, int(np.isnan(draws).sum()))
+    assert 280 < est.n_undefined < 390
+    assert est.value == pytest.approx(0.5)
+    assert math.isnan(est.low) and math.isnan(est.high)
+    assert est.ci_note == f"no CI: {est.undefined_share:.1%} of resamples undefined"
+
+
+def _sparse_labels(seed: int, n: int = 30, nonzero: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Real-shaped Table 1 input: eRAG P@3 of ``n`` questions, ``nonzero`` of them with an
+    exact-match label (P@3 in {1/3, 2/3, 1}), against exact-match end-to-end scores (0/1)."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros(n)
+    x[rng.choice(n, nonzero, replace=False)] = rng.choice([1, 2, 3], nonzero) / 3
+    y = np.zeros(n)
+    y[rng.choice(n, int(rng.integers(1, 8)), replace=False)] = 1.0
+    return x, y
+
+
+@pytest.mark.parametrize("statistic", [kendall_tau_b, spearman_rho])
+@pytest.mark.parametrize("nonzero", [1, 3, 5, 12])
+def test_reported_ci_contains_its_estimate_or_says_why_not(statistic, nonzero: int) -> None:
+    """The invariant, over 40 random sparse label sets per case: a CI that is reported contains
+    the estimate; one that is not has nan bounds and a note; the undefined share is always
+    the share of the resamples that were undefined."""
+    reported = 0
+    for seed in range(40):
+        x, y = _sparse_labels(seed, nonzero=nonzero)
+        est = bootstrap_ci(x, y, statistic, n_resamples=400, seed=seed)
+        draws = bootstrap_distribution(x, y, statistic, n_resamples=400, seed=seed)
+        assert est.n_undefined == int(np.isnan(draws).sum())
+        assert est.undefined_share == est.n_undefined / 400
+        if est.ci_note is None:
+            reported += 1
+            assert est.low <= est.value <= est.high
+            assert est.undefined_share < 0.025
+        else:
+            assert math.isnan(est.low) and math.isnan(est.high)
+            assert est.ci_note.startswith(("no CI", "correlation undefined"))
+        rare = min(np.count_nonzero(x), np.count_nonzero(y))
+        if rare <= 3:
+            # (1 - 3/30)^30 = 4.2% of resamples miss all three: the CI is never identified.
+            assert est.ci_note is not None
+        elif rare >= 5:
+            # (1 - 5/30)^30 = 0.4% per side: the CI is reported.
+            assert est.ci_note is None, est.ci_note
+    if nonzero == 12:
+        assert reported > 15
+
+
+def test_few_undefined_resamples_widen_the_ci_to_the_worst_case() -> None:
+    """0 < p < alpha/2: the bounds count undefined resamples at -1 (low) and +1 (high), so the
+    interval holds the percentile interval of the defined resamples and of any completion."""
+    rng = np.random.default_rng(5)
+    x = np.zeros(30)
+    x[:5] = [1 / 3, 2 / 3, 1.0, 1.0, 1 / 3]  # (25/30)^30 = 0.4% of resamples miss all five
+    y = np.round(x + rng.normal(0, 0.4, 30), 1)
+    est = bootstrap_ci(x, y, kendall_tau_b, n_resamples=2000, seed=2)
+    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=2000, seed=2)
+    undefined = np.isnan(draws)
+    assert 0 < est.n_undefined == undefined.sum() < 50
+    assert est.ci_note is None
+    kept = draws[~undefined]
+    low = np.quantile(np.where(undefined, -1.0, draws), 0.025)
+    high = np.quantile(np.where(undefined, 1.0, draws), 0.975)
+    assert (est.low, est.high) == (pytest.approx(low), pytest.approx(high))
+    for completion in (kept, np.where(undefined, 0.0, draws)):  # dropped, or tau = 0
+        c_low, c_high = percentile_interval(completion, 0.95)
+        assert est.low <= c_low and c_high <= est.high
+    assert est.low < est.value < est.high
+
+
+def test_an_interval_excluding_its_estimate_is_not_reported() -> None:
+    """A statistic whose bootstrap distribution misses its own value (1 when all x are
+    distinct, which 10 draws with replacement from 10 almost never are)."""
+    x = np.arange(10.0)
+
+    def all_distinct(a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.unique(a).size == a.size)
+
+    est = bootstrap_ci(x, x, all_distinct, n_resamples=200, seed=0)
+    assert est.value == 1.0 and est.n_undefined == 0
+    assert math.isnan(est.low) and math.isnan(est.high)
+    assert est.ci_note == "no CI: [0.00, 0.00] excludes the estimate"
 
 
 def test_bootstrap_of_constant_side_is_all_nan() -> None:
     est = bootstrap_ci([1, 2, 3, 4], [5, 5, 5, 5], spearman_rho, n_resamples=100)
     assert math.isnan(est.value) and math.isnan(est.low) and math.isnan(est.high)
-    assert (est.n, est.n_resamples, est.n_dropped) == (4, 0, 100)
+    assert (est.n, est.n_resamples, est.n_undefined) == (4, 100, 100)
+    assert est.ci_note == "correlation undefined (constant scores, or n < 2)"
 
 
 def test_bootstrap_rejects_bad_arguments() -> None:

@@ -44,7 +44,14 @@ from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.label_value import checked_label
 from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
-from erag_dagster.readers.accounting import estimate_line, run_estimate, usage_delta, usage_of
+from erag_dagster.progress import NOTES
+from erag_dagster.readers.accounting import (
+    estimate_line,
+    estimate_summary,
+    run_estimate,
+    usage_delta,
+    usage_of,
+)
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
 LABEL_COLUMNS = ("query_id", "doc_id", "rank", "label", "answer", "reader_fingerprint", "metric")
@@ -144,6 +151,7 @@ def label_run(
         found = run_estimate(reader, [(subjects[i].question, subjects[i].text) for i in part])
         if found:
             say(estimate_line(getattr(reader, "name", "?"), found))
+            NOTES.info(estimate_summary(found))  # the main job's terminal (erag-dagster run)
         return found
 
     def progress(done: int, total: int) -> None:

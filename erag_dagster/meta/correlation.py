@@ -11,7 +11,9 @@ Inputs are long polars frames of per-query scores:
 For every ``(dataset, retriever, method, metric)`` the correlation is taken **over queries**
 between the retrieval score and the end-to-end score of the same ``(dataset, retriever)``, as
 in the paper (§4.2): Kendall's tau-b and Spearman's rho with percentile bootstrap CIs (see
-:mod:`erag_dagster.stats.correlation`). Queries present on one side only are left out (inner join on
+:mod:`erag_dagster.stats.correlation`, which also states when a CI is not reported: too many
+resamples with an undefined correlation, or an interval excluding its estimate; the table
+carries that share and the reason). Queries present on one side only are left out (inner join on
 ``query_id``); ``n_queries`` counts the queries used and ``n_unmatched`` those left out from
 either side. A correlation that is undefined (a side constant over the matched queries, or
 fewer than two of them) is ``nan``, never an error.
@@ -28,7 +30,12 @@ from collections.abc import Mapping
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.stats.correlation import bootstrap_ci, kendall_tau_b, spearman_rho
+from erag_dagster.stats.correlation import (
+    CorrelationEstimate,
+    bootstrap_ci,
+    kendall_tau_b,
+    spearman_rho,
+)
 
 PER_QUERY_COLUMNS = ("dataset", "retriever", "method", "metric", "query_id", "value")
 END_TO_END_COLUMNS = ("dataset", "retriever", "query_id", "value")
@@ -43,9 +50,13 @@ CORRELATION_SCHEMA: dict[str, type[pl.DataType]] = {
     "kendall_tau": pl.Float64,
     "kendall_low": pl.Float64,
     "kendall_high": pl.Float64,
+    "kendall_undefined": pl.Float64,
+    "kendall_ci_note": pl.String,
     "spearman_rho": pl.Float64,
     "spearman_low": pl.Float64,
     "spearman_high": pl.Float64,
+    "spearman_undefined": pl.Float64,
+    "spearman_ci_note": pl.String,
     "n_queries": pl.Int64,
     "n_unmatched": pl.Int64,
 }
@@ -55,7 +66,18 @@ CI_COLUMNS: dict[str, tuple[str, str]] = {
     "kendall_tau": ("kendall_low", "kendall_high"),
     "spearman_rho": ("spearman_low", "spearman_high"),
 }
+#: Each statistic's share of undefined bootstrap resamples and the reason its CI is not
+#: reported (null when it is): annotations of a figure, not part of a row's identity.
+CI_NOTE_COLUMNS: dict[str, tuple[str, str]] = {
+    "kendall_tau": ("kendall_undefined", "kendall_ci_note"),
+    "spearman_rho": ("spearman_undefined", "spearman_ci_note"),
+}
 _STATISTICS = {"kendall_tau": kendall_tau_b, "spearman_rho": spearman_rho}
+
+
+def _ci_cells(est: CorrelationEstimate) -> tuple[float, float, float, float, str | None]:
+    """``value, low, high, undefined share, note`` of one estimate (one statistic's columns)."""
+    return est.value, est.low, est.high, est.undefined_share, est.ci_note
 
 
 def _validate(frame: pl.DataFrame, columns: tuple[str, ...], name: str) -> pl.DataFrame:
@@ -89,7 +111,10 @@ def correlation_table(
 
     Returns one row per group of ``per_query`` (in order of first appearance) with
     :data:`CORRELATION_SCHEMA`: ``kendall_tau``/``spearman_rho``, their percentile bootstrap
-    bounds (``*_low``, ``*_high``) at ``confidence``, ``n_queries`` and ``n_unmatched``.
+    bounds (``*_low``, ``*_high``) at ``confidence``, the share of resamples whose statistic was
+    undefined (``*_undefined``, in ``[0, 1]``), why the bounds are ``nan`` when they are
+    (``*_ci_note``, else null; policy in :func:`~erag_dagster.stats.correlation.bootstrap_ci`),
+    ``n_queries`` and ``n_unmatched``.
     """
     pq = _validate(per_query, PER_QUERY_COLUMNS, "per_query")
     e2e = _validate(end_to_end, END_TO_END_COLUMNS, "end_to_end").rename({"value": "end_to_end"})
@@ -109,9 +134,7 @@ def correlation_table(
         tau = bootstrap_ci(x, y, kendall_tau_b, n_resamples, confidence, seed)
         rho = bootstrap_ci(x, y, spearman_rho, n_resamples, confidence, seed)
         unmatched = (group_sizes[key] - n) + (e2e_sizes.get(key[:2], 0) - n)
-        rows.append(
-            (*key, tau.value, tau.low, tau.high, rho.value, rho.low, rho.high, n, unmatched)
-        )
+        rows.append((*key, *_ci_cells(tau), *_ci_cells(rho), n, unmatched))
     return pl.DataFrame(rows, schema=CORRELATION_SCHEMA, orient="row")
 
 
@@ -167,15 +190,17 @@ def correlation_vs_k(
     """Correlation as a function of the number of retrieved documents ``k`` (paper Figure 1).
 
     ``per_k`` maps ``k`` to that cut-off's ``(per_query, end_to_end)`` frames. Returns rows
-    ``k, dataset, retriever, method, metric, <statistic>, low, high, n_queries`` sorted by
-    ``k`` (keeping each k's group order), where ``statistic`` is ``kendall_tau`` or
-    ``spearman_rho`` and ``[low, high]`` its bootstrap interval.
+    ``k, dataset, retriever, method, metric, <statistic>, low, high, undefined, ci_note,
+    n_queries`` sorted by ``k`` (keeping each k's group order), where ``statistic`` is
+    ``kendall_tau`` or ``spearman_rho``, ``[low, high]`` its bootstrap interval and
+    ``undefined``/``ci_note`` as in :func:`correlation_table`.
     """
     if statistic not in _STATISTICS:
         raise InputError(
             f"unknown statistic {statistic!r}; expected one of {', '.join(_STATISTICS)}"
         )
     low_col, high_col = CI_COLUMNS[statistic]
+    share_col, note_col = CI_NOTE_COLUMNS[statistic]
     frames = []
     for k in sorted(per_k):
         if int(k) != k or k < 1:
@@ -189,6 +214,8 @@ def correlation_vs_k(
                 statistic,
                 pl.col(low_col).alias("low"),
                 pl.col(high_col).alias("high"),
+                pl.col(share_col).alias("undefined"),
+                pl.col(note_col).alias("ci_note"),
                 "n_queries",
             )
         )
@@ -196,5 +223,6 @@ def correlation_vs_k(
         schema: dict[str, type[pl.DataType]] = {"k": pl.Int64}
         schema |= {c: pl.String for c in GROUP_COLUMNS}
         schema |= {statistic: pl.Float64, "low": pl.Float64, "high": pl.Float64}
-        return pl.DataFrame(schema=schema | {"n_queries": pl.Int64})
+        schema |= {"undefined": pl.Float64, "ci_note": pl.String, "n_queries": pl.Int64}
+        return pl.DataFrame(schema=schema)
     return pl.concat(frames)

@@ -49,6 +49,18 @@ def estimate_line(reader_name: str, estimate: Mapping[str, Any]) -> str:
     )
 
 
+def estimate_summary(estimate: Mapping[str, Any]) -> str:
+    """:func:`run_estimate`'s result in one short line, without the reader's name (the main
+    job's terminal note: ``90 pairs to generate, ~20,970 prompt tokens (233 per pair), at most
+    1,440 output tokens (estimate)``)."""
+    return (
+        f"{estimate['pairs_to_generate']:,} pairs to generate, "
+        f"~{estimate['estimated_prompt_tokens']:,} prompt tokens "
+        f"({estimate['mean_prompt_tokens']:.0f} per pair), "
+        f"at most {estimate['max_completion_tokens']:,} output tokens (estimate)"
+    )
+
+
 def usage_of(reader: Any) -> dict[str, int]:
     """The reader's :meth:`usage` totals (``{}`` when it has none)."""
     usage = getattr(reader, "usage", None)

@@ -23,7 +23,13 @@ from collections.abc import Sequence
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.correlation import CI_COLUMNS, best_per_column, table1
+from erag_dagster.meta.correlation import (
+    CI_COLUMNS,
+    CI_NOTE_COLUMNS,
+    GROUP_COLUMNS,
+    best_per_column,
+    table1,
+)
 
 MISSING = "–"
 _TABLE1_INDEX = ("dataset", "retriever", "method")
@@ -130,8 +136,11 @@ def format_table1(
     ``value [low, high]`` (e.g. ``0.412 [0.30, 0.52]``: ``digits`` decimals for the value,
     ``ci_digits`` for the bootstrap bounds), prefixed with ``*`` where it is the best (highest)
     in its column within its dataset and retriever (``\\*`` in markdown). An undefined
-    correlation prints as ``nan`` (no interval), a missing method/metric pair as ``–``. A
-    footnote explains the marks; its ``nan`` line appears only when a ``nan`` is shown.
+    correlation prints as ``nan`` (no interval), a missing method/metric pair as ``–``. Where
+    the frame has the ``*_undefined``/``*_ci_note`` columns, a CI that is not reported prints
+    its note instead (``-0.062 [no CI: 36.6% of resamples undefined]``) and a reported one
+    computed with undefined resamples gets their share (``0.41 [0.20, 0.60] (1.8% undef.)``).
+    A footnote explains the marks; its ``nan`` and ``no CI`` lines appear only when needed.
     """
     if statistic not in CI_COLUMNS:
         raise InputError(
@@ -141,14 +150,23 @@ def format_table1(
     values = table1(frame, statistic)
     lows = table1(frame, low_col)
     highs = table1(frame, high_col)
+    share_col, note_col = CI_NOTE_COLUMNS[statistic]
+    annotated = {share_col, note_col} <= set(frame.columns)
+    shares = table1(frame, share_col) if annotated else None
+    # A CI's note (why it is not reported), by (dataset, retriever, method, metric).
+    ci_notes: dict[tuple[str, ...], str] = {}
+    if annotated:
+        noted = frame.filter(pl.col(note_col).is_not_null())
+        ci_notes = {r[:-1]: r[-1] for r in noted.select(*GROUP_COLUMNS, note_col).iter_rows()}
     best = best_per_column(values)
     metrics = [c for c in values.columns if c not in _TABLE1_INDEX]
     star = "\\*" if markdown else "*"
 
-    any_nan = False
+    any_nan = any_undefined = False
     rows: list[list[str]] = []
     for i in range(values.height):
-        row = [format_cell(values[c][i]) for c in _TABLE1_INDEX]
+        index = tuple(values[c][i] for c in _TABLE1_INDEX)
+        row = [format_cell(v) for v in index]
         for m in metrics:
             v, lo, hi = values[m][i], lows[m][i], highs[m][i]
             if v is None:
@@ -158,10 +176,15 @@ def format_table1(
                 row.append("nan")
             else:
                 mark = star if best[m][i] else ""
-                bounds = ", ".join(
+                share = shares[m][i] if shares is not None else None
+                bounds = ci_notes.get((*index, m)) or ", ".join(
                     "nan" if b is None or math.isnan(b) else f"{b:.{ci_digits}f}" for b in (lo, hi)
                 )
-                row.append(f"{mark}{v:.{digits}f} [{bounds}]")
+                cell = f"{mark}{v:.{digits}f} [{bounds}]"
+                if share and not bounds.startswith("no CI"):
+                    cell += f" ({share:.1%} undef.)"
+                any_undefined |= bool(share) or bounds.startswith("no CI")
+                row.append(cell)
         rows.append(row)
     headers = [*_TABLE1_INDEX, *metrics]
     right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
@@ -172,5 +195,11 @@ def format_table1(
     ]
     if any_nan:
         notes.append("nan: correlation undefined (scores constant over the queries, or n < 2).")
+    if any_undefined:
+        notes.append(
+            "undef.: share of bootstrap resamples with a constant side (correlation undefined);"
+            " the CI counts them at -1 (low) and +1 (high), and is not reported when they reach"
+            " (1 - confidence)/2 of the resamples or when it would exclude the estimate."
+        )
     # Markdown joins adjacent lines into one paragraph; a blank line keeps the notes apart.
     return render(headers, rows, right) + "\n\n" + ("\n\n" if markdown else "\n").join(notes)

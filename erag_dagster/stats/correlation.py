@@ -24,9 +24,55 @@ different lengths and inputs that are not one-dimensional raise :class:`InputErr
 Confidence intervals are percentile bootstrap intervals (Efron & Tibshirani 1993, ch. 13):
 resample the ``n`` *queries* with replacement (``x`` and ``y`` stay paired), recompute the
 statistic on each of ``B`` resamples, and report the ``alpha/2`` and ``1 - alpha/2`` quantiles
-of those ``B`` values (``alpha = 1 - confidence``; numpy's linear-interpolation quantile). A
-resample whose statistic is undefined (it drew a constant side, likely at small ``n``) is
-dropped and counted; the interval uses the rest.
+of those ``B`` values (``alpha = 1 - confidence``; numpy's linear-interpolation quantile).
+
+**Undefined resamples** (the policy of :func:`bootstrap_ci`). A resample can draw a constant
+side although the sample is not constant: with ``m`` of ``n`` queries off the common value, it
+misses all of them with probability ``(1 - m/n)^n ~ exp(-m)`` (36% for one exact answer in 30
+questions, 4% for three). Dropping those resamples, as this module once did, makes the interval
+a percentile interval of the resamples that *did* draw the rare queries: a biased subset, e.g.
+with one non-zero label every defined resample has the sign of that query's pair, so the
+interval excluded 0 (``-0.062 [-0.14, -0.03]``) on what is one observation's worth of evidence.
+Calling them ``tau = 0`` instead is no fix: tau-b is ``0/0`` there, not "no association", and the
+choice moves the endpoints by an amount nobody can check. A careful reading is that the value
+of an undefined resample is *missing*, and it could lie anywhere in the statistic's range
+``[-1, 1]``. With a share ``p`` of the ``B`` resamples missing, the sharp worst-case bounds on
+the full bootstrap distribution's ``q``-quantile (missing outcomes: Manski 1989, J. Human
+Resources 24:343-360; Manski 2003, *Partial Identification of Probability Distributions*,
+ch. 1) are the quantiles of the defined values at levels ``(q - p)/(1 - p)`` and
+``q/(1 - p)``; they reach the ends of the range, ``-1`` or ``+1``, once ``p >= q`` or
+``p >= 1 - q``. Hence:
+
+* ``p < alpha/2``: the interval is reported, widened to those bounds: ``low`` is the ``alpha/2``
+  quantile with every undefined resample set to ``-1``, ``high`` the ``1 - alpha/2`` quantile
+  with every one set to ``+1``. It contains the percentile interval of *any* completion of the
+  bootstrap distribution (the ``tau = 0`` convention included) and is the plain percentile
+  interval when ``p = 0`` (the usual case for graded labels);
+* ``p >= alpha/2`` (2.5% at 95%): the interval is **not identified**, since the undefined
+  resamples alone could put an endpoint at ``-1`` or ``+1``. ``low``/``high`` are ``nan``
+  and ``ci_note`` says why, with the share. This is also when the percentile bootstrap is least
+  trustworthy anyway: the statistic hinges on a handful of queries, like the sample maximum for
+  which the bootstrap is known to fail (Bickel & Freedman 1981, Ann. Statist. 9:1196-1217;
+  Efron & Tibshirani 1993, ch. 7);
+* a reported interval must contain the point estimate. A percentile interval that does not
+  (a bootstrap distribution almost entirely on one side of the estimate: the percentile method's
+  assumption of a symmetrising transformation fails, Efron & Tibshirani 1993, ch. 13-14) is not
+  reported either: ``nan`` with a ``ci_note``.
+
+A reported interval keeps the bootstrap's own limit with sparse labels: resamples cannot put
+mass where the sample has none. Two sparse sides whose non-zero queries are disjoint give only
+negative defined resamples, so the interval excludes 0 although such disjointness is likely
+under independence (4 of 30 on each side: hypergeometric P = 0.55). With a few non-zero
+queries, read a CI that excludes 0 as "the bootstrap cannot tell", and use a permutation test
+for "is there an association".
+
+So every interval this module reports contains its estimate, and every one it does not report
+carries its reason; ``n_undefined`` always says how many resamples were undefined. (An
+asymptotic interval, from the variance of tau-b with ties (Kendall 1970, *Rank Correlation
+Methods*, 4th ed., ch. 3) or its delta-method standard error for contingency tables (Brown &
+Benedetti 1977, JASA 72:309-315; Agresti 2010, *Analysis of Ordinal Categorical Data*, ch. 7),
+always "exists" and always contains the estimate, but its normal approximation rests on the
+same handful of queries: we prefer saying "not identified" to a precise-looking interval.)
 """
 
 from __future__ import annotations
@@ -45,6 +91,8 @@ Statistic = Callable[[NDArray[np.float64], NDArray[np.float64]], float]
 
 #: Resamples drawn (and evaluated) per block, bounding memory at ``_BLOCK * n`` values.
 _BLOCK = 256
+#: Relative slack for "the interval contains the estimate" (rounding, not statistics).
+_ROUNDING = 1e-9
 #: Largest ``n`` for the pairwise-matrix Kendall kernel (three ``n x n`` float64 matrices,
 #: 96 MB at the limit); above it each resample calls scipy (faster there, and bounded memory).
 _KENDALL_MATRIX_MAX_N = 2000
@@ -52,12 +100,13 @@ _KENDALL_MATRIX_MAX_N = 2000
 
 @dataclass(frozen=True)
 class CorrelationEstimate:
-    """A point estimate with its percentile bootstrap interval.
+    """A point estimate with its percentile bootstrap interval (policy: the module docstring).
 
     ``value`` is the statistic on all ``n`` pairs; ``[low, high]`` the interval at level
-    ``confidence``; ``n_resamples`` the resamples the interval was computed from (those with a
-    defined statistic) and ``n_dropped`` the resamples dropped as undefined. ``low`` and
-    ``high`` are ``nan`` when no resample was usable.
+    ``confidence``, which contains ``value`` whenever it is reported; ``n_resamples`` the
+    resamples drawn and ``n_undefined`` those whose statistic was undefined (a constant side).
+    ``low`` and ``high`` are ``nan`` exactly when ``ci_note`` is set: it says why (``value``
+    undefined, too many undefined resamples, or an interval excluding ``value``).
     """
 
     value: float
@@ -65,8 +114,14 @@ class CorrelationEstimate:
     high: float
     n: int
     n_resamples: int
-    n_dropped: int = 0
+    n_undefined: int = 0
     confidence: float = 0.95
+    ci_note: str | None = None
+
+    @property
+    def undefined_share(self) -> float:
+        """``n_undefined / n_resamples``: the share of resamples with an undefined statistic."""
+        return self.n_undefined / self.n_resamples if self.n_resamples else math.nan
 
 
 def as_pair(x: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -253,26 +308,51 @@ def bootstrap_ci(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int | None = 0,
+    bounds: tuple[float, float] = (-1.0, 1.0),
 ) -> CorrelationEstimate:
     """Point estimate and percentile bootstrap CI of ``statistic`` over paired queries.
 
-    ``statistic(x, y) -> float`` is typically :func:`kendall_tau_b` or :func:`spearman_rho`.
-    Resamples where it is ``nan`` are dropped and counted in ``n_dropped``. With a constant
-    side every resample is constant, so ``value``, ``low`` and ``high`` are all ``nan``.
-    Deterministic for a given ``seed``.
+    ``statistic(x, y) -> float`` is typically :func:`kendall_tau_b` or :func:`spearman_rho`;
+    ``bounds`` is its range, where an undefined resample's unknown value may lie. Policy (module
+    docstring): with a share ``p`` of undefined resamples, the interval is reported only when
+    ``value`` is defined, ``p < (1 - confidence)/2`` and it contains ``value``; it is then the
+    percentile interval widened to the worst-case bounds over the undefined resamples (the plain
+    percentile interval when ``p = 0``). Otherwise ``low``/``high`` are ``nan`` and ``ci_note``
+    gives the reason. Deterministic for a given ``seed``.
     """
     xa, ya = as_pair(x, y)
     check_bootstrap_args(n_resamples, confidence)
     value = float(statistic(xa, ya))
     draws = bootstrap_distribution(xa, ya, statistic, n_resamples=n_resamples, seed=seed)
-    kept = draws[~np.isnan(draws)]
-    low, high = percentile_interval(kept, confidence)
+    undefined = np.isnan(draws)
+    n_undefined = int(undefined.sum())
+    share = n_undefined / draws.size
+    tail = (1.0 - confidence) / 2.0
+    note: str | None = None
+    low = high = math.nan
+    if math.isnan(value):
+        note = "correlation undefined (constant scores, or n < 2)"
+    elif share >= tail - _ROUNDING:  # 1 - 0.95 is 0.0500...04 in binary
+        note = f"no CI: {share:.1%} of resamples undefined"
+    else:
+        kept = draws[~undefined]
+        low = float(np.quantile(np.append(kept, np.full(n_undefined, bounds[0])), tail))
+        high = float(np.quantile(np.append(kept, np.full(n_undefined, bounds[1])), 1.0 - tail))
+        # The kernels and scipy compute one number two ways: a bound equal to the estimate can
+        # differ from it in the last bits (the same slack as checks._ROUNDING); that is containment.
+        slack = _ROUNDING * max(1.0, abs(value))
+        if low - slack <= value <= high + slack:
+            low, high = min(low, value), max(high, value)
+        else:
+            note = f"no CI: [{low:.2f}, {high:.2f}] excludes the estimate"
+            low = high = math.nan
     return CorrelationEstimate(
         value=value,
         low=low,
         high=high,
         n=int(xa.size),
-        n_resamples=int(kept.size),
-        n_dropped=int(draws.size - kept.size),
+        n_resamples=int(draws.size),
+        n_undefined=n_undefined,
         confidence=confidence,
+        ci_note=note,
     )
