@@ -272,6 +272,7 @@ def check_evaluation(evaluation: dict[str, Any], where: str) -> None:
     for key in (
         "k",
         "label_k",
+        "relevance_level",
         "efficiency_queries",
         "efficiency_rounds",
         "e2e_ks",

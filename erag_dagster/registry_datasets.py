@@ -44,7 +44,8 @@ DATASET_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 RESERVED_NAMES = frozenset({"cross_dataset", "reader_models", "dataset_files", "inputs"})
 #: ``evaluation`` keys a dataset may override (the rest are one per graph: schedule, ...).
 EVALUATION_OVERRIDES = frozenset(
-    {"k", "label_k", "metric", "list_metrics", "human_metrics", "e2e_ks", "label_methods"}
+    {"k", "label_k", "metric", "list_metrics", "human_metrics", "relevance_level", "e2e_ks"}
+    | {"label_methods"}
 )
 _ENTRY_KEYS = frozenset({"spec", "reader_labels", "evaluation"})
 

@@ -23,14 +23,15 @@ from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, frame_version
 from erag_dagster.registry import Registry
 from erag_dagster.reports.cross_dataset import (
+    DatasetRuns,
+    format_cross_leaderboard,
+    format_table1_across,
+)
+from erag_dagster.reports.cross_dataset import (
     beir_leaderboard as beir_table,
 )
 from erag_dagster.reports.cross_dataset import (
     erag_leaderboard as erag_table,
-)
-from erag_dagster.reports.cross_dataset import (
-    format_cross_leaderboard,
-    format_table1_across,
 )
 from erag_dagster.reports.cross_dataset import (
     table1_across as table1_table,
@@ -80,8 +81,13 @@ def _beir_leaderboard(
     registry, params = settings.registry(), settings.resolve()
     names = [n for n in registry.datasets if _input_name(n, "qrels") in inputs]
     runs = {n: _by_partition(context, _input_name(n, "retrieval_run"), inputs) for n in names}
-    judged = {n: (inputs[_input_name(n, "qrels")], runs[n]) for n in names}
-    judged = {n: v for n, v in judged.items() if v[0].height}
+    judged = {
+        n: DatasetRuns(
+            inputs[_input_name(n, "qrels")], runs[n], settings.resolve(n).relevance_level
+        )
+        for n in names
+    }
+    judged = {n: v for n, v in judged.items() if v.qrels.height}
     baseline = _baseline(registry, runs)
     board = beir_table(
         judged, params.human_metrics, n_resamples=params.bootstrap_resamples, baseline=baseline

@@ -152,7 +152,10 @@ def retrieval_report(
         return
     order = [p for p in registry.retriever_partitions if p in retrieval_run]
     runs = {p: retrieval_run[p] for p in order}
-    board = leaderboard(qrels, runs, metrics, n_resamples=params.bootstrap_resamples)
+    board = leaderboard(
+        qrels, runs, metrics, n_resamples=params.bootstrap_resamples,
+        relevance_level=params.relevance_level,
+    )  # fmt: skip
     results, extra = asset_checks.report_results(
         context, "retrieval_report", board, None, (registry, params), regression=True
     )
@@ -162,6 +165,7 @@ def retrieval_report(
         metadata={
             "report": table_md(format_leaderboard(board)),
             "metrics": metrics,
+            "relevance_level": params.relevance_level,
             "baseline": order[0],
             **extra,
         },
@@ -204,7 +208,7 @@ def _rerank_lift(
         return dg.Output(pl.DataFrame(schema=LIFT_SCHEMA), metadata=meta)
     report = lift_report(
         qrels, retrieval_run[first], retrieval_run[entry.partition_key], params.human_metrics,
-        n_resamples=params.bootstrap_resamples,
+        n_resamples=params.bootstrap_resamples, relevance_level=params.relevance_level,
     ).with_columns(
         added_seconds_per_query=pl.lit(cost.get("rerank_seconds_per_query"), pl.Float64),
         docs_per_second=pl.lit(cost.get("rerank_docs_per_second"), pl.Float64),

@@ -29,6 +29,7 @@ class Evaluation:
     metric: str  # downstream metric of the reader's answers
     list_metrics: list[str]
     human_metrics: list[str]
+    relevance_level: int  # binary human metrics count a judgment >= this (trec_eval -l)
     e2e_ks: list[int]  # end-to-end depths (sorted, unique, each <= k)
     bootstrap_resamples: int
     efficiency_ks: list[int]
@@ -53,6 +54,9 @@ class EvalSettings(dg.ConfigurableResource):
     metric: str = Field(default="", description="downstream metric: em|f1|rougel|accuracy|contains")
     list_metrics: list[str] = Field(default_factory=list)
     human_metrics: list[str] = Field(default_factory=list)
+    relevance_level: int = Field(
+        default=0, description="binary human metrics: relevant when judged >= this (0 = default)"
+    )
     e2e_ks: list[int] = Field(default_factory=list, description="end-to-end depths (Figure 1)")
     bootstrap_resamples: int = Field(default=1000, description="bootstrap resamples for CIs")
     efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
@@ -133,6 +137,7 @@ class EvalSettings(dg.ConfigurableResource):
             human_metrics=list(
                 self.human_metrics or defaults.get("human_metrics", ["nDCG@10", "R@10"])
             ),
+            relevance_level=self.relevance_level or int(defaults.get("relevance_level", 1)),
             e2e_ks=sorted({min(int(x), k) for x in e2e_ks}),
             bootstrap_resamples=self.bootstrap_resamples,
             efficiency_ks=[
