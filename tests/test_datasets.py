@@ -48,7 +48,7 @@ def test_dataset_entries_merge_options_and_resolve_paths(tmp_path: Path) -> None
             "theirs": {
                 "spec": "beir:../data/beir",
                 "spread_questions": 20,
-                "evaluation": {"k": 7},
+                "evaluation": {"k": 7, "relevance_level": 2},
             },
         },
     )
@@ -62,7 +62,9 @@ def test_dataset_entries_merge_options_and_resolve_paths(tmp_path: Path) -> None
     assert registry.datasets["sample"].reader_labels is True
     settings = EvalSettings(registry_path=str(path))
     assert settings.resolve("theirs").k == 7  # the dataset's override
+    assert settings.resolve("theirs").relevance_level == 2  # TREC DL style: judged >= 2
     assert settings.resolve("sample").k == 10  # the shared evaluation section
+    assert settings.resolve("sample").relevance_level == 1
     assert settings.resolve("sample").dataset == "sample?spread_questions=6"
 
 
