@@ -24,7 +24,8 @@ def dataset_of(context: dg.AssetExecutionContext) -> str | None:
 
 def prefixed(assets: list[dg.AssetsDefinition], dataset: str | None) -> list[dg.AssetsDefinition]:
     """``assets`` with every key among them, and every dependency on one of them or on
-    ``extra`` keys, prefixed by ``dataset`` (unchanged when ``None``); checks follow."""
+    ``dataset_files``, prefixed by ``dataset`` (unchanged when ``None``); their checks follow.
+    Dependencies on other keys (``reader_models``) stay as they are: shared by every dataset."""
     if dataset is None:
         return assets
     from erag_dagster.assets.automation import DATASET_FILES
