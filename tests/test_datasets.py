@@ -24,7 +24,7 @@ from erag_dagster.pipeline import load_asset_value, materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
-from tests.test_automation import requested
+from tests.test_automation import _sensor_result, requested
 
 
 def _with_datasets(folder: Path, datasets: dict, extra: dict | None = None, **changes) -> Path:
@@ -146,9 +146,14 @@ def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
         }  # fmt: skip
 
 
-def _edited(world, name: str, datasets: dict) -> dg.Definitions:
+def _edited(world, name: str, datasets: dict, changed: str | None = None) -> dg.Definitions:
+    """The definitions of an edited registry, its inputs observed (as ``input_change_sensor``
+    would have them observed; ``changed``: what its tick must name)."""
     path = _with_datasets(world["root"] / name, datasets, extra=world["extra"])
     defs = build_defs(str(path))
+    if changed is not None:
+        tick = _sensor_result(defs, world["instance"])
+        assert tick.tags["erag/changed_inputs"] == changed
     observe = defs.resolve_job_def("observe_inputs")
     assert observe.execute_in_process(instance=world["instance"]).success
     return defs
@@ -193,7 +198,7 @@ def test_editing_one_dataset_recomputes_only_its_assets(world, edited: str) -> N
     datasets["scifact"] = {"spec": world["scifact"], "spread_questions": 10}
     if edited == "sample":
         datasets = {**world["datasets"], "sample": "sample?max_questions=5"}
-    defs = _edited(world, f"edit-{edited}", datasets)
+    defs = _edited(world, f"edit-{edited}", datasets, changed=f"{edited}/dataset_files")
     try:
         result = dg.evaluate_automation_conditions(
             defs=defs, instance=world["instance"], cursor=tick.cursor
