@@ -23,7 +23,7 @@ if ! ls "$DIR"/llama_cpp_python-"$VERSION"-*.whl >/dev/null 2>&1; then
   mkdir -p "$DIR.tmp"
   CMAKE_ARGS="$FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
     "$VPY" -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python \
-    -w "$DIR.tmp" "llama-cpp-python==$VERSION"
+    -w "$DIR.tmp" "llama-cpp-python==$VERSION" >&2  # stdout carries only the folder
   rm -rf "$DIR" && mv "$DIR.tmp" "$DIR"
 fi
 echo "$DIR"
