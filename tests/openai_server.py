@@ -58,12 +58,15 @@ def served_folder(root: Path) -> Path:
     return target
 
 
-class TransformersServer:
-    """``transformers serve FOLDER`` on 127.0.0.1:``port`` (a free one by default), CPU, fp32,
-    one thread; its access log (one line per request) goes to ``log_path``."""
+class LoopbackServer:
+    """A server process on 127.0.0.1:``port`` (a free one by default) in its own process group,
+    its output (one access-log line per request) in ``log_path``; ready when ``GET /v1/models``
+    answers 200. Subclasses give the command line (:meth:`command`) and the model id."""
 
-    def __init__(self, folder: Path, log_path: Path, port: int | None = None) -> None:
-        self.folder, self.log_path = folder, log_path
+    name = "server"
+
+    def __init__(self, log_path: Path, port: int | None = None) -> None:
+        self.log_path = log_path
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -73,10 +76,12 @@ class TransformersServer:
 
     @property
     def model(self) -> str:
-        """The model id the server reports (the folder path it was started with)."""
-        return str(self.folder)
+        raise NotImplementedError
 
-    def start(self) -> TransformersServer:
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> LoopbackServer:
         env = {
             **os.environ,
             "OMP_NUM_THREADS": "1",
@@ -85,29 +90,21 @@ class TransformersServer:
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
-        command = [
-            sys.executable, "-c",
-            "import sys, torch; torch.set_num_threads(1); "
-            "from transformers.cli.transformers import main; sys.argv[0] = 'transformers'; "
-            "sys.exit(main())",
-            "serve", str(self.folder), "--host", "127.0.0.1", "--port", str(self.port),
-            "--device", "cpu", "--dtype", "float32", "--log-level", "info",
-        ]  # fmt: skip
         log = open(self.log_path, "ab")  # noqa: SIM115 (handed to the child)
         self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
         deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"transformers serve exited: {tail}")
+                raise RuntimeError(f"{self.name} exited: {tail}")
             if self.ready():
                 return self
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"transformers serve not ready after {STARTUP_SECONDS:.0f} s")
+        raise RuntimeError(f"{self.name} not ready after {STARTUP_SECONDS:.0f} s")
 
     def ready(self) -> bool:
         try:
@@ -136,11 +133,36 @@ class TransformersServer:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return sum(1 for line in text.splitlines() if f'"POST {path} ' in line)
 
-    def __enter__(self) -> TransformersServer:
+    def __enter__(self) -> LoopbackServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class TransformersServer(LoopbackServer):
+    """``transformers serve FOLDER`` on loopback, CPU, fp32, one torch thread."""
+
+    name = "transformers serve"
+
+    def __init__(self, folder: Path, log_path: Path, port: int | None = None) -> None:
+        super().__init__(log_path, port)
+        self.folder = folder
+
+    @property
+    def model(self) -> str:
+        """The model id the server reports (the folder path it was started with)."""
+        return str(self.folder)
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-c",
+            "import sys, torch; torch.set_num_threads(1); "
+            "from transformers.cli.transformers import main; sys.argv[0] = 'transformers'; "
+            "sys.exit(main())",
+            "serve", str(self.folder), "--host", "127.0.0.1", "--port", str(self.port),
+            "--device", "cpu", "--dtype", "float32", "--log-level", "info",
+        ]  # fmt: skip
 
 
 class RateLimitProxy:

@@ -86,9 +86,14 @@ def config(base_url: str, model: str, **extra) -> dict:
 
 @pytest.fixture(scope="module")
 def direct_answers(server: TransformersServer) -> dict[tuple[str, str], str]:
-    """The server's own answers, asked with the ``openai`` package directly (same prompts)."""
-    spec = ReaderSpec.from_dict(config(server.base_url, server.model), name="direct")
-    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    return server_answers(server.base_url, server.model)
+
+
+def server_answers(base_url: str, model: str) -> dict[tuple[str, str], str]:
+    """A server's own greedy answers to every pair of ``RUN``, asked with the ``openai``
+    package directly (the prompts the labeller sends)."""
+    spec = ReaderSpec.from_dict(config(base_url, model), name="direct")
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
     passages = dict(zip(CORPUS["doc_id"], CORPUS["text"], strict=True))
     questions = dict(zip(QUERIES["query_id"], QUERIES["question"], strict=True))
     titles = dict(zip(CORPUS["doc_id"], CORPUS["title"], strict=True))
@@ -96,7 +101,7 @@ def direct_answers(server: TransformersServer) -> dict[tuple[str, str], str]:
     for qid, did in RUN.select("query_id", "doc_id").rows():
         passage = reader_passage(titles[did], passages[did])  # what the labeller shows
         response = client.chat.completions.create(
-            model=server.model,
+            model=model,
             messages=build_messages(spec, questions[qid], passage),
             temperature=0,
             seed=0,

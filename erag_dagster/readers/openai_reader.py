@@ -36,7 +36,10 @@ policy (answers are reported one by one through ``on_batch`` as requests finish)
   characters-per-token estimate (approximate); without it nothing is cut and a prompt the server
   finds too long is its one-line HTTP 400 error.
 * **P("yes")** needs the server's ``logprobs``; where a response carries none,
-  :meth:`p_yes_unavailable` says so in one line and :meth:`yes_probability` raises it.
+  :meth:`p_yes_unavailable` says so in one line and :meth:`yes_probability` raises it. A
+  response that carries ``logprobs`` but no first token (the model ended its answer at once:
+  llama.cpp's server then lists no alternatives, seen with SmolLM2 through ``api: completion``)
+  is its own one line naming the pair (:class:`NoFirstToken`), never a made-up 0.5.
 
 The API key is read from the environment variable named by ``api_key_env`` when the client is
 built and is never stored, logged, hashed or put in metadata.
@@ -70,7 +73,7 @@ from erag_dagster.readers.prompts import (
 from erag_dagster.readers.retry import call_with_retries
 from erag_dagster.readers.spec import ReaderSpec
 
-__all__ = ["LogprobsUnavailable", "OpenAIReader"]
+__all__ = ["LogprobsUnavailable", "NoFirstToken", "OpenAIReader"]
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,12 @@ PROBE_QUESTION = "When was the stone bridge built?"
 
 
 class LogprobsUnavailable(EnvironmentFault):
-    """The server returns no log-probabilities, so P("yes") cannot be read."""
+    """P("yes") cannot be read from the server's log-probabilities: it returns none."""
+
+
+class NoFirstToken(LogprobsUnavailable):
+    """The response has ``logprobs`` but no first token: generation ended at once (end of
+    sequence first), and the server lists no alternatives for a token it did not emit."""
 
 
 @dataclass(frozen=True)
@@ -481,7 +489,8 @@ class OpenAIReader:
         """P(yes) per pair from the first answer token's top log-probabilities: the mass of
         "yes" spellings over that of "yes" + "no" spellings (case and spaces ignored); 0.5 when
         neither is among the top tokens. :class:`LogprobsUnavailable` when the server returns
-        none."""
+        none; :class:`NoFirstToken` (a subclass, naming the pair) when a response has no first
+        token to read them from. Requests first, then P(yes) per response."""
         if not items:
             return []
         payloads = [
@@ -500,25 +509,34 @@ class OpenAIReader:
             )
             for q, p in items
         ]
-        return self._run(payloads, self._p_yes_of, lambda i: _pair(items[i][0], "P(yes)"))
+        responses = self._run(payloads, lambda r: r, lambda i: _pair(items[i][0], "P(yes)"))
+        return [self._p_yes_of(r, q) for r, (q, _) in zip(responses, items, strict=True)]
 
-    def _p_yes_of(self, response: Any) -> float:
+    def _p_yes_of(self, response: Any, question: str) -> float:
         top = _top_logprobs(response.choices[0], self.spec.api)
-        if not top:
+        if top is None:
             raise LogprobsUnavailable(
                 f"reader {self.spec.name!r}: the server at {self.spec.base_url} returns no "
                 "logprobs, so P(yes) (LLM annotation, reranking) cannot be computed"
+            )
+        if not top:
+            raise NoFirstToken(
+                f"reader {self.spec.name!r}: {_pair(question, 'P(yes)')}: the model ended its "
+                f"answer at once (finish_reason {response.choices[0].finish_reason!r}), so the "
+                f"server at {self.spec.base_url} lists no first-token log-probabilities to "
+                "read yes/no from (api: chat asks through the model's chat template)"
             )
         yes = sum(math.exp(lp) for tok, lp in top if tok.strip().lower() == "yes")
         no = sum(math.exp(lp) for tok, lp in top if tok.strip().lower() == "no")
         return yes / (yes + no) if yes + no > 0 else 0.5
 
 
-def _top_logprobs(choice: Any, api: str) -> list[tuple[str, float]]:
-    """``(token, logprob)`` of the first generated token's top alternatives; ``[]`` if absent."""
+def _top_logprobs(choice: Any, api: str) -> list[tuple[str, float]] | None:
+    """``(token, logprob)`` of the first generated token's top alternatives: ``None`` when the
+    response has no ``logprobs``, ``[]`` when it has them but no first token."""
     logprobs = getattr(choice, "logprobs", None)
     if logprobs is None:
-        return []
+        return None
     if api == "completion":
         tops = getattr(logprobs, "top_logprobs", None) or []
         return [(str(t), float(v)) for t, v in (tops[0] or {}).items()] if tops else []
