@@ -22,6 +22,7 @@ run: setup
 test: setup lint
 	@scripts/ensure-chromium.sh
 	@scripts/ensure-postgres.sh
+	@scripts/ensure-llama-server.sh
 	.venv/bin/python -m pytest -q $(PYTEST_ARGS)
 
 test-quick: setup lint

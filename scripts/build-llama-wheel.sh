@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama-cpp-python's wheel once per machine (it compiles llama.cpp: no wheel on PyPI) and
-# print the folder that holds it, for `pip install --find-links`. Used by scripts/setup.sh for
+# print the folder that holds it, for `pip install --find-links`. Used by scripts/ensure-llama-server.sh (make test) for
 # the test server with logprobs (tests/llama_server.py).
 #   scripts/build-llama-wheel.sh [PYTHON]     # PYTHON defaults to .venv/bin/python
 #
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VPY="${1:-$PWD/.venv/bin/python}"
-VERSION=0.3.36
+VERSION=$(sed -n "s/^llama-cpp-python==//p" constraints.txt)  # the pin lives once, in constraints.txt
 FLAGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
 KEY=$(printf '%s %s' "$VERSION" "$FLAGS" | sha256sum | cut -c1-12)
 DIR="${ERAG_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/erag-dagster/wheels}/llama-cpp-python-$KEY"

