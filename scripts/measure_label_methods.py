@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 """Table 1 for the labelling methods beyond the paper, on one dataset, with BM25 and the default
-reader: eRAG (generation), eRAG likelihood, signed utility, answer containment and the provenance
-judgments, each under P@k, Success@k, RR, AP, both nDCG ideals and UDCG@k, against end-to-end
-quality at depth k (Kendall tau-b and Spearman with 95% bootstrap CIs).
+reader: eRAG (generation), eRAG likelihood, signed utility and every baseline of the default
+run's Table 1 (provenance judgments, answer containment, semantic similarity to the answer and
+to the question, LLM annotation), each under P@k, Success@k, RR, AP, both nDCG ideals and
+UDCG@k, against end-to-end quality at depth k (Kendall tau-b and Spearman with 95% bootstrap
+CIs).
 
-It runs the project's own functions (``run_retriever``, ``label_run``, ``extra_labels``,
-``containment_labels``, ``provenance_labels``, ``evaluate_end_to_end``, ``correlation_inputs``,
-``correlation_table``) with one label store, and writes into ``--out``:
+It runs the project's own functions (``run_retriever``, ``label_run``, ``baseline_label_set``
+with the ``likelihood`` and ``signed`` label methods, ``evaluate_end_to_end``,
+``label_methods_table``) with one label store, and writes into ``--out``:
 
 * ``labels.parquet`` — ``method, query_id, doc_id, rank, label`` (every method's labels);
 * ``end_to_end.parquet`` — ``query_id, k, score``;
 * ``correlation_table.parquet`` — the correlation table, printed as Table 1 too.
 
 The first two are what ``reproductions/label_methods.yaml`` recomputes its figures from
-(``tests/reproductions.py``, kind ``label_table1``). LLM annotation and semantic similarity are
-left out (they are in the default run's Table 1; here they would only add reader passes).
+(``tests/reproductions.py``, kind ``label_table1``). Semantic similarity uses the registry's
+first dense encoder (no reader pass); LLM annotation one reader prefill per pair (P(yes), kept
+in the label store); ``--no-annotation`` leaves it out (``baseline_label_set`` logs the line).
 
     python scripts/measure_label_methods.py --dataset sample --out reproductions/data/sample
 """
@@ -33,14 +36,28 @@ import polars as pl
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
-from erag_dagster.meta.baselines import containment_labels, provenance_labels
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
-from erag_dagster.meta.label_methods import extra_labels, label_methods_table
+from erag_dagster.meta.label_methods import label_methods_table
+from erag_dagster.meta.system_outputs import baseline_label_set
 from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.registry import load_registry
 from erag_dagster.reports.tables import format_table1
 from erag_dagster.retrieval.runs import top_k
-from erag_dagster.retrieval.service import run_retriever
+from erag_dagster.retrieval.service import encoder_from_config, run_retriever
+
+
+class _WithoutAnnotation:
+    """The reader, saying it cannot give P(yes): ``baseline_label_set`` then skips LLM
+    annotation (its documented hook, as for a server without logprobs); all else delegates."""
+
+    def __init__(self, reader) -> None:
+        self._reader = reader
+
+    def __getattr__(self, name: str):
+        return getattr(self._reader, name)
+
+    def p_yes_unavailable(self) -> str:
+        return "left out by --no-annotation"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--metric", default="f1")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument(
+        "--no-annotation",
+        action="store_true",
+        help="leave out LLM annotation (saves a prefill per pair)",
+    )
     args = parser.parse_args(argv)
     ds = load_dataset(args.dataset)
     registry = load_registry()
@@ -62,16 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     run = top_k(run_retriever(registry, "bm25", ds.corpus, ds.queries, args.k), args.k)
     erag = label_run(run, ds.queries, ds.corpus, reader, args.metric, store).labels
     print(f"eRAG labels {time.perf_counter() - began:.0f} s", file=sys.stderr)
-    parts = {"eRAG": erag.select("query_id", "doc_id", "rank", "label")}
-    parts |= extra_labels(
-        run, ds.queries, ds.corpus, reader, args.metric, ["likelihood", "signed"], store
-    )
-    parts["containment"] = containment_labels(run, ds.queries, ds.corpus)
-    parts["provenance"] = provenance_labels(run, ds.qrels)
+    others = baseline_label_set(
+        run, ds.queries, ds.corpus, ds.qrels, encoder_from_config(registry.first_config("dense")),
+        _WithoutAnnotation(reader) if args.no_annotation else reader, store,
+        metric=args.metric, methods=["likelihood", "signed"],
+        log=lambda line: print(line, file=sys.stderr),
+    )  # fmt: skip
     labels = pl.concat(
         [
-            f.select(pl.lit(m).alias("method"), "query_id", "doc_id", "rank", "label")
-            for m, f in parts.items()
+            erag.select(pl.lit("eRAG").alias("method"), "query_id", "doc_id", "rank", "label"),
+            others.select("method", "query_id", "doc_id", "rank", "label"),
         ]
     )
     e2e = evaluate_end_to_end(

@@ -277,7 +277,7 @@ def erag_tables() -> dict[str, pl.DataFrame]:
     in reverse order (``bm25-reversed``: a document's eRAG label does not depend on its rank),
     through the erag_per_query the asset uses."""
     tables = {}
-    for name in ("sample30", "squad50"):
+    for name in ("sample30", "squad200"):
         labels = stored(name)[0].filter(pl.col("method") == "eRAG").drop("method")
         reversed_ = labels.with_columns(rank=4 - pl.col("rank"))
         doc_labels = {("smollm2", "bm25"): labels, ("smollm2", "bm25-reversed"): reversed_}
@@ -297,10 +297,10 @@ def test_erag_leaderboard_on_stored_labels() -> None:
                 got = cell(board, name, row["retriever"], m, reader="smollm2")
                 assert got["mean"] == row[m] and got["queries"] == row["queries"]
     # reversing the order changes rank-sensitive metrics, not the set metric Success@3
-    rev = cell(board, "squad50", "bm25-reversed", "Success@3", reader="smollm2")
+    rev = cell(board, "squad200", "bm25-reversed", "Success@3", reader="smollm2")
     assert rev["diff"] == 0.0 and rev["p_perm"] == 1.0
-    assert cell(board, "squad50", "bm25-reversed", "P@1", reader="smollm2")["diff"] != 0.0
-    base = cell(board, "squad50", "bm25", "RR", reader="smollm2")
+    assert cell(board, "squad200", "bm25-reversed", "P@1", reader="smollm2")["diff"] != 0.0
+    base = cell(board, "squad200", "bm25", "RR", reader="smollm2")
     assert (base["baseline"], base["diff"], base["p_holm"]) == (True, 0.0, None)
     mean = cell(board, MEAN_OVER_DATASETS, "bm25", "RR", reader="smollm2")
     assert mean["mean"] == pytest.approx(
@@ -325,18 +325,18 @@ def test_erag_leaderboard_on_stored_labels() -> None:
     assert mixed.filter(pl.col("reader") == "b")["baseline"].all()
     assert (mixed["family"] == 3 * len(metrics)).all()
     with pytest.raises(InputError, match="missing column"):
-        erag_leaderboard({"x": tables["squad50"].drop("RR")}, ["RR"])
-    broken = tables["squad50"].with_columns(RR=pl.when(pl.int_range(pl.len()) == 5)
+        erag_leaderboard({"x": tables["squad200"].drop("RR")}, ["RR"])
+    broken = tables["squad200"].with_columns(RR=pl.when(pl.int_range(pl.len()) == 5)
                                             .then(None).otherwise(pl.col("RR")))  # fmt: skip
     with pytest.raises(InputError, match=r"missing or non-finite RR for reader 'smollm2'"):
-        erag_leaderboard({"squad50": broken})
+        erag_leaderboard({"squad200": broken})
     with pytest.raises(InputError, match="baseline 'dense'"):
         erag_leaderboard(tables, baseline="dense")
 
 
 def test_table1_across_datasets() -> None:
     tables = {name: label_methods_table(*stored(name), 3, name, n_resamples=200)
-              for name in ("sample30", "squad50")}  # fmt: skip
+              for name in ("sample30", "squad200")}  # fmt: skip
     wide = table1_across(tables)
     assert wide.columns[:3] == ["retriever", "method", "metric"]
     for name, table in tables.items():
@@ -350,16 +350,16 @@ def test_table1_across_datasets() -> None:
                                  ("high", "kendall_high"), ("n_queries", "n_queries")]:  # fmt: skip
                 a, b = got[f"{name} {ours}"], row[theirs]
                 assert a == b or (math.isnan(a) and math.isnan(b))
-    assert wide.height == tables["squad50"].height
+    assert wide.height == tables["squad200"].height
     # a method one dataset lacks is null there
     partial = table1_across(
-        {"a": tables["sample30"], "b": tables["squad50"].filter(pl.col("method") == "eRAG")}
+        {"a": tables["sample30"], "b": tables["squad200"].filter(pl.col("method") == "eRAG")}
     )
     lacking = partial.filter(pl.col("method") == "containment")
     assert lacking.height and lacking["b kendall_tau"].is_null().all()
     text = format_table1_across(partial)
     assert "| retriever" in text and "–" in text and "no multiple-comparison correction" in text
     rho = table1_across(tables, statistic="spearman_rho")
-    assert "squad50 spearman_rho" in rho.columns
+    assert "squad200 spearman_rho" in rho.columns
     with pytest.raises(InputError, match="unknown statistic"):
         table1_across(tables, statistic="pearson")

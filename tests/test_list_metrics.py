@@ -12,6 +12,7 @@ import pytrec_eval
 
 from erag_dagster.errors import InputError
 from erag_dagster.metrics.list_metrics import (
+    DEFAULT_NDCG_IDEAL,
     ListMetricReport,
     average_precision,
     evaluate_labels,
@@ -57,7 +58,9 @@ def test_parse_metric_name(
     name: str, family: str, cutoff: int | None, rel: int | None, measure: str
 ) -> None:
     parsed = parse_metric_name(name)
-    assert parsed == MetricName(name, family, cutoff, rel, measure)
+    # a trec_eval spelling of nDCG means trec_eval's computation: the list ideal
+    ideal = "list" if family == "nDCG" and name.startswith("ndcg") else None
+    assert parsed == MetricName(name, family, cutoff, rel, measure, ideal)
     with pytest.raises(AttributeError):
         parsed.cutoff = 3  # type: ignore[misc]  # frozen
 
@@ -110,9 +113,10 @@ def test_parse_metric_names_rejects_a_bare_string_and_dedupes() -> None:
 
 # --- binary lists: exactly pytrec_eval --------------------------------------------------------
 
-LIST_METRICS = ["P@1", "P@3", "P@10", "Success@1", "Success@3", "RR", "AP", "AP@3", "nDCG",
-                "nDCG@3", "nDCG@10", "R@1", "R@5", "ndcg_cut_5", "map_cut_2", "recall_3",
-                "recip_rank", "P_5", "success_10"]  # fmt: skip
+LIST_METRICS = ["P@1", "P@3", "P@10", "Success@1", "Success@3", "RR", "AP", "AP@3",
+                "nDCG(ideal=list)", "nDCG(ideal=list)@3", "nDCG(ideal=list)@10", "R@1", "R@5",
+                "ndcg", "ndcg_cut_5", "map_cut_2", "recall_3", "recip_rank", "P_5",
+                "success_10"]  # fmt: skip
 
 
 def _trec_eval_on_labels(labels: list[int], measures: set[str]) -> dict[str, float]:
@@ -145,6 +149,23 @@ def test_binary_labels_equal_pytrec_eval_exactly() -> None:
             )
 
 
+def test_plain_ndcg_is_the_max_ideal_not_trec_eval() -> None:
+    """Plain nDCG@k takes DEFAULT_NDCG_IDEAL ("max"): on a binary list with fewer than k ones it
+    is below trec_eval's ndcg_cut_k, which nDCG(ideal=list)@k and ndcg_cut_k still give."""
+    names = ["nDCG@3", "nDCG(ideal=max)@3", "nDCG(ideal=list)@3", "ndcg_cut_3", "nDCG", "ndcg"]
+    values = evaluate_labels({"q": [1, 0, 0]}, names).per_query["q"]
+    trec = _trec_eval_on_labels([1, 0, 0], {"ndcg_cut_3", "ndcg"})
+    assert DEFAULT_NDCG_IDEAL == "max"
+    assert (
+        values["nDCG@3"]
+        == values["nDCG(ideal=max)@3"]
+        == pytest.approx(1 / (1 + 1 / math.log2(3) + 1 / 2), abs=1e-15)
+    )
+    assert values["nDCG(ideal=list)@3"] == values["ndcg_cut_3"] == trec["ndcg_cut_3"] == 1.0
+    assert values["ndcg"] == trec["ndcg"] == 1.0
+    assert values["nDCG"] == values["nDCG@3"]  # no cut-off: the list's 3 positions
+
+
 def test_rr_at_k_is_recip_rank_on_the_top_k() -> None:
     lists = _random_binary_lists(seed=11, count=100)
     report = evaluate_labels(lists, ["RR@1", "RR@3", "RR@10"])
@@ -172,33 +193,37 @@ def test_graded_kernels_reduce_to_pytrec_eval_on_binary_lists() -> None:
         approx = {"rel": 1e-12, "abs": 1e-12}
         assert reciprocal_rank(floats) == pytest.approx(expected["recip_rank"], **approx)
         assert average_precision(floats) == pytest.approx(expected["map"], **approx)
-        assert ndcg_at(floats) == pytest.approx(expected["ndcg"], **approx)
+        assert ndcg_at(floats, ideal="list") == pytest.approx(expected["ndcg"], **approx)
         for k in cutoffs:
             assert precision_at(floats, k) == pytest.approx(expected[f"P_{k}"], **approx)
             assert success_at(floats, k) == pytest.approx(expected[f"success_{k}"], **approx)
             assert average_precision(floats, k) == pytest.approx(expected[f"map_cut_{k}"], **approx)
-            assert ndcg_at(floats, k) == pytest.approx(expected[f"ndcg_cut_{k}"], **approx)
+            assert ndcg_at(floats, k, "list") == pytest.approx(expected[f"ndcg_cut_{k}"], **approx)
             assert recall_at(floats, k) == pytest.approx(expected[f"recall_{k}"], **approx)
         checked += 1
     assert checked == 300
 
 
 def test_graded_ndcg_equals_trec_eval_on_scaled_integer_gains() -> None:
-    """nDCG uses linear gains, so labels k/10 scored as integer grades k give the same nDCG."""
+    """nDCG uses linear gains, so labels k/10 scored as integer grades k give the same
+    list-ideal nDCG."""
     rng = random.Random(5)
     for _ in range(100):
         grades = [rng.randint(0, 10) for _ in range(rng.randint(1, 12))]
         expected = _trec_eval_on_labels(grades, {"ndcg", "ndcg_cut_3"})
         labels = [g / 10 for g in grades]
-        assert ndcg_at(labels) == pytest.approx(expected["ndcg"], rel=1e-12, abs=1e-12)
-        assert ndcg_at(labels, 3) == pytest.approx(expected["ndcg_cut_3"], rel=1e-12, abs=1e-12)
+        tol = {"rel": 1e-12, "abs": 1e-12}
+        assert ndcg_at(labels, None, "list") == pytest.approx(expected["ndcg"], **tol)
+        assert ndcg_at(labels, 3, "list") == pytest.approx(expected["ndcg_cut_3"], **tol)
 
 
 def test_graded_hand_computed() -> None:
     labels = {"q": [0.5, 0.0, 1.0]}
-    names = ["P@2", "P@5", "Success@2", "RR", "RR@1", "AP", "AP@2", "nDCG", "nDCG@2", "R@2"]
+    names = ["P@2", "P@5", "Success@2", "RR", "RR@1", "AP", "AP@2", "nDCG(ideal=list)",
+             "nDCG(ideal=list)@2", "nDCG", "nDCG@2", "R@2"]  # fmt: skip
     values = evaluate_labels(labels, names).per_query["q"]
-    idcg = 1.0 + 0.5 / math.log2(3)
+    idcg = 1.0 + 0.5 / math.log2(3)  # the list's labels sorted: 1.0, 0.5, 0.0
+    max2 = 1.0 + 1.0 / math.log2(3)  # every label 1 (the default ideal, "max")
     expected = {
         "P@2": 0.25,
         "P@5": 1.5 / 5,
@@ -207,8 +232,10 @@ def test_graded_hand_computed() -> None:
         "RR@1": 0.5,
         "AP": (0.5 * 0.5 / 1 + 1.0 * 1.5 / 3) / 1.5,
         "AP@2": (0.5 * 0.5 / 1) / 1.5,
-        "nDCG": (0.5 + 1.0 / 2.0) / idcg,  # log2(4) = 2
-        "nDCG@2": 0.5 / idcg,
+        "nDCG(ideal=list)": (0.5 + 1.0 / 2.0) / idcg,  # log2(4) = 2
+        "nDCG(ideal=list)@2": 0.5 / idcg,
+        "nDCG": (0.5 + 1.0 / 2.0) / (max2 + 0.5),
+        "nDCG@2": 0.5 / max2,
         "R@2": 0.5 / 1.5,
     }
     for name, value in expected.items():

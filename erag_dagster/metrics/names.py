@@ -18,7 +18,8 @@ The ir_measures names may carry a relevance level for the binary measures, as in
 On label lists, ``nDCG`` may name its ideal: ``nDCG(ideal=list)@k`` (the list's own labels
 sorted, = trec_eval ``ndcg_cut_k`` with the labels as qrels) or ``nDCG(ideal=max)@k`` (every
 label at its maximum 1); plain ``nDCG@k`` uses
-:data:`erag_dagster.metrics.list_metrics.DEFAULT_NDCG_IDEAL` (formulas:
+:data:`erag_dagster.metrics.list_metrics.DEFAULT_NDCG_IDEAL` (``max``), while the trec_eval
+spellings ``ndcg``/``ndcg_cut_k`` name trec_eval's list ideal (formulas:
 :func:`erag_dagster.metrics.list_metrics.ndcg_at`). Signed label lists (labels in ``[-1, 1]``,
 :func:`erag_dagster.metrics.list_metrics.evaluate_signed_labels`) also take ``UDCG@k``.
 ``P``, ``Success`` and ``R`` need a cut-off; cut-offs are integers in ``[1, 2**31 - 1]``
@@ -127,8 +128,9 @@ class MetricName:
     * ``pytrec_measure`` — the measure to request from pytrec_eval, which is also the key of its
       result (``P_10``, ``ndcg_cut_10``, ``recip_rank``, ``iprec_at_recall_0.10``). For ``RR@k``
       it is ``recip_rank``, computed on the ranking truncated to its top ``k``;
-    * ``ideal`` — for ``nDCG(ideal=list|max)``, the ideal it names, else ``None`` (plain
-      ``nDCG``: the label-list default, trec_eval's list ideal on human qrels).
+    * ``ideal`` — for ``nDCG(ideal=list|max)``, the ideal it names; ``"list"`` for the
+      trec_eval spellings ``ndcg``/``ndcg_cut_k`` (trec_eval's computation); else ``None``
+      (plain ``nDCG``: the label-list default, trec_eval's list ideal on human qrels).
     """
 
     name: str
@@ -200,6 +202,11 @@ def trec_measure_key(name: str) -> str | None:
     return None
 
 
+def _trec_ideal(family: str) -> str | None:
+    """A trec_eval spelling means trec_eval's computation: nDCG with the list ideal."""
+    return "list" if family == "nDCG" else None
+
+
 def parse_metric_name(name: str) -> MetricName:
     """Parse one metric name (see the module docstring); :class:`InputError` if unknown."""
     if not isinstance(name, str):
@@ -231,9 +238,11 @@ def parse_metric_name(name: str) -> MetricName:
         cutoff = _check_cutoff(name, match["k"])
         if trec_measure_key(name) is None:
             raise _unknown(name, f"write the cut-off without leading zeros: {base}_{cutoff}")
-        return MetricName(name, _TREC_TO_FAMILY.get(base, base), cutoff, None, name)
+        family = _TREC_TO_FAMILY.get(base, base)
+        return MetricName(name, family, cutoff, None, name, _trec_ideal(family))
     if name in TREC_SCALAR_MEASURES:
-        return MetricName(name, _TREC_TO_FAMILY.get(name, name), None, None, name)
+        family = _TREC_TO_FAMILY.get(name, name)
+        return MetricName(name, family, None, None, name, _trec_ideal(family))
     match = _TREC_FLOAT.fullmatch(name)
     if match:
         if trec_measure_key(name) is None:
