@@ -352,6 +352,7 @@ def external_head(tmp_path_factory) -> Iterator[Head]:
             time.sleep(1)
         if ray.is_initialized():  # the module's local cluster: the driver connects elsewhere now
             ray.shutdown()
+        _wait_until_it_runs_tasks(f"127.0.0.1:{gcs}")
         yield Head(f"127.0.0.1:{gcs}", f"ray://127.0.0.1:{client}", home, process)
     finally:
         process.send_signal(signal.SIGTERM)  # --block: stops the processes it started
@@ -361,6 +362,19 @@ def external_head(tmp_path_factory) -> Iterator[Head]:
             os.killpg(process.pid, signal.SIGKILL)  # its own group: only what it started
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _wait_until_it_runs_tasks(address: str) -> None:
+    """Listening ports are not a ready cluster: run one task with a ``runtime_env`` (what a
+    pool's actors and a Ray Client session need: the runtime-env agent) before the cases."""
+    ray.init(address=address, log_to_driver=False)
+    try:
+        probe = ray.remote(num_cpus=0, runtime_env={"env_vars": {"ERAG_PROBE": "1"}})(
+            lambda: os.environ.get("ERAG_PROBE")
+        )
+        assert ray.get(probe.remote(), timeout=180) == "1"
+    finally:
+        ray.shutdown()
 
 
 def _label_on(head: Head, spec: ExecutorSpec, sample, path: Path) -> tuple[pl.DataFrame, list]:
