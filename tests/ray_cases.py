@@ -39,6 +39,19 @@ from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.readers.transformers_reader import reader_from_config
 
+# Ray 2.60 clusters use token authentication: every cluster here (the local one, the external
+# head) and this driver share the user's token (Ray's default file, created as Ray would if
+# missing), set before ray is imported; the cases change HOME, so the path is explicit.
+if "RAY_AUTH_TOKEN" not in os.environ:
+    _TOKEN = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
+    if not _TOKEN.is_file() and Path(sys.executable).with_name("ray").is_file():
+        subprocess.run(
+            [str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"],
+            capture_output=True,
+            check=True,
+        )
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(_TOKEN)
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 ray = pytest.importorskip("ray")
 
 READER = {"device": "cpu", "dtype": "float32", "num_threads": 1, "batch_size": 4}

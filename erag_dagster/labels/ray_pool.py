@@ -38,6 +38,7 @@ import math
 import os
 import queue
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -59,6 +60,8 @@ _WORKER_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 NAMESPACE = "erag-dagster"
+#: Tries of a Ray Client (``ray://``) connection whose session the server failed to start.
+CLIENT_ATTEMPTS = 3
 
 
 def import_ray() -> Any:
@@ -233,11 +236,24 @@ class RayReaderPool:
             kwargs.update(num_cpus=cpus, object_store_memory=256 * 1024**2)
         else:
             kwargs.pop("include_dashboard")
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise EnvironmentFault(f"cannot connect to Ray at {address!r}: {first}") from None
+        # Ray Client's proxy starts one server per session; on a loaded head that start can
+        # fail (ConnectionAbortedError "Initialization failure from server"): tried 3 times.
+        attempts = CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(**kwargs)
+                break
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                lines = [line for line in str(exc).splitlines() if line.strip()]
+                lines = lines or [type(exc).__name__]
+                reason = lines[0].strip() + (f" ... {lines[-1].strip()}" if len(lines) > 1 else "")
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                if attempt < attempts and isinstance(exc, ConnectionAbortedError):
+                    self.log(f"Ray: {address} refused the session ({reason}); trying again")
+                    time.sleep(2.0 * attempt)
+                    continue
+                raise EnvironmentFault(f"cannot connect to Ray at {address!r}: {reason}") from None
         self._started_cluster = True
         self.log(f"Ray: connected ({address}; started here: {address == 'local'})")
 
