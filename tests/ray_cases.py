@@ -4,15 +4,28 @@ Run by ``tests/test_ray_labels.py`` in a pytest process of its own (ray must nev
 into the main test process: see there); ``pytest tests/ray_cases.py`` runs it directly.
 
 The reader is the real packaged SmolLM2 (float32, CPU: answers do not depend on batching, so
-the in-process and the Ray runs must agree exactly). A module fixture starts the cluster and
-shuts it down after; the pool reuses it (``ray.is_initialized()``) instead of starting one.
+the in-process and the Ray runs must agree exactly). The ``ray_cluster`` fixture starts a local
+cluster once and the pool reuses it (``ray.is_initialized()``) instead of starting one; the
+``external_head`` cases connect to a head node started as a separate process (``ray start
+--head --block``, on 127.0.0.1), by ``address: auto`` and by ``ray://`` (Ray Client), as a run
+pointed at a running cluster would.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import signal
+import socket
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -26,19 +39,38 @@ from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.readers.transformers_reader import reader_from_config
 
+# Ray 2.60 clusters use token authentication: every cluster here (the local one, the external
+# head) and this driver share the user's token (Ray's default file, created as Ray would if
+# missing), set before ray is imported; the cases change HOME, so the path is explicit.
+if "RAY_AUTH_TOKEN" not in os.environ:
+    _TOKEN = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
+    if not _TOKEN.is_file() and Path(sys.executable).with_name("ray").is_file():
+        subprocess.run(
+            [str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"],
+            capture_output=True,
+            check=True,
+        )
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(_TOKEN)
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 ray = pytest.importorskip("ray")
 
 READER = {"device": "cpu", "dtype": "float32", "num_threads": 1, "batch_size": 4}
 RAY_2 = ExecutorSpec(executor="ray", actors=2, num_cpus=1)
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2)
-    try:
-        yield
-    finally:
+def _disconnect_at_the_end() -> Iterator[None]:
+    yield
+    if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture
+def ray_cluster(_disconnect_at_the_end) -> None:
+    """A local cluster started once (again only after a case connected elsewhere)."""
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2)
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +253,212 @@ def test_the_cli_starts_a_local_ray_cluster_labels_and_stops_it(sample, tmp_path
     assert "judged now 6" in done.stderr
     labels = pl.read_parquet(out)
     assert labels.height == 6 and labels.get_column("label").is_between(0, 1).all()
+
+
+# -- every reader task of a partition on Ray (issue #14: end_to_end, baseline_labels) ----------
+
+
+@pytest.mark.slow
+def test_end_to_end_and_baseline_labels_on_ray_equal_in_process(ray_cluster, sample, tmp_path):
+    """What the ``end_to_end`` and ``baseline_labels`` assets compute (end-to-end answers at two
+    depths; LLM annotation, signed utility with its closed-book answers, likelihood), in this
+    process and with ``executor: ray``: the same frames; one pool per call, shared by its
+    tasks."""
+    from erag_dagster.meta.system_outputs import baseline_label_set, end_to_end_at_depths
+    from erag_dagster.registry import load_registry
+    from erag_dagster.retrieval.service import encoder_from_config
+
+    corpus, queries, run = sample
+    first = run.get_column("query_id").unique(maintain_order=True).head(4)
+    run = run.filter(pl.col("query_id").is_in(first.implode()) & (pl.col("rank") <= 2))
+    reader = reader_from_config("smollm2", READER)
+    encoder = encoder_from_config(load_registry().first_config("dense"))
+
+    def both(executor, folder: Path, messages: list[str]):
+        e2e = end_to_end_at_depths(
+            run, queries, corpus, reader, "f1", (1, 2), messages.append,
+            store=LabelStore(folder / "e2e.sqlite"), executor=executor,
+        ).scores  # fmt: skip
+        baselines = baseline_label_set(
+            run, queries, corpus, pl.DataFrame(schema=QRELS), encoder, reader,
+            store=LabelStore(folder / "baselines.sqlite"), log=messages.append, metric="f1",
+            methods=("likelihood", "signed"), executor=executor,
+        )  # fmt: skip
+        return e2e, baselines
+
+    local_messages: list[str] = []
+    e2e, baselines = both(None, tmp_path / "inproc", local_messages)
+    assert not any("actors ready" in m for m in local_messages)
+    assert set(baselines.get_column("method")) >= {
+        "llm_annotation", "eRAG_likelihood", "signed_utility",
+    }  # fmt: skip
+    messages: list[str] = []
+    e2e_ray, baselines_ray = both(RAY_2, tmp_path / "ray", messages)
+    assert e2e_ray.equals(e2e), "end-to-end answers or scores differ on Ray"
+    assert baselines_ray.equals(baselines), "baseline labels differ on Ray"
+    ready = [m for m in messages if "2 reader actors ready" in m]
+    assert len(ready) == 2, messages  # one pool for end_to_end, one for baseline_labels
+
+
+QRELS = {"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int64}
+
+
+# -- a Ray cluster this run did not start ------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass(frozen=True)
+class Head:
+    """A head node started by ``ray start --head --block`` (its own process group)."""
+
+    gcs: str
+    client: str
+    home: Path
+    process: subprocess.Popen
+
+
+@pytest.fixture(scope="module")
+def external_head(tmp_path_factory) -> Iterator[Head]:
+    """A real head node (2 CPUs, dashboard off) started as a separate process, as an operator
+    would, with its own ``HOME`` (``home_b``, see the fingerprint case); its workers import this
+    tree (``PYTHONPATH``) and share the driver's model cache (no second conversion)."""
+    from erag_dagster.paths import model_cache_dir
+
+    gcs, client = _free_port(), _free_port()
+    home = tmp_path_factory.mktemp("home_b")
+    temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # socket paths must stay short
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HOME": str(home),
+        "ERAG_MODEL_CACHE": str(model_cache_dir()),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    env.pop("RAY_ADDRESS", None)
+    command = [
+        str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+        "--num-cpus", "2", "--include-dashboard", "false", "--port", str(gcs),
+        "--ray-client-server-port", str(client), "--temp-dir", str(temp),
+        "--node-ip-address", "127.0.0.1",
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    log = (temp / "ray-start.log").open("w")
+    process = subprocess.Popen(
+        command, env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not (_listening(gcs) and _listening(client)):
+            assert process.poll() is None, (temp / "ray-start.log").read_text()
+            assert time.monotonic() < deadline, "the Ray head did not start in 180 s"
+            time.sleep(1)
+        if ray.is_initialized():  # the module's local cluster: the driver connects elsewhere now
+            ray.shutdown()
+        _wait_until_it_runs_tasks(f"127.0.0.1:{gcs}")
+        yield Head(f"127.0.0.1:{gcs}", f"ray://127.0.0.1:{client}", home, process)
+    finally:
+        process.send_signal(signal.SIGTERM)  # --block: stops the processes it started
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # its own group: only what it started
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _wait_until_it_runs_tasks(address: str) -> None:
+    """Listening ports are not a ready cluster: run one task with a ``runtime_env`` (what a
+    pool's actors and a Ray Client session need: the runtime-env agent) before the cases."""
+    ray.init(address=address, log_to_driver=False)
+    try:
+        probe = ray.remote(num_cpus=0, runtime_env={"env_vars": {"ERAG_PROBE": "1"}})(
+            lambda: os.environ.get("ERAG_PROBE")
+        )
+        assert ray.get(probe.remote(), timeout=180) == "1"
+    finally:
+        ray.shutdown()
+
+
+def _label_on(head: Head, spec: ExecutorSpec, sample, path: Path) -> tuple[pl.DataFrame, list]:
+    corpus, queries, run = sample
+    messages: list[str] = []
+    if ray.is_initialized():
+        ray.shutdown()
+    result = label_run(
+        run, queries, corpus, reader_from_config("smollm2", READER), "f1", LabelStore(path),
+        log=messages.append, executor=spec, commit=CommitPolicy(every_pairs=6),
+    )  # fmt: skip
+    assert result.judged_now == run.height
+    assert not ray.is_initialized(), "the pool must disconnect from a cluster it connected to"
+    assert head.process.poll() is None, "the head node must outlive the call"
+    return result.labels, messages
+
+
+@pytest.mark.slow
+def test_labels_on_a_running_cluster_by_address_auto(
+    external_head, sample, in_process, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", external_head.gcs)
+    spec = ExecutorSpec(executor="ray", address="auto", actors=2, num_cpus=1)
+    labels, messages = _label_on(external_head, spec, sample, tmp_path / "labels.sqlite")
+    assert labels.equals(in_process), "labels on the running cluster differ from in-process"
+    assert any("Ray: connected (auto; started here: False)" in m for m in messages), messages
+    assert any("2 reader actors ready" in m for m in messages), messages
+
+
+@pytest.mark.slow
+def test_labels_on_a_running_cluster_through_ray_client(
+    external_head, sample, in_process, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    spec = ExecutorSpec(executor="ray", address=external_head.client, actors=2, num_cpus=1)
+    labels, messages = _label_on(external_head, spec, sample, tmp_path / "labels.sqlite")
+    assert labels.equals(in_process), "labels through Ray Client differ from in-process"
+    assert any(f"Ray: connected ({external_head.client}; " in m for m in messages), messages
+
+
+@pytest.mark.slow
+def test_an_actor_with_another_reader_fingerprint_is_refused(
+    external_head, sample, tmp_path, monkeypatch
+) -> None:
+    """The same reader config names ``~/smollm2.gguf``: here (``HOME`` = home_a) the packaged
+    SmolLM2 file, on the cluster (its ``HOME`` = home_b) another file, the same weights with 64
+    bytes appended (another sha256, so another fingerprint). The actors must be refused, with one
+    line, before they load weights or generate anything."""
+    from erag_dagster.readers.models import packaged_gguf_path
+
+    packaged = packaged_gguf_path("smollm2-135m-instruct")
+    home_a = tmp_path / "home_a"
+    home_a.mkdir()
+    (home_a / "smollm2.gguf").symlink_to(packaged)
+    other = external_head.home / "smollm2.gguf"
+    shutil.copyfile(packaged, other)
+    with other.open("ab") as out:
+        out.write(b"\0" * 64)
+    monkeypatch.setenv("HOME", str(home_a))
+    monkeypatch.setenv("RAY_ADDRESS", external_head.gcs)
+    corpus, queries, run = sample
+    reader = reader_from_config("smollm2", {**READER, "model": "~/smollm2.gguf"})
+    store = LabelStore(tmp_path / "labels.sqlite")
+    if ray.is_initialized():
+        ray.shutdown()
+    spec = ExecutorSpec(executor="ray", address="auto", actors=2, num_cpus=1)
+    with pytest.raises(EnvironmentFault) as info:
+        label_run(run.head(4), queries, corpus, reader, "f1", store, executor=spec)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "resolves reader 'smollm2' to fingerprint" in message, message
+    assert f"this process to {reader.fingerprint[:16]}" in message, message
+    assert not ray.is_initialized(), "a refused pool must disconnect"
+    assert _generations(tmp_path / "labels.sqlite") == [], "a refused actor generated"

@@ -51,6 +51,7 @@ def _end_to_end(
     result = end_to_end_at_depths(
         retrieval_run, queries, corpus, model, params.metric, params.e2e_ks, context.log.info,
         store=label_store.open(), run_id=context.run.run_id,
+        executor=reader.executor_spec(settings.registry(dataset_of(context))),
     )  # fmt: skip
     scores = result.scores
     means = scores.group_by("k").agg(pl.col("score").mean().alias("mean_score")).sort("k")
@@ -89,6 +90,7 @@ def _baseline_labels(
         reader.get(registry, context.partition_key.keys_by_dimension["reader"]),
         store=label_store.open(), run_id=context.run.run_id, log=context.log.info,
         metric=params.metric, methods=params.label_methods,
+        executor=reader.executor_spec(registry),
     )  # fmt: skip
     summary = (
         labels.group_by("method").agg(pl.col("label").mean().alias("mean_label")).sort("method")

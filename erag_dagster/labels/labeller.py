@@ -37,11 +37,11 @@ from erag_dagster.labels.cached import (
     Generated,
     OnBatch,
     Subject,
-    accepts_on_batch,
     generate_stored,
 )
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.label_value import checked_label
+from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls, spec_dict
 from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.progress import NOTES
@@ -105,7 +105,7 @@ def label_run(
     run_id: str | None = None,
     log: Log | None = None,
     commit: CommitPolicy | None = None,
-    executor: ExecutorSpec | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
 ) -> LabelResult:
     """eRAG labels for every row of ``run`` (tables as in ``docs/ARCHITECTURE.md``).
 
@@ -114,7 +114,9 @@ def label_run(
     (commits by count or time; ``commit`` defaults to :meth:`CommitPolicy.from_env`).
     ``run_id`` is recorded with every row written. With ``executor`` on Ray the unseen pairs
     are answered by reader replicas on Ray actors (:mod:`erag_dagster.labels.ray_pool`), in the
-    same chunks, committed by the same engine. See the module docstring for the input policy.
+    same chunks, committed by the same engine; a :class:`ReaderCalls` shares its pool with the
+    caller's other tasks (:mod:`erag_dagster.labels.reader_calls`). See the module docstring
+    for the input policy.
     """
     say = log or (lambda _msg: None)
     score_fn = get_downstream_metric(metric)
@@ -141,12 +143,6 @@ def label_run(
     )
     began = time.perf_counter()
 
-    def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
-        items = [(subjects[i].question, subjects[i].text) for i in part]
-        if on_batch is None:
-            return reader.answer(items)
-        return reader.answer(items, on_batch=on_batch)
-
     def estimate(part: list[int]) -> dict[str, Any]:
         found = run_estimate(reader, [(subjects[i].question, subjects[i].text) for i in part])
         if found:
@@ -166,7 +162,7 @@ def label_run(
             fingerprint,
             reader.name,
             reader.identity(),
-            spec=_spec_dict(reader),
+            spec=spec_dict(reader),
             run_id=run_id,
             step=step,
             streams=streams,
@@ -177,13 +173,18 @@ def label_run(
         )
 
     used_before = usage_of(reader)
-    if executor is not None and executor.on_ray and subjects:
-        generated = _on_ray(executor, reader, subjects, policy, stored, progress, say)
-    else:
+    with reader_calls(reader, executor, say) as calls:
+
+        def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
+            items = [(subjects[i].question, subjects[i].text) for i in part]
+            shown = progress if calls.on_ray else None  # in-process: the engine reports it
+            return calls("answer", items, on_batch, chunk=policy.every_pairs, progress=shown)
+
         # A reader may ask for larger calls (many requests in flight, one engine batch); its
-        # answers still stream through on_batch, so commits keep the policy's count/time.
+        # answers still stream through on_batch, so commits keep the policy's count/time. On
+        # Ray one call covers every unseen pair: the pool cuts it into the policy's chunks.
         step = max(policy.every_pairs, int(getattr(reader, "generation_step", 0) or 0))
-        generated = stored(generate, step, accepts_on_batch(reader.answer))
+        generated = stored(generate, calls.step(step, len(subjects)), calls.streams("answer"))
     used = usage_delta(used_before, usage_of(reader))
     if used.get("requests"):
         say(
@@ -294,43 +295,3 @@ def _score(
             )
         )
     return pl.concat([stored.select("score_key", "score"), fresh]), missing.height
-
-
-def _on_ray(
-    executor: ExecutorSpec,
-    reader: Reader,
-    subjects: Sequence[Subject],
-    policy: CommitPolicy,
-    stored: Callable[[Callable[..., Sequence[str]], int, bool], Generated],
-    progress: Callable[[int, int], None],
-    say: Log,
-) -> Generated:
-    """:func:`generate_stored` with the reader replicas of a :class:`RayReaderPool` as its
-    generator: one generator call over every unseen pair, which the pool shards into the
-    in-process chunks (``policy.every_pairs``) and streams back, so commits stay the engine's."""
-    from erag_dagster.labels.ray_pool import RayReaderPool
-
-    spec = _spec_dict(reader)
-    if spec is None:
-        raise InputError(
-            f"reader {reader.name!r}: the ray executor needs a reader built from a registry spec"
-        )
-    with RayReaderPool(executor, reader.name, spec, reader.fingerprint, log=say) as pool:
-
-        def generate(part: list[int], on_batch: OnBatch) -> list[str]:
-            items = [(subjects[i].question, subjects[i].text) for i in part]
-            return pool.answer(items, on_batch, chunk=policy.every_pairs, progress=progress)
-
-        generated = stored(generate, len(subjects), True)
-    if pool.stats.actors_lost:
-        say(
-            f"Ray: {pool.stats.actors_lost} actor(s) lost, {pool.stats.pairs_retried} pairs "
-            "generated again elsewhere"
-        )
-    return generated
-
-
-def _spec_dict(reader: Reader) -> dict[str, Any] | None:
-    spec = getattr(reader, "spec", None)
-    to_dict = getattr(spec, "to_dict", None)
-    return to_dict() if callable(to_dict) else None

@@ -41,9 +41,13 @@ import polars as pl
 from erag_dagster.data.schema import require_answers
 from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
+from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
 LIKELIHOOD_TASK = "gold_likelihood/v1"
+#: Pairs per engine step (its continuations are one reader call, or Ray chunks of this many).
+LIKELIHOOD_STEP = 64
 LABEL_METRICS = frozenset({"accuracy"})
 """Downstream metrics whose outputs are labels from a closed set (normalised over the set)."""
 
@@ -114,12 +118,15 @@ def likelihood_labels(
     metric: str,
     store=None,
     run_id: str | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label`` (run order: query, rank) with the likelihood label of
     each pair (formulas: module docstring). Every pair of a query is scored on the same
     continuations: its golds (free text) or the label set. Values are kept in ``store`` when
     given, so a pair shared by two retrievers, or a re-run, is scored once. A run naming an
-    unknown query or document, or a query without answers, is an :class:`InputError`."""
+    unknown query or document, or a query without answers, is an :class:`InputError`.
+    ``executor``: where the reader runs (:mod:`erag_dagster.labels.reader_calls`; on Ray each
+    engine step's continuations are cut into chunks over the actors)."""
     rows = run.select("query_id", "doc_id", "rank").sort("query_id", "rank")
     if rows.height == 0:
         return pl.DataFrame(schema=LABEL_SCHEMA)
@@ -138,10 +145,10 @@ def likelihood_labels(
         for r, s in zip(pairs, scored, strict=True)
     ]
 
-    def score(part: list[int]) -> list[str]:
+    def score(part: list[int], calls: ReaderCalls) -> list[str]:
         flat = [(i, c) for i in part for c in scored[i]]
         items = [(pairs[i]["question"], pairs[i]["passage"], f" {c}") for i, c in flat]
-        log_probs = reader.continuation_log_probs(items)
+        log_probs = calls("continuation_log_probs", items, chunk=LIKELIHOOD_STEP)
         per_pair: dict[int, dict[str, list[float]]] = {i: {} for i in part}
         for (i, cont), lp in zip(flat, log_probs, strict=True):
             per_pair[i][cont] = lp
@@ -157,15 +164,16 @@ def likelihood_labels(
             out.append(repr(float(value)))
         return out
 
-    outputs = generate_stored(
-        subjects,
-        score,
-        store,
-        likelihood_fingerprint(reader, labels),
-        f"{reader.name}:likelihood",
-        likelihood_identity(reader, labels),
-        run_id=run_id,
-        step=64,
-    ).outputs
+    with reader_calls(reader, executor) as calls:
+        outputs = generate_stored(
+            subjects,
+            lambda part: score(part, calls),
+            store,
+            likelihood_fingerprint(reader, labels),
+            f"{reader.name}:likelihood",
+            likelihood_identity(reader, labels),
+            run_id=run_id,
+            step=LIKELIHOOD_STEP,
+        ).outputs
     values = [float(v) for v in outputs]
     return joined.with_columns(label=pl.Series(values, dtype=pl.Float64)).select(list(LABEL_SCHEMA))

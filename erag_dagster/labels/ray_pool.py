@@ -7,21 +7,26 @@ only where the reader runs changes.
 
 * **Replicas.** Each actor builds its reader from the driver reader's spec through the same
   loading path as in-process (:func:`build_reader`), reserving ``num_cpus`` CPUs (also its torch
-  threads) and ``num_gpus`` GPUs. Before any work every actor reports its reader fingerprint; one
-  that differs from the driver's (e.g. ``dtype: auto`` resolving to bf16 on a GPU actor and
-  float32 here) is refused, since its answers would be stored under the wrong key.
+  threads) and ``num_gpus`` GPUs. Before it loads any weights every actor reports its reader
+  fingerprint; one that differs from the driver's (e.g. ``dtype: auto`` resolving to bf16 on a
+  GPU actor and float32 here, or a model path naming another file on the cluster's machines) is
+  refused with one line, since its outputs would be stored under the wrong key.
+* **Methods.** A pool runs any of the reader's batch methods (:data:`METHODS`): eRAG answers,
+  end-to-end and closed-book answers (``answer_with_contexts``), P(yes) and teacher-forced
+  log-probabilities; :mod:`erag_dagster.labels.reader_calls` chooses it for every task.
 * **Sharding.** The pairs are cut into chunks of ``chunk`` pairs in the order the engine gives
   them (the chunks of an in-process run, so model batches are the same); an idle actor takes the
   next chunk. Answers stream back per model batch (a Ray streaming generator) and go straight to
-  ``on_batch``, where the engine commits them by count or time.
+  ``on_batch``, where the engine commits them by count or time. Through Ray Client
+  (``ray://``), which cannot stream actor methods, each chunk comes back whole instead.
 * **Failures.** An actor that dies (killed, OOM, node lost) loses only the answers of its chunk
-  that had not streamed back yet (answers the driver holds are committed by the engine as usual);
-  those pairs are queued again and taken by another live actor, **once**: a chunk whose retry
-  also loses its actor, or a pool with no live actor left, stops with one
-  :class:`~erag_dagster.errors.EnvironmentFault` line (what was generated is committed). A
-  reader error inside an actor (an :class:`~erag_dagster.errors.InputError` or
-  :class:`~erag_dagster.errors.EnvironmentFault`) is re-raised as itself; anything else stays a
-  bug with Ray's traceback.
+  that had not streamed back yet (through Ray Client: its whole chunk; answers the driver holds
+  are committed by the engine as usual); those pairs are queued again and taken by another
+  live actor, **once**: a chunk whose retry also loses its actor, or a pool with no live actor
+  left, stops with one :class:`~erag_dagster.errors.EnvironmentFault` line (what was generated
+  is committed). A reader error inside an actor (an :class:`~erag_dagster.errors.InputError`
+  or :class:`~erag_dagster.errors.EnvironmentFault`) is re-raised as itself; anything else
+  stays a bug with Ray's traceback.
 
 Ray is imported only here, when a pool starts; without it the error is one line.
 """
@@ -33,6 +38,7 @@ import math
 import os
 import queue
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +49,7 @@ from erag_dagster.callbacks import Log, OnBatch
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.labels.executor import ExecutorSpec
 
-__all__ = ["RayReaderPool", "build_reader", "import_ray"]
+__all__ = ["METHODS", "RayReaderPool", "build_reader", "import_ray"]
 
 #: Seconds to wait for the actors to start and load their readers (GPUs may need scaling up).
 START_TIMEOUT_S = float(os.environ.get("ERAG_RAY_START_TIMEOUT", "900"))
@@ -54,6 +60,8 @@ _WORKER_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 NAMESPACE = "erag-dagster"
+#: Tries of a Ray Client (``ray://``) connection whose session the server failed to start.
+CLIENT_ATTEMPTS = 3
 
 
 def import_ray() -> Any:
@@ -76,31 +84,49 @@ def build_reader(name: str, config: Mapping[str, Any]) -> Any:
     return reader_from_config(name, dict(config))
 
 
+#: The reader methods a pool runs (each takes a list of items; ``on_batch`` where it streams).
+METHODS = ("answer", "answer_with_contexts", "yes_probability", "continuation_log_probs")
+
+
 class _ReaderActor:
-    """One reader replica (the class Ray wraps; its methods run in the actor process)."""
+    """One reader replica (the class Ray wraps; its methods run in the actor process).
+
+    The reader is built (identity only) when the actor starts and loaded by :meth:`load`, so a
+    replica whose fingerprint differs from the driver's is refused before it loads any weights.
+    """
 
     def __init__(self, name: str, config: dict[str, Any]) -> None:
         self.reader = build_reader(name, config)
-        load = getattr(self.reader, "load", None)
-        if callable(load):
-            load()
 
     def fingerprint(self) -> tuple[str, int]:
         return self.reader.fingerprint, os.getpid()
 
-    def answer(self, items: list[tuple[str, str]]) -> Any:
-        """Yields ``(positions in items, answers)`` per model batch (one yield if the reader
-        cannot stream), then ends; a reader error is raised to the driver."""
+    def load(self) -> None:
+        load = getattr(self.reader, "load", None)
+        if callable(load):
+            load()
+
+    def answer_whole(self, items: list[tuple[Any, ...]], method: str = "answer") -> list[Any]:
+        """:meth:`answer`'s batches as one list (for Ray Client, which cannot stream)."""
+        return list(self.answer(items, method))
+
+    def answer(self, items: list[tuple[Any, ...]], method: str = "answer") -> Any:
+        """Yields ``(positions in items, outputs)`` of ``reader.<method>(items)`` per model
+        batch (one yield if the method cannot stream), then ends; a reader error is raised to
+        the driver. ``method`` is one of :data:`METHODS`."""
         from erag_dagster.labels.cached import accepts_on_batch
 
-        if not accepts_on_batch(self.reader.answer):
-            yield list(range(len(items))), list(self.reader.answer(items))
+        if method not in METHODS:
+            raise ValueError(f"reader method {method!r} is not one a pool runs: {METHODS}")
+        call = getattr(self.reader, method)
+        if not accepts_on_batch(call):
+            yield list(range(len(items))), list(call(items))
             return
         inbox: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
 
         def work() -> None:
             try:
-                outputs = self.reader.answer(
+                outputs = call(
                     items, on_batch=lambda pos, outs: inbox.put(("batch", list(pos), list(outs)))
                 )
                 inbox.put(("done", outputs, None))
@@ -130,6 +156,7 @@ class _Task:
     actor_name: str
     positions: list[int]
     attempt: int
+    whole: bool = False
     received: set[int] = field(default_factory=set)
 
 
@@ -169,6 +196,7 @@ class RayReaderPool:
         self.actors: dict[str, Any] = {}
         self._ray: Any = None
         self._started_cluster = False
+        self._client = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -182,6 +210,7 @@ class RayReaderPool:
             return
         ray = self._ray = import_ray()
         self._connect(ray)
+        self._client = _is_client(ray)
         try:
             self._start_actors(ray)
         except BaseException:
@@ -207,11 +236,24 @@ class RayReaderPool:
             kwargs.update(num_cpus=cpus, object_store_memory=256 * 1024**2)
         else:
             kwargs.pop("include_dashboard")
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise EnvironmentFault(f"cannot connect to Ray at {address!r}: {first}") from None
+        # Ray Client's proxy starts one server per session; on a loaded head that start can
+        # fail (ConnectionAbortedError "Initialization failure from server"): tried 3 times.
+        attempts = CLIENT_ATTEMPTS if address.startswith("ray://") else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(**kwargs)
+                break
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                lines = [line for line in str(exc).splitlines() if line.strip()]
+                lines = lines or [type(exc).__name__]
+                reason = lines[0].strip() + (f" ... {lines[-1].strip()}" if len(lines) > 1 else "")
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                if attempt < attempts and isinstance(exc, ConnectionAbortedError):
+                    self.log(f"Ray: {address} refused the session ({reason}); trying again")
+                    time.sleep(2.0 * attempt)
+                    continue
+                raise EnvironmentFault(f"cannot connect to Ray at {address!r}: {reason}") from None
         self._started_cluster = True
         self.log(f"Ray: connected ({address}; started here: {address == 'local'})")
 
@@ -243,13 +285,7 @@ class RayReaderPool:
             try:
                 fingerprint, pid = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                cause = _cause(exc)
-                if isinstance(cause, InputError | EnvironmentFault):
-                    raise cause from None
-                first = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
-                raise EnvironmentFault(
-                    f"Ray reader actor {refs[ref]} could not load reader {self.name!r}: {first}"
-                ) from None
+                raise _load_error(exc, refs[ref], self.name) from None
             if fingerprint != self.fingerprint:
                 raise EnvironmentFault(
                     f"Ray actor {refs[ref]} resolves reader {self.name!r} to fingerprint "
@@ -257,10 +293,26 @@ class RayReaderPool:
                     "model file, library or dtype there): set device and dtype explicitly"
                 )
             self.stats.pids.append(pid)
+        self._wait_loaded(ray)
         self.log(
             f"Ray: {len(self.actors)} reader actors ready ({self.spec.num_cpus:g} CPU, "
             f"{self.spec.num_gpus:g} GPU each)"
         )
+
+    def _wait_loaded(self, ray: Any) -> None:
+        """Load every (fingerprint-checked) replica's weights; a load error is one line."""
+        refs = {a.load.remote(): n for n, a in self.actors.items()}
+        ready, waiting = ray.wait(list(refs), num_returns=len(refs), timeout=START_TIMEOUT_S)
+        if waiting:
+            raise EnvironmentFault(
+                f"{len(waiting)} of {len(refs)} Ray reader actors had not loaded reader "
+                f"{self.name!r} after {START_TIMEOUT_S:.0f} s (ERAG_RAY_START_TIMEOUT)"
+            )
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise _load_error(exc, refs[ref], self.name) from None
 
     def close(self) -> None:
         """Kill this pool's actors; shut Ray down if this pool started it. Idempotent."""
@@ -279,15 +331,17 @@ class RayReaderPool:
 
     def answer(
         self,
-        items: Sequence[tuple[str, str]],
+        items: Sequence[tuple[Any, ...]],
         on_batch: OnBatch | None = None,
         *,
         chunk: int = 64,
         progress: Callable[[int, int], None] | None = None,
-    ) -> list[str]:
-        """One answer per ``(question, passage)`` in input order, computed on the actors.
+        method: str = "answer",
+    ) -> list[Any]:
+        """One output of ``reader.<method>`` per item, in input order, computed on the actors
+        (``answer``: items are ``(question, passage)``; any of :data:`METHODS`).
 
-        ``on_batch(positions in items, answers)`` receives every answer exactly once, as it
+        ``on_batch(positions in items, outputs)`` receives every output exactly once, as it
         streams back; ``progress(done, total)`` runs after each finished chunk.
         """
         if chunk < 1:
@@ -308,10 +362,14 @@ class RayReaderPool:
                 actor_name = idle.pop(0)
                 positions, attempt = todo.popleft()
                 actor = self.actors[actor_name]
-                stream = actor.answer.options(num_returns="streaming").remote(
-                    [tuple(items[p]) for p in positions]
-                )
-                running[stream] = _Task(actor, actor_name, positions, attempt)
+                chunk_items = [tuple(items[p]) for p in positions]
+                if self._client:  # Ray Client cannot stream: the chunk comes back whole
+                    handle = actor.answer_whole.remote(chunk_items, method)
+                else:
+                    handle = actor.answer.options(num_returns="streaming").remote(
+                        chunk_items, method
+                    )
+                running[handle] = _Task(actor, actor_name, positions, attempt, self._client)
                 self.stats.chunks += 1
             if not running:
                 raise EnvironmentFault(
@@ -319,20 +377,18 @@ class RayReaderPool:
                     "generated (the answers before were committed)"
                 )
             ready, _ = ray.wait(list(running), num_returns=1)
-            stream = ready[0]
-            task = running[stream]
+            handle = ready[0]
+            task = running[handle]
             try:
-                ref = next(stream)
-                local, answers = ray.get(ref)
-            except StopIteration:
-                del running[stream]
-                idle.append(task.actor_name)
-                done += len(task.positions)
-                if progress is not None:
-                    progress(done, len(items))
-                continue
+                if task.whole:
+                    batches, finished = ray.get(handle), True
+                else:
+                    try:
+                        batches, finished = [ray.get(next(handle))], False
+                    except StopIteration:
+                        batches, finished = [], True
             except ray.exceptions.RayActorError as exc:
-                del running[stream]
+                del running[handle]
                 self._lost(task, todo, exc)
                 continue
             except ray.exceptions.RayTaskError as exc:
@@ -340,15 +396,21 @@ class RayReaderPool:
                 if isinstance(cause, InputError | EnvironmentFault):
                     raise cause from None
                 raise
-            positions = [task.positions[p] for p in local]
-            fresh = [p for p in positions if p not in task.received]
-            if len(fresh) != len(positions):
-                raise RuntimeError(f"Ray actor {task.actor_name} sent an answer twice")
-            task.received.update(positions)
-            for p, answer in zip(positions, answers, strict=True):
-                outputs[p] = answer
-            if on_batch is not None:
-                on_batch(positions, answers)
+            for local, answers in batches:
+                positions = [task.positions[p] for p in local]
+                if any(p in task.received for p in positions):
+                    raise RuntimeError(f"Ray actor {task.actor_name} sent an answer twice")
+                task.received.update(positions)
+                for p, answer in zip(positions, answers, strict=True):
+                    outputs[p] = answer
+                if on_batch is not None:
+                    on_batch(positions, answers)
+            if finished:
+                del running[handle]
+                idle.append(task.actor_name)
+                done += len(task.positions)
+                if progress is not None:
+                    progress(done, len(items))
         return outputs
 
     def _lost(self, task: _Task, todo: deque[tuple[list[int], int]], exc: Exception) -> None:
@@ -370,6 +432,24 @@ class RayReaderPool:
         )
         if rest:
             todo.appendleft((rest, task.attempt + 1))
+
+
+def _load_error(exc: BaseException, actor: str, reader: str) -> Exception:
+    """What a failed actor start or load raises: the reader's own one-line error, else one
+    :class:`EnvironmentFault` line."""
+    cause = _cause(exc)
+    if isinstance(cause, InputError | EnvironmentFault):
+        return cause
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
+    return EnvironmentFault(f"Ray reader actor {actor} could not load reader {reader!r}: {first}")
+
+
+def _is_client(ray: Any) -> bool:
+    """Whether this process talks to Ray through Ray Client (``ray://``)."""
+    try:
+        return bool(ray.util.client.ray.is_connected())
+    except AttributeError:  # pragma: no cover - Ray without the client module
+        return False
 
 
 def _cause(exc: BaseException) -> BaseException:

@@ -25,7 +25,9 @@ import polars as pl
 
 from erag_dagster.data.schema import require_answers
 from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
+from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
 from erag_dagster.metrics.downstream import get_downstream_metric
 
 CLOSED_BOOK_TASK = "closed_book/v1"
@@ -39,26 +41,34 @@ def closed_book_fingerprint(reader) -> str:
 
 
 def closed_book_answers(
-    queries: pl.DataFrame, reader, store=None, run_id: str | None = None
+    queries: pl.DataFrame,
+    reader,
+    store=None,
+    run_id: str | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
 ) -> pl.DataFrame:
     """``query_id, answer``: the reader's answer to each question with no passage, one
-    generation per query (stored; the subject is the query itself, with an empty text)."""
+    generation per query (stored; the subject is the query itself, with an empty text).
+    ``executor``: where the reader runs (:mod:`erag_dagster.labels.reader_calls`)."""
     rows = queries.select(pl.col("query_id").cast(pl.String), "question").rows()
     subjects = [Subject(qid, question, "", "") for qid, question in rows]
+    step = 32
+    with reader_calls(reader, executor) as calls:
 
-    def generate(part: list[int]) -> list[str]:
-        return reader.answer_with_contexts([(rows[i][1], []) for i in part])
+        def generate(part: list[int]) -> list[str]:
+            items = [(rows[i][1], []) for i in part]
+            return calls("answer_with_contexts", items, chunk=step)
 
-    answers = generate_stored(
-        subjects,
-        generate,
-        store,
-        closed_book_fingerprint(reader),
-        f"{reader.name}:closed_book",
-        {"task": CLOSED_BOOK_TASK, "reader": reader.identity()},
-        run_id=run_id,
-        step=32,
-    ).outputs
+        answers = generate_stored(
+            subjects,
+            generate,
+            store,
+            closed_book_fingerprint(reader),
+            f"{reader.name}:closed_book",
+            {"task": CLOSED_BOOK_TASK, "reader": reader.identity()},
+            run_id=run_id,
+            step=calls.step(step, len(subjects)),
+        ).outputs
     return pl.DataFrame(
         {"query_id": [r[0] for r in rows], "answer": answers},
         schema={"query_id": pl.String, "answer": pl.String},
@@ -73,18 +83,22 @@ def signed_labels(
     metric: str,
     store,
     run_id: str | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, closed_book`` for every row of ``run``: the eRAG label
     minus the closed-book score (formula: module docstring), in ``[-1, 1]``; ``closed_book`` is
-    the closed-book score of the row's query. Input policy as :func:`label_run`'s."""
-    erag = label_run(run, queries, corpus, reader, metric, store, run_id=run_id).labels
-    if erag.height == 0:
-        return pl.DataFrame(schema={**LABEL_SCHEMA, "closed_book": pl.Float64})
-    asked = queries.join(erag.select("query_id").unique(), on="query_id", how="semi")
-    require_answers(asked, "signed labels")
-    closed = closed_book_answers(asked, reader, store, run_id).join(
-        asked.select(pl.col("query_id").cast(pl.String), "answers"), on="query_id"
-    )
+    the closed-book score of the row's query. Input policy as :func:`label_run`'s; both terms
+    generate where ``executor`` says (one Ray pool for both)."""
+    with reader_calls(reader, executor) as calls:
+        erag = label_run(run, queries, corpus, reader, metric, store, run_id, executor=calls)
+        if erag.labels.height == 0:
+            return pl.DataFrame(schema={**LABEL_SCHEMA, "closed_book": pl.Float64})
+        erag_labels = erag.labels
+        asked = queries.join(erag_labels.select("query_id").unique(), on="query_id", how="semi")
+        require_answers(asked, "signed labels")
+        closed = closed_book_answers(asked, reader, store, run_id, executor=calls).join(
+            asked.select(pl.col("query_id").cast(pl.String), "answers"), on="query_id"
+        )
     score = get_downstream_metric(metric)
     closed_scores = pl.DataFrame(
         {
@@ -96,7 +110,7 @@ def signed_labels(
         schema={"query_id": pl.String, "closed_book": pl.Float64},
     )
     return (
-        erag.select("query_id", "doc_id", "rank", "label")
+        erag_labels.select("query_id", "doc_id", "rank", "label")
         .join(closed_scores, on="query_id", how="left")
         .with_columns(label=pl.col("label") - pl.col("closed_book"))
         .sort("query_id", "rank")

@@ -20,6 +20,8 @@ import polars as pl
 
 from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
+from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
 from erag_dagster.metrics.downstream import answer_containment
 from erag_dagster.readers.passages import run_with_passages
 
@@ -79,6 +81,8 @@ def semantic_labels(
 
 
 ANNOTATION_TASK = "relevance_yes_probability/v1"
+#: Pairs per Ray actor call of the annotation (in this process: one call for all pairs).
+ANNOTATION_CHUNK = 64
 
 
 def annotation_identity(reader) -> dict:
@@ -113,12 +117,15 @@ def llm_annotation_labels(
     reader,
     store=None,
     run_id: str | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
 ) -> pl.DataFrame:
     """1.0 when the reader says the document is relevant (P(yes) >= 0.5); ``p_yes`` kept.
 
     With a :class:`~erag_dagster.labels.store.LabelStore`, P(yes) values are stored like reader
     answers under :func:`annotation_fingerprint` (the text ``repr(p)``), so a pair shared by
-    two retrievers, or a re-run, is asked once.
+    two retrievers, or a re-run, is asked once. ``executor``: where the reader runs
+    (:mod:`erag_dagster.labels.reader_calls`; on Ray the pairs are cut into chunks of
+    :data:`ANNOTATION_CHUNK` over the actors).
     """
     joined = _with_text(run, queries, corpus)
     items = list(zip(joined["question"].to_list(), joined["passage"].to_list(), strict=True))
@@ -128,16 +135,23 @@ def llm_annotation_labels(
             joined["query_id"].to_list(), joined["doc_id"].to_list(), items, strict=True
         )
     ]
-    outputs = generate_stored(
-        subjects,
-        lambda part: [repr(float(v)) for v in reader.yes_probability([items[i] for i in part])],
-        store,
-        annotation_fingerprint(reader),
-        f"{reader.name}:annotation",
-        annotation_identity(reader),
-        run_id=run_id,
-        step=max(1, len(subjects)),
-    ).outputs
+    with reader_calls(reader, executor) as calls:
+
+        def generate(part: list[int]) -> list[str]:
+            asked = [items[i] for i in part]
+            p_yes = calls("yes_probability", asked, chunk=ANNOTATION_CHUNK)
+            return [repr(float(v)) for v in p_yes]
+
+        outputs = generate_stored(
+            subjects,
+            generate,
+            store,
+            annotation_fingerprint(reader),
+            f"{reader.name}:annotation",
+            annotation_identity(reader),
+            run_id=run_id,
+            step=max(1, len(subjects)),
+        ).outputs
     p_yes = [float(v) for v in outputs]
     return joined.with_columns(
         p_yes=pl.Series(p_yes, dtype=pl.Float64),

@@ -19,13 +19,9 @@ from erag_dagster.callbacks import Log
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
-from erag_dagster.labels.cached import (
-    OnBatch,
-    Subject,
-    accepts_on_batch,
-    generate_stored,
-    task_fingerprint,
-)
+from erag_dagster.labels.cached import OnBatch, Subject, generate_stored, task_fingerprint
+from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
 from erag_dagster.labels.store import generation_key
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.passages import run_with_passages
@@ -75,13 +71,15 @@ def evaluate_end_to_end(
     log: Log | None = None,
     store=None,
     run_id: str | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
 ) -> EndToEndResult:
     """Answer every query of ``run`` from its top-``k`` documents; score with ``metric``.
 
     With a :class:`~erag_dagster.labels.store.LabelStore`, answers are stored like eRAG
     generations under :func:`end_to_end_fingerprint` (the "document" of a generation is the
     ranked list of the top-``k`` doc ids and its text hash covers every passage), so a re-run
-    of the same lists with the same reader generates nothing.
+    of the same lists with the same reader generates nothing. ``executor``: where the reader
+    runs (:mod:`erag_dagster.labels.reader_calls`; default in this process).
     """
     score_fn = get_downstream_metric(metric)
     run_queries = queries.join(run.select("query_id").unique(), on="query_id", how="semi")
@@ -102,12 +100,6 @@ def evaluate_end_to_end(
         for r in rows
     ]
 
-    def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
-        items = [(rows[rest[j]]["question"], rows[rest[j]]["passages"]) for j in part]
-        if on_batch is None:
-            return reader.answer_with_contexts(items)
-        return reader.answer_with_contexts(items, on_batch=on_batch)
-
     def progress(done: int, total: int) -> None:
         if log:
             log(f"end-to-end: answered {done}/{total} queries, top-{k} documents")
@@ -116,18 +108,25 @@ def evaluate_end_to_end(
     # At k = 1 the prompt is the eRAG prompt of the top document: reuse its stored answer.
     reused = _erag_answers(store, reader, subjects, rows) if k == 1 and store is not None else {}
     rest = [i for i in range(len(rows)) if i not in reused]
-    done = generate_stored(
-        [subjects[i] for i in rest],
-        generate,
-        store,
-        end_to_end_fingerprint(reader),
-        f"{reader.name}:end_to_end",
-        {"task": E2E_TASK, "reader": reader.identity()},
-        run_id=run_id,
-        step=32,
-        streams=accepts_on_batch(reader.answer_with_contexts),
-        progress=progress,
-    )
+    with reader_calls(reader, executor, log) as calls:
+
+        def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
+            items = [(rows[rest[j]]["question"], rows[rest[j]]["passages"]) for j in part]
+            shown = progress if calls.on_ray else None  # in-process: the engine reports it
+            return calls("answer_with_contexts", items, on_batch, chunk=STEP, progress=shown)
+
+        done = generate_stored(
+            [subjects[i] for i in rest],
+            generate,
+            store,
+            end_to_end_fingerprint(reader),
+            f"{reader.name}:end_to_end",
+            {"task": E2E_TASK, "reader": reader.identity()},
+            run_id=run_id,
+            step=calls.step(STEP, len(rest)),
+            streams=calls.streams("answer_with_contexts"),
+            progress=progress,
+        )
     generated = done.generated
     answers = [reused.get(i, "") for i in range(len(rows))]
     for i, answer in zip(rest, done.outputs, strict=True):
@@ -152,6 +151,8 @@ def evaluate_end_to_end(
 
 
 E2E_TASK = "end_to_end_concatenated/v1"
+#: Queries per reader call in this process (and per chunk on a Ray actor).
+STEP = 32
 
 
 def end_to_end_fingerprint(reader) -> str:

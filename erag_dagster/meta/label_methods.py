@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 import polars as pl
 
 from erag_dagster.errors import InputError
+from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.labels.reader_calls import ReaderCalls
 
 #: setting → the method name in Table 1.
 LABEL_METHODS: dict[str, str] = {"likelihood": "eRAG_likelihood", "signed": "signed_utility"}
@@ -52,12 +54,14 @@ def extra_labels(
     store,
     run_id: str | None = None,
     log: Callable[[str], None] | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Table-1 method name → ``query_id, doc_id, rank, label`` for each selected method.
 
     ``likelihood`` needs a reader with ``continuation_log_probs`` (teacher forcing: the
     in-process transformers backend); for any other reader it is left out, with one line to
-    ``log``, rather than approximated."""
+    ``log``, rather than approximated. ``executor``: where the reader runs
+    (:mod:`erag_dagster.labels.reader_calls`)."""
     from erag_dagster.labels.likelihood import likelihood_labels
     from erag_dagster.labels.signed import signed_labels
 
@@ -71,9 +75,13 @@ def extra_labels(
                 )
             continue
         if name == "likelihood":
-            frame = likelihood_labels(run, queries, corpus, reader, metric, store, run_id)
+            frame = likelihood_labels(
+                run, queries, corpus, reader, metric, store, run_id, executor=executor
+            )
         else:
-            frame = signed_labels(run, queries, corpus, reader, metric, store, run_id)
+            frame = signed_labels(
+                run, queries, corpus, reader, metric, store, run_id, executor=executor
+            )
         out[LABEL_METHODS[name]] = frame.select("query_id", "doc_id", "rank", "label")
     return out
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from erag_dagster.callbacks import Log
+from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.labels.reader_calls import reader_calls
 from erag_dagster.meta.baselines import (
     containment_labels,
     llm_annotation_labels,
@@ -38,16 +40,19 @@ def end_to_end_at_depths(
     log: Log | None = None,
     store=None,
     run_id: str | None = None,
+    executor: ExecutorSpec | None = None,
 ) -> EndToEndScores:
-    """The reader answers from the top-``k`` documents together, for every ``k`` in ``ks``."""
+    """The reader answers from the top-``k`` documents together, for every ``k`` in ``ks``;
+    ``executor``: where (:mod:`erag_dagster.labels.reader_calls`; one Ray pool for all ``ks``)."""
     frames, seconds = [], 0.0
-    for k in ks:
-        result = evaluate_end_to_end(
-            run, queries, corpus, reader, metric, k, log, store=store,
-            run_id=run_id,
-        )  # fmt: skip
-        frames.append(result.scores)
-        seconds += result.seconds
+    with reader_calls(reader, executor, log) as calls:
+        for k in ks:
+            result = evaluate_end_to_end(
+                run, queries, corpus, reader, metric, k, log, store=store,
+                run_id=run_id, executor=calls,
+            )  # fmt: skip
+            frames.append(result.scores)
+            seconds += result.seconds
     return EndToEndScores(pl.concat(frames), seconds)
 
 
@@ -63,6 +68,7 @@ def baseline_label_set(
     log: Log | None = None,
     metric: str = "em",
     methods: Sequence[str] = (),
+    executor: ExecutorSpec | None = None,
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
     provenance (the judgments), containment, semantic similarity to the answer and to the
@@ -70,27 +76,31 @@ def baseline_label_set(
     out, with one logged line, when the reader cannot give P("yes"): a server without
     ``logprobs``); plus the extra labellings ``methods``
     (:mod:`erag_dagster.meta.label_methods`, scored with the downstream ``metric``; signed ones
-    have labels in [-1, 1])."""
+    have labels in [-1, 1]). ``executor``: where the reader runs
+    (:mod:`erag_dagster.labels.reader_calls`; its tasks share one Ray pool)."""
     parts = {
         "provenance": provenance_labels(run, qrels),
         "containment": containment_labels(run, queries, corpus),
         "semantic_answer": semantic_labels(run, queries, corpus, encoder, against="answer"),
         "semantic_question": semantic_labels(run, queries, corpus, encoder, against="question"),
     }
-    unavailable = getattr(reader, "p_yes_unavailable", lambda: None)()
-    if unavailable:  # no logprobs from the server: skip the baseline rather than fake it
-        if log is not None:
-            log(f"LLM annotation baseline skipped: {unavailable}")
-    else:
-        if log is not None:
-            log(f"LLM annotation of {run.height} (question, document) pairs")
-        parts["llm_annotation"] = llm_annotation_labels(
-            run, queries, corpus, reader, store=store, run_id=run_id
-        )
-    if methods:
-        if log is not None:
-            log(f"extra label methods {', '.join(methods)} of {run.height} pairs")
-        parts |= extra_labels(run, queries, corpus, reader, metric, methods, store, run_id, log)
+    with reader_calls(reader, executor, log) as calls:
+        unavailable = getattr(reader, "p_yes_unavailable", lambda: None)()
+        if unavailable:  # no logprobs from the server: skip the baseline rather than fake it
+            if log is not None:
+                log(f"LLM annotation baseline skipped: {unavailable}")
+        else:
+            if log is not None:
+                log(f"LLM annotation of {run.height} (question, document) pairs")
+            parts["llm_annotation"] = llm_annotation_labels(
+                run, queries, corpus, reader, store=store, run_id=run_id, executor=calls
+            )
+        if methods:
+            if log is not None:
+                log(f"extra label methods {', '.join(methods)} of {run.height} pairs")
+            parts |= extra_labels(
+                run, queries, corpus, reader, metric, methods, store, run_id, log, calls
+            )
     return pl.concat(
         [
             frame.select("query_id", "doc_id", "rank", "label").with_columns(method=pl.lit(name))
