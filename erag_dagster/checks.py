@@ -299,12 +299,16 @@ def report_value(report: pl.DataFrame, condition: dict[str, Any]) -> float:
     """The value a ``report_asset`` condition names in ``report``: the rows whose ``where``
     columns equal the wanted value (or one of a list), or start with ``value + "-"`` (a registry
     name matches its partition keys), then ``column``'s only value (``aggregate: only``) or its
-    largest non-NaN value (``aggregate: max``). ``ValueError`` when not exactly one row (only)
-    or no defined value (max) matches."""
+    largest non-NaN value (``aggregate: max``). ``reader`` on a table without that column (the
+    correlation table names systems ``"<retriever> / <reader>"`` in ``retriever``) matches the
+    system's reader part. ``ValueError`` when not exactly one row (only) or no defined value
+    (max) matches."""
     mask = pl.lit(True)
     for column, wanted in (condition.get("where") or {}).items():
         options = [str(w) for w in (wanted if isinstance(wanted, list) else [wanted])]
         text = pl.col(column).cast(pl.String)
+        if column == "reader" and "reader" not in report.columns:
+            text = pl.col("retriever").cast(pl.String).str.split(" / ").list.last()
         mask = mask & pl.any_horizontal(
             *[(text == o) | text.str.starts_with(f"{o}-") for o in options]
         )
