@@ -57,10 +57,14 @@ def length_batches(
 
 
 def pad_batch(
-    rows: list[list[int]], pad: int, left: bool, device: torch.device
+    rows: list[list[int]], pad: int, left: bool, device: torch.device, shared: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)`` of ``rows`` padded to the longest with ``pad`` (on the
-    left for decoder-only models, so every prompt ends where generation starts)."""
+    left for decoder-only models, so every prompt ends where generation starts).
+
+    ``shared`` (left padding only): the rows' first ``shared`` tokens are one prefix every row
+    has; it stays in the first columns and the padding goes after it (``prefix | padding |
+    rest``), so a cache of the prefix fits every row (:mod:`.prefix_sharing`)."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -68,6 +72,11 @@ def pad_batch(
         span = slice(width - len(row), width) if left else slice(0, len(row))
         ids[i, span] = torch.tensor(row, dtype=torch.long)
         mask[i, span] = 1
+        if left and shared and len(row) < width:
+            ids[i, :shared] = torch.tensor(row[:shared], dtype=torch.long)
+            mask[i, :shared] = 1
+            ids[i, shared : width - len(row) + shared] = pad
+            mask[i, shared : width - len(row) + shared] = 0
     return ids.to(device), mask.to(device)
 
 

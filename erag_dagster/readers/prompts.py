@@ -9,7 +9,9 @@ get the same parts as plain text separated by blank lines (see :func:`plain_prom
 Which text of a document the reader sees: :func:`reader_passage`.
 
 Post-processing (:data:`POSTPROCESS_VERSION`; part of the reader fingerprint): strip whitespace,
-drop one leading ``:``, keep the first non-empty line, drop one final ``.``, strip again.
+drop one leading ``:``, keep the first non-empty line, drop one final ``.``, strip again. So
+nothing after the first line's end can change an answer, and generation stops there
+(:func:`first_line_complete`).
 
 End-to-end context (:func:`build_context_prompt`): passages are joined in rank order with
 :data:`CONTEXT_SEPARATOR`; when they exceed the token budget, whole passages are dropped from the
@@ -97,19 +99,38 @@ def plain_prompt(messages: Sequence[Message], answer_prefix: str) -> str:
     return "\n\n".join(parts)
 
 
+def _answer_start(text: str) -> str:
+    """``text`` from its first character that can belong to the answer: leading whitespace
+    and one leading ``:`` (with the whitespace after it) removed."""
+    answer = text.lstrip()
+    if answer.startswith(":"):
+        answer = answer[1:].lstrip()
+    return answer
+
+
 def postprocess_answer(text: str) -> str:
     """Clean a generated answer (version :data:`POSTPROCESS_VERSION`, see module docstring).
 
     ``"  : Denver Broncos.\\nMore"`` → ``"Denver Broncos"``; an empty generation gives ``""``.
     """
-    answer = text.strip()
-    if answer.startswith(":"):
-        answer = answer[1:].strip()
+    answer = _answer_start(text)
     lines = [line.strip() for line in answer.splitlines() if line.strip()]
     answer = lines[0] if lines else ""
     if answer.endswith("."):
         answer = answer[:-1]
     return answer.strip()
+
+
+def first_line_complete(text: str) -> bool:
+    """Whether ``postprocess_answer(text + more)`` equals ``postprocess_answer(text)`` for any
+    continuation ``more``: the answer's first non-empty line has ended (a line break follows
+    it). ``"The end"`` → False; ``" :\\n"`` → False (the answer has not begun);
+    ``"Denver.\\n"`` → True. Generation may stop there (:mod:`.stopping`)."""
+    answer = _answer_start(text)
+    if not answer:
+        return False
+    first = answer.splitlines(keepends=True)[0]
+    return first != first.splitlines()[0]
 
 
 @dataclass(frozen=True)

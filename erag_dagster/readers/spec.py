@@ -30,6 +30,9 @@ key                    meaning (default)
 ``max_input_tokens``   prompt budget in tokens; passages are cut to fit (``null``: the model's
                        context length minus ``max_new_tokens``)
 ``seed``               sampling seed sent to the server / engine (0); decoding stays greedy
+``share_prefix``       transformers: prefill the token prefix all prompts of a call share once
+                       and reuse its KV cache (``true``; :mod:`.prefix_sharing`). Not hashed:
+                       float32 answers are the same either way
 =====================  ==========================================================================
 
 ``backend: openai`` only (:data:`OPENAI_KEYS`):
@@ -83,7 +86,9 @@ OPENAI_KEYS = frozenset(
 """Keys only ``backend: openai`` reads."""
 VLLM_KEYS = frozenset({"tensor_parallel_size", "gpu_memory_utilization", "max_model_len"})
 """Keys only ``backend: vllm`` reads."""
-TRANSFORMERS_ONLY_KEYS = frozenset({"gguf_file", "revision", "allow_download", "dtype"})
+TRANSFORMERS_ONLY_KEYS = frozenset(
+    {"gguf_file", "revision", "allow_download", "dtype", "share_prefix"}
+)
 """Keys the ``openai`` backend cannot honour (the server owns weights and dtype)."""
 INTEGER_KEYS = (
     "batch_size", "max_new_tokens", "num_threads", "max_input_tokens", "seed", "concurrency",
@@ -140,6 +145,7 @@ class ReaderSpec:
     num_threads: int = field(default_factory=default_num_threads)
     max_input_tokens: int | None = None
     seed: int = 0
+    share_prefix: bool = True
     # backend: openai
     base_url: str | None = None
     api_key_env: str | None = None
@@ -195,7 +201,7 @@ class ReaderSpec:
         for key in ("timeout_seconds", "gpu_memory_utilization"):
             if key in raw:
                 raw[key] = _float(raw[key], key, str(label))
-        for key in ("allow_download", "do_sample", "continue_final_message"):
+        for key in ("allow_download", "do_sample", "continue_final_message", "share_prefix"):
             if key in raw and not isinstance(raw[key], bool):
                 raise InputError(f"reader {label!r}: {key} must be true or false")
         for key in ("name", "model", "backend", "gguf_file", "revision", "device", "dtype",

@@ -59,6 +59,7 @@ from erag_dagster.readers.loading import (
     torch_threads,
 )
 from erag_dagster.readers.models import ModelSource, resolve_model
+from erag_dagster.readers.prefix_sharing import cache_for_batch, cache_kwarg, prefill, shared_prefix
 from erag_dagster.readers.prompts import (
     RELEVANCE_SYSTEM_PROMPT,
     RELEVANCE_TEMPLATE,
@@ -283,37 +284,57 @@ class TransformersReader:
 
     # -- generation ----------------------------------------------------------------------------
 
+    def _shared(self, prompts: Sequence[Sequence[int]], ends: Sequence[int] | None = None) -> int:
+        """Tokens of ``prompts``' shared prefix to prefill once (:mod:`.prefix_sharing`; 0 when
+        ``share_prefix`` is off or the model is an encoder-decoder)."""
+        if not self.spec.share_prefix or self._ensure().is_seq2seq:
+            return 0
+        return shared_prefix(prompts, ends)
+
     def _run_batches(
         self,
         prompts: list[list[int]],
         kind: str,
-        forward: Callable[[LoadedModel, torch.Tensor, torch.Tensor], Any],
+        forward: Callable[[LoadedModel, torch.Tensor, torch.Tensor, Any], Any],
         collect: Callable[[LoadedModel, Any, torch.Tensor], tuple[list[Any], int]],
         on_batch: OnBatch | None = None,
+        shared: int = 0,
     ) -> list[Any]:
         """The one batch loop: length batches (:func:`length_batches`), padded; ``forward``
         (timed) runs the model on a batch, ``collect`` turns its output into one value per
         prompt and the count of generated tokens. Values come back in input order; a
-        :class:`BatchTiming` is recorded and ``on_batch(indices, values)`` called per batch."""
+        :class:`BatchTiming` is recorded and ``on_batch(indices, values)`` called per batch.
+
+        ``shared`` > 0: every prompt starts with the same ``shared`` tokens; they are prefilled
+        once (timed with the first batch) and ``forward`` gets a copy of their KV cache grown to
+        the batch (else ``None``), the rows laid out ``prefix | padding | rest``."""
         loaded = self._ensure()
         slack = CPU_PAD_SLACK if self.device.type == "cpu" else None
         values: list[Any] = [None] * len(prompts)
         with torch_threads(self.spec.num_threads), loaded.lock, torch.inference_mode():
+            prefix_cache, prefix_seconds = None, 0.0
+            if shared:
+                began = time.perf_counter()
+                prefix_cache = prefill(loaded.model, prompts[0][:shared], loaded.device)
+                prefix_seconds = time.perf_counter() - began
             for chunk in length_batches(prompts, self.spec.batch_size, slack):
                 rows = [prompts[i] for i in chunk]
                 left = not loaded.is_seq2seq
-                ids, mask = pad_batch(rows, loaded.tokenizer.pad_token_id, left, loaded.device)
+                ids, mask = pad_batch(
+                    rows, loaded.tokenizer.pad_token_id, left, loaded.device, shared
+                )
                 began = time.perf_counter()
-                raw = forward(loaded, ids, mask)
-                seconds = time.perf_counter() - began
+                cache = None if prefix_cache is None else cache_for_batch(prefix_cache, len(rows))
+                raw = forward(loaded, ids, mask, cache)
+                seconds = time.perf_counter() - began + prefix_seconds
+                prefix_seconds = 0.0
                 batch_values, generated = collect(loaded, raw, ids)
                 for value, i in zip(batch_values, chunk, strict=True):
                     values[i] = value
                 prompt_tokens = sum(len(r) for r in rows)
+                padded = int(ids.numel()) - (len(rows) * shared if cache is not None else 0)
                 self.timings.append(
-                    BatchTiming(
-                        kind, len(chunk), prompt_tokens, generated, int(ids.numel()), seconds
-                    )
+                    BatchTiming(kind, len(chunk), prompt_tokens, generated, padded, seconds)
                 )
                 if on_batch is not None:
                     on_batch(chunk, batch_values)
@@ -364,28 +385,49 @@ class TransformersReader:
         return self._generate(prompts, on_batch)
 
     def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
+        """Greedy answers to ``prompts``: the shared prefix prefilled once
+        (:mod:`.prefix_sharing`), each row stopped once its first line is complete
+        (:mod:`.stopping`), post-processed (:func:`postprocess_answer`)."""
+        from transformers import StoppingCriteriaList
+
+        from erag_dagster.readers.stopping import FirstLineStop
+
         loaded = self._ensure()
         eos = eos_ids(loaded)
         config = generation_config(self.spec.max_new_tokens, loaded.tokenizer.pad_token_id, eos)
 
-        def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        def forward(
+            loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+        ) -> tuple[torch.Tensor, list[int | None]]:
+            start = 1 if loaded.is_seq2seq else ids.shape[1]
+            stop = FirstLineStop(loaded.tokenizer, start, ids.shape[0])
+            kwargs = {} if cache is None else {cache_kwarg(loaded.model): cache}
             out = loaded.model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=config
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=config,
+                stopping_criteria=StoppingCriteriaList([stop]),
+                **kwargs,
             )
             if loaded.device.type == "cuda":
                 torch.cuda.synchronize(loaded.device)
-            return out
+            return out, stop.stopped
 
         def collect(
-            loaded: LoadedModel, out: torch.Tensor, ids: torch.Tensor
+            loaded: LoadedModel, raw: tuple[torch.Tensor, list[int | None]], ids: torch.Tensor
         ) -> tuple[list[str], int]:
+            out, stopped = raw
             new = out[:, 1:] if loaded.is_seq2seq else out[:, ids.shape[1] :]
-            rows = [until_eos(row, eos) for row in new.tolist()]
+            rows = [
+                until_eos(row if at is None else row[:at], eos)
+                for row, at in zip(new.tolist(), stopped, strict=True)
+            ]
             decode = loaded.tokenizer.decode
             answers = [postprocess_answer(decode(row, skip_special_tokens=True)) for row in rows]
             return answers, sum(len(row) for row in rows)
 
-        return self._run_batches(prompts, "generate", forward, collect, on_batch)
+        shared = self._shared(prompts)
+        return self._run_batches(prompts, "generate", forward, collect, on_batch, shared)
 
     # -- relevance -----------------------------------------------------------------------------
 
@@ -406,8 +448,11 @@ class TransformersReader:
         limit = self._input_limit(None, new_tokens=0)  # scores one forward pass
         prompts = [self._fitted_ids(q, [p], limit, relevance=True) for q, p in items]
         accepts = inspect.signature(loaded.model.forward).parameters
+        shared = self._shared(prompts)
 
-        def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> list[float]:
+        def forward(
+            loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+        ) -> list[float]:
             kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
             if loaded.is_seq2seq:
                 start_id = loaded.model.config.decoder_start_token_id
@@ -415,8 +460,7 @@ class TransformersReader:
                     (ids.shape[0], 1), start_id, dtype=torch.long, device=loaded.device
                 )
             else:
-                if "position_ids" in accepts:
-                    kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+                kwargs.update(_decoder_inputs(loaded, ids, mask, cache, accepts))
                 if "logits_to_keep" in accepts:
                     kwargs["logits_to_keep"] = 1
             logits = loaded.model(**kwargs).logits[:, -1, :].float()
@@ -430,7 +474,7 @@ class TransformersReader:
         ) -> tuple[list[float], int]:
             return [float(value) for value in ratio], 0
 
-        return self._run_batches(prompts, "score", forward, collect)
+        return self._run_batches(prompts, "score", forward, collect, shared=shared)
 
     def continuation_log_probs(self, items: Sequence[tuple[str, str, str]]) -> list[list[float]]:
         """Teacher-forced ``log p(c_t | prompt, c_<t)`` (natural log) of each continuation token,
@@ -465,27 +509,36 @@ class TransformersReader:
                     ):
                         source[i] = j
         scored = sorted(set(source))
-        rows = []
+        rows, ends = [], []
         for j in scored:
             question, passage, _ = items[j]
             limit = self._input_limit(None, new_tokens=len(conts[j]))
-            rows.append(self._fitted_ids(question, [passage], limit) + conts[j])
+            prompt = self._fitted_ids(question, [passage], limit)
+            rows.append(prompt + conts[j])
+            ends.append(len(prompt))
         accepts = inspect.signature(loaded.model.forward).parameters
+        # The prefix ends before every prompt's last token, whose logits score the first
+        # continuation token.
+        shared = self._shared(rows, ends)
 
-        def forward(loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-            if "position_ids" in accepts:
-                kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+        def forward(
+            loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+        ) -> torch.Tensor:
+            kwargs: dict[str, Any] = {"attention_mask": mask}
+            kwargs.update(_decoder_inputs(loaded, ids, mask, cache, accepts))
             logits = loaded.model(**kwargs).logits[:, :-1, :].float()
-            # log p(ids[t+1] | ids[<=t]) at every position; left padding keeps the ends aligned
-            return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0].cpu()
+            # log p(ids[t+1] | ids[<=t]) at every position fed (after a cached prefix: from
+            # its end on); left padding keeps the ends aligned
+            fed = ids[:, ids.shape[1] - kwargs["input_ids"].shape[1] :]
+            return torch.log_softmax(logits, dim=-1).gather(-1, fed[:, 1:, None])[..., 0].cpu()
 
         def collect(
             loaded: LoadedModel, logp: torch.Tensor, ids: torch.Tensor
         ) -> tuple[list[list[float]], int]:
             return [row.tolist() for row in logp], 0
 
-        every = dict(zip(scored, self._run_batches(rows, "score", forward, collect), strict=True))
+        values = self._run_batches(rows, "score", forward, collect, shared=shared)
+        every = dict(zip(scored, values, strict=True))
         out = []
         for i, cont in enumerate(conts):
             j = source[i]
@@ -532,6 +585,28 @@ class TransformersReader:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def _decoder_inputs(
+    loaded: LoadedModel,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    cache: Any,
+    accepts: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A decoder-only forward's ``input_ids`` and ``position_ids`` (from the mask, so padding
+    does not shift positions), after a cached prefix (``cache``: only the uncached columns are
+    fed, the mask stays whole) or without one."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    if cache is None:
+        out: dict[str, Any] = {"input_ids": ids}
+    else:
+        cached = cache.get_seq_length()
+        out = {"input_ids": ids[:, cached:], cache_kwarg(loaded.model): cache}
+        positions = positions[:, cached:]
+    if "position_ids" in accepts:
+        out["position_ids"] = positions
+    return out
 
 
 def _deep_copy(value: Any) -> Any:

@@ -1,0 +1,79 @@
+"""Shared-prefix KV cache: the prompt tokens every prompt of a call shares are prefilled once.
+
+eRAG asks the reader about each of a query's k documents alone, so the k prompts (and, across
+queries, every prompt) start with the same tokens: the chat template's head, the system prompt,
+few-shot turns, the user template's text before its first placeholder (with a question-first
+template, the question too). :func:`shared_prefix` finds the longest token prefix all prompts of
+one reader call share; :func:`prefill` runs the model on it once; each batch then starts from a
+copy of that cache grown to the batch (:func:`cache_for_batch`) and prefills only its own
+tokens.
+
+Rows are laid out ``prefix | padding | own tokens`` (:func:`~.batching.pad_batch` with
+``shared``) and positions are the attention mask's cumulative sum, so every row sees the same
+tokens at the same positions as in plain left-padded generation: the same computation split in
+two passes. In float32 the answers are those of plain generation (``tests/test_prefix_sharing``);
+in bf16 a rare greedy tie may flip, as with any change of batch layout (the reader fingerprint
+does not hash ``share_prefix``, as it does not hash ``batch_size``).
+
+Policy: decoder-only models only; a call with fewer than 2 prompts or a shared prefix shorter
+than :data:`MIN_SHARED_TOKENS` prefills as before; the prefix stops at least one token before
+the end of the shortest prompt (each row keeps one token of its own, whose logits start its
+answer or score).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["MIN_SHARED_TOKENS", "cache_for_batch", "cache_kwarg", "prefill", "shared_prefix"]
+
+#: Below this many shared tokens the extra forward pass is not worth it.
+MIN_SHARED_TOKENS = 8
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]], ends: Sequence[int] | None = None) -> int:
+    """Length of the longest token prefix shared by every prompt, at most ``min(ends) - 1``
+    (``ends``: where each prompt's own part must still begin; default each prompt's length).
+    0 when there are fewer than 2 prompts or the prefix is shorter than
+    :data:`MIN_SHARED_TOKENS`."""
+    if len(prompts) < 2:
+        return 0
+    first = prompts[0]
+    limit = min(ends if ends is not None else (len(p) for p in prompts)) - 1
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n if n >= MIN_SHARED_TOKENS else 0
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name the model's ``forward`` takes its KV cache by (``cache`` since transformers 5,
+    ``past_key_values`` before)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def prefill(model: Any, prefix: Sequence[int], device: torch.device) -> Any:
+    """The KV cache of ``prefix`` (one row; positions ``0 … len(prefix) − 1``)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    ids = torch.tensor([list(prefix)], dtype=torch.long, device=device)
+    kwargs: dict[str, Any] = {cache_kwarg(model): cache, "use_cache": True}
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kwargs["logits_to_keep"] = 1  # only the KV cache is wanted
+    model(input_ids=ids, **kwargs)
+    return cache
+
+
+def cache_for_batch(cache: Any, rows: int) -> Any:
+    """A copy of the one-row ``cache`` repeated to ``rows`` rows (the original stays intact:
+    generation appends to the copy)."""
+    grown = copy.deepcopy(cache)
+    if rows > 1:
+        grown.batch_repeat_interleave(rows)
+    return grown
