@@ -94,6 +94,24 @@ def test_likelihoods_and_yes_probability_equal_with_and_without_the_shared_prefi
     assert shared.yes_probability(items) == pytest.approx(plain.yes_probability(items), abs=1e-5)
 
 
+def test_share_prefix_setting() -> None:
+    from erag_dagster.errors import InputError
+    from erag_dagster.readers.spec import ReaderSpec
+
+    with pytest.raises(InputError, match="share_prefix must be true, false or auto"):
+        ReaderSpec.from_dict({"share_prefix": "yes"}, name="r")
+    with pytest.raises(InputError, match="do not apply to backend 'openai'"):
+        ReaderSpec.from_dict(
+            {"backend": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1",
+             "share_prefix": True}, name="r",
+        )  # fmt: skip
+    # auto: float32 shares, bf16 does not (its answers would change); nothing is loaded for it
+    prompts = [[*range(100, 120), 1], [*range(100, 120), 2]]
+    bf16 = reader_from_config("r", {"dtype": "bfloat16", "device": "cpu"})
+    assert bf16._shared(prompts) == 0
+    assert bf16.fingerprint != reader_from_config("r", {"dtype": "float32"}).fingerprint
+
+
 def test_shared_prefix_length_policy() -> None:
     base = list(range(100, 112))
     assert shared_prefix([[*base, 1, 2], [*base, 3]]) == 12

@@ -286,8 +286,12 @@ class TransformersReader:
 
     def _shared(self, prompts: Sequence[Sequence[int]], ends: Sequence[int] | None = None) -> int:
         """Tokens of ``prompts``' shared prefix to prefill once (:mod:`.prefix_sharing`; 0 when
-        ``share_prefix`` is off or the model is an encoder-decoder)."""
-        if not self.spec.share_prefix or self._ensure().is_seq2seq:
+        ``share_prefix`` is off — ``auto``: off unless float32 — or the model is an
+        encoder-decoder)."""
+        wanted = self.spec.share_prefix
+        if wanted == "auto":
+            wanted = self.dtype == torch.float32
+        if not wanted or self._ensure().is_seq2seq:
             return 0
         return shared_prefix(prompts, ends)
 
@@ -480,10 +484,12 @@ class TransformersReader:
         """Teacher-forced ``log p(c_t | prompt, c_<t)`` (natural log) of each continuation token,
         per ``(question, passage, continuation)``: the prompt is exactly :meth:`answer`'s (so
         the continuation follows the answer prefix; pass it with its leading space, e.g.
-        ``" Denver Broncos"``), the passage cut so prompt + continuation fit the context. One
-        forward pass per item, no decoding (prefill only); a continuation whose tokens start
-        a longer one of the same pair is read off that longer pass (the same causal values; the
-        passage budget is then the longer one's). Input order kept; ``[]`` for no items.
+        ``" Denver Broncos"``), the passage cut so prompt + continuation fit the context.
+        Prefill only, no decoding: the
+        prompt is read once per distinct prompt (its KV cache shared by that pair's
+        continuations, :mod:`.prefix_sharing`); a continuation whose tokens start a longer one
+        of the same pair is read off that longer pass (the same causal values; the passage
+        budget is then the longer one's). Input order kept; ``[]`` for no items.
         Decoder-only models only (an encoder-decoder reader is an :class:`InputError`).
         """
         if not items:
@@ -517,9 +523,6 @@ class TransformersReader:
             rows.append(prompt + conts[j])
             ends.append(len(prompt))
         accepts = inspect.signature(loaded.model.forward).parameters
-        # The prefix ends before every prompt's last token, whose logits score the first
-        # continuation token.
-        shared = self._shared(rows, ends)
 
         def forward(
             loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
@@ -537,7 +540,23 @@ class TransformersReader:
         ) -> tuple[list[list[float]], int]:
             return [row.tolist() for row in logp], 0
 
-        values = self._run_batches(rows, "score", forward, collect, shared=shared)
+        # Rows with the same prompt (a pair's several golds, a label set's labels) read it once:
+        # one call per such group, its prompt the shared prefix; the other rows share the
+        # template's head. A prefix ends before every prompt's last token, whose logits score
+        # the first continuation token.
+        by_prompt: dict[tuple[int, ...], list[int]] = {}
+        for k, (row, end) in enumerate(zip(rows, ends, strict=True)):
+            by_prompt.setdefault(tuple(row[:end]), []).append(k)
+        singles = [group[0] for group in by_prompt.values() if len(group) == 1]
+        calls = [singles] if singles else []
+        calls += [group for group in by_prompt.values() if len(group) > 1]
+        values: list[list[float]] = [[] for _ in rows]
+        for call in calls:
+            sub = [rows[k] for k in call]
+            shared = self._shared(sub, [ends[k] for k in call])
+            got = self._run_batches(sub, "score", forward, collect, shared=shared)
+            for k, value in zip(call, got, strict=True):
+                values[k] = value
         every = dict(zip(scored, values, strict=True))
         out = []
         for i, cont in enumerate(conts):
