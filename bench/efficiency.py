@@ -12,7 +12,10 @@ workload and the measurement are the ``efficiency_report`` asset's own
 with ``max(ks)`` retrieved documents).
 
     python bench/efficiency.py [--dataset sample] [--queries 10] [--ks 10,50] [--rounds 3]
-                               [--device auto] [--quick] [--json PATH]
+                               [--device auto] [--plain] [--quick] [--json PATH]
+
+``--plain`` adds ``erag_doc_batch_plain``: batch size 1 with the reader's ``share_prefix`` and
+``stop_at_line_end`` off (the reader before those savings; the same answers).
 
 ``--quick`` is a smoke run (1 query, k = 2 and 4, 2 rounds). ``--json PATH`` also writes the
 table as JSON rows (``-`` = stdout, the table then goes to stderr): ``{"bench": "efficiency",
@@ -31,12 +34,12 @@ import polars as pl
 from benchjson import add_json_argument, text_stream, write_json
 
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.meta.efficiency import efficiency_report
+from erag_dagster.meta.efficiency import MODES, PLAIN_MODE, efficiency_report
 from erag_dagster.registry import load_registry
 from erag_dagster.reports.tables import format_table
 from erag_dagster.retrieval.service import run_retriever
 
-MODE_ORDER = {"end_to_end": 0, "erag_query_batch": 1, "erag_doc_batch": 2}
+MODE_ORDER = {"end_to_end": 0, "erag_query_batch": 1, "erag_doc_batch": 2, PLAIN_MODE: 3}
 COLUMNS = (
     "k", "mode", "documents", "rounds", "seconds", "seconds_min", "seconds_max",
     "seconds_per_query", "prefill_share", "peak_memory_mib", "memory_kind",
@@ -55,6 +58,11 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 1 query, k = 2 and 4, 2 rounds"
     )
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help=f"also time {PLAIN_MODE}: batch size 1 without prefix sharing or line stop",
+    )
     add_json_argument(parser)
     args = parser.parse_args()
     if args.quick:
@@ -72,8 +80,9 @@ def main() -> int:
         config["device"] = args.device
     ds = load_dataset(args.dataset)
     run = run_retriever(registry, "bm25", ds.corpus, ds.queries, max(ks))
+    modes = (*MODES, PLAIN_MODE) if args.plain else MODES
     table = efficiency_report(
-        entry.name, config, run, ds.queries, ds.corpus, ks, args.queries, args.rounds
+        entry.name, config, run, ds.queries, ds.corpus, ks, args.queries, args.rounds, modes
     )
     if table.is_empty():
         parser.exit(2, f"efficiency: no query has {max(ks)} retrieved documents\n")

@@ -17,8 +17,9 @@ plus new ones) — and, in one process with one loaded reader, measures:
   prefill only) on the same run-A pairs, timed in the same alternating rounds: pairs/s next to
   the labeller's generation labels, and their ratio (target >= 3x).
 
-    python bench/labels.py [--pairs 96] [--depth 4] [--dtype auto] [--threads N] [--batch 16]
-                           [--rounds 2] [--quick] [--likelihood-only] [--json PATH]
+    python bench/labels.py [--pairs 96] [--depth 4] [--dtype auto] [--share-prefix auto]
+                           [--threads N] [--batch 16] [--rounds 2] [--quick]
+                           [--likelihood-only] [--json PATH]
 
 ``--quick`` is a smoke run (8 pairs, one round); its ratios mean little. ``--json PATH`` also
 writes both tables as JSON rows (``-`` = stdout, the tables then go to stderr): ``{"bench":
@@ -191,32 +192,53 @@ def phase(reader: TransformersReader, fn) -> tuple[object, float, int]:
 def likelihood_vs_generation(args, reader, run, queries, corpus) -> int:
     """Generation labels (``label_run``, fresh store) vs likelihood labels on the same pairs, in
     ``--rounds`` alternating rounds (best of each side); prints both rows and the ratio."""
-    best = {"generation labels (label_run)": float("inf"), "likelihood labels": float("inf")}
+    full = "generation labels, decoding to max_new_tokens"
+    best = {
+        "generation labels (label_run)": float("inf"),
+        full: float("inf"),
+        "likelihood labels": float("inf"),
+    }
+    # the same loaded model (stop_at_line_end is not hashed), decoding every answer to the end
+    readers = {
+        full: reader_from_config("bench", {**reader.spec.to_dict(), "stop_at_line_end": False})
+    }
     tokens: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             sides = list(best) if r % 2 == 0 else list(best)[::-1]
-            for side in sides:
-                store = LabelStore(Path(tmp) / f"{r}-{side[:4]}.sqlite")
+            for i, side in enumerate(sides):
+                store = LabelStore(Path(tmp) / f"{r}-{i}.sqlite")
                 work = label_run if side.startswith("generation") else likelihood_labels
+                who = readers.get(side, reader)
                 _, seconds, used = phase(
-                    reader,
-                    lambda w=work, s=store: w(run, queries, corpus, reader, args.metric, s),
+                    who,
+                    lambda w=work, s=store, m=who: w(run, queries, corpus, m, args.metric, s),
                 )
                 if seconds < best[side]:
                     best[side], tokens[side] = seconds, used
     table = pl.DataFrame(
         {
             "method": list(best),
-            "pairs": [run.height] * 2,
+            "pairs": [run.height] * len(best),
             "seconds": list(best.values()),
             "pairs/s": [run.height / s for s in best.values()],
             "tokens": [tokens[m] for m in best],
         }
     )
-    ratio = best["generation labels (label_run)"] / best["likelihood labels"]
+    like = best["likelihood labels"]
     summary = pl.DataFrame(
-        {"measure": ["likelihood / generation labels, pairs/s (target >= 3)"], "value": [ratio]}
+        {
+            "measure": [
+                "likelihood / generation labels, pairs/s (target >= 3)",
+                "likelihood / generation decoding to max_new_tokens, pairs/s",
+                "generation: stopping at the line end / decoding to the end, pairs/s",
+            ],
+            "value": [
+                best["generation labels (label_run)"] / like,
+                best[full] / like,
+                best[full] / best["generation labels (label_run)"],
+            ],
+        }
     )
     out = text_stream(args)
     print(
@@ -236,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=96, help="pairs in run A (default 96)")
     parser.add_argument("--depth", type=int, default=4, help="documents per query (default 4)")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument(
+        "--share-prefix",
+        default="auto",
+        choices=("auto", "true", "false"),
+        help="the reader's share_prefix (auto: float32 only)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="0: $ERAG_TORCH_THREADS or 2")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--metric", default="em")
@@ -259,7 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     n_queries = max(1, args.pairs // args.depth)
     corpus, queries, run_a, run_b = load_squad(n_queries, args.depth, args.squad)
     run_c = fuse(run_a, run_b, args.depth)
-    config: dict[str, object] = {"dtype": args.dtype, "batch_size": args.batch}
+    share = {"true": True, "false": False}.get(args.share_prefix, "auto")
+    config: dict[str, object] = {
+        "dtype": args.dtype,
+        "batch_size": args.batch,
+        "share_prefix": share,
+    }
     if args.threads:
         config["num_threads"] = args.threads
     reader = reader_from_config("bench", config)

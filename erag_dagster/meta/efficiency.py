@@ -6,7 +6,11 @@ Three ways to spend the same reader on the same queries and top-``k`` lists:
   evaluation costs);
 * ``erag_query_batch`` — eRAG with query-level batching: one batch = one query's ``k``
   (question, document) pairs;
-* ``erag_doc_batch`` — eRAG with document-level batching: batch size 1.
+* ``erag_doc_batch`` — eRAG with document-level batching: batch size 1;
+* ``erag_doc_batch_plain`` (not in the default :data:`MODES`; ``bench/efficiency.py --plain``)
+  — the same with the reader's ``share_prefix`` and ``stop_at_line_end`` off: every prompt
+  prefilled whole and every answer decoded to ``max_new_tokens``, i.e. the reader before those
+  two savings, for a side-by-side comparison (the same answers).
 
 How it is timed, so that a figure is a measurement and not one noisy draw:
 
@@ -38,6 +42,9 @@ import polars as pl
 from erag_dagster.errors import InputError
 
 MODES = ("end_to_end", "erag_query_batch", "erag_doc_batch")
+PLAIN_MODE = "erag_doc_batch_plain"
+#: Reader settings of :data:`PLAIN_MODE` (batch size 1 as ``erag_doc_batch``).
+PLAIN_SETTINGS = {"share_prefix": False, "stop_at_line_end": False}
 
 
 def _peak_rss_mib() -> float:
@@ -74,6 +81,8 @@ def _child(payload: dict[str, Any]) -> dict[str, Any]:
     mode, k = payload["mode"], payload["k"]
     config = dict(payload["config"])
     config["batch_size"] = k if mode == "erag_query_batch" else 1
+    if mode == PLAIN_MODE:
+        config.update(PLAIN_SETTINGS)
     reader = reader_from_config(payload["name"], config)
     items: list[tuple[str, list[str]]] = payload["items"]
     reader.answer([(items[0][0], items[0][1][0])])  # load + warm up outside the clock
@@ -162,9 +171,10 @@ def measure_efficiency(
         raise InputError("efficiency measurement needs at least one query")
     if rounds < 1:
         raise InputError(f"efficiency rounds must be >= 1, got {rounds}")
-    unknown = set(modes) - set(MODES)
+    known = (*MODES, PLAIN_MODE)
+    unknown = set(modes) - set(known)
     if unknown:
-        raise InputError(f"unknown efficiency mode(s) {sorted(unknown)}; known: {MODES}")
+        raise InputError(f"unknown efficiency mode(s) {sorted(unknown)}; known: {known}")
     short = [q for q, ps in items if len(ps) < max(ks)]
     if short:
         raise InputError(
@@ -228,10 +238,11 @@ def efficiency_report(
     ks: Sequence[int],
     n_queries: int,
     rounds: int = 3,
+    modes: Sequence[str] = MODES,
 ) -> pl.DataFrame:
     """:func:`measure_efficiency` on :func:`efficiency_items` at ``max(ks)``; an empty frame
     when no query has ``max(ks)`` retrieved documents."""
     items = efficiency_items(run, queries, corpus, max(ks), n_queries)
     if not items:
         return pl.DataFrame()
-    return measure_efficiency(reader_name, reader_config, items, ks=ks, rounds=rounds)
+    return measure_efficiency(reader_name, reader_config, items, ks=ks, modes=modes, rounds=rounds)

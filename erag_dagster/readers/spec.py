@@ -35,6 +35,9 @@ key                    meaning (default)
                        ``auto`` (default: on in float32, where the answers are those of plain
                        generation; off in bf16/fp16, where any change of batch layout flips
                        answers: 13–19% of 90 sample answers here). Not hashed
+``stop_at_line_end``   transformers: stop a row once its answer's first line is complete
+                       (``true``; :mod:`.stopping`): the same answers, fewer decode steps. Not
+                       hashed; ``false`` decodes to ``max_new_tokens`` (for comparisons)
 =====================  ==========================================================================
 
 ``backend: openai`` only (:data:`OPENAI_KEYS`):
@@ -89,7 +92,7 @@ OPENAI_KEYS = frozenset(
 VLLM_KEYS = frozenset({"tensor_parallel_size", "gpu_memory_utilization", "max_model_len"})
 """Keys only ``backend: vllm`` reads."""
 TRANSFORMERS_ONLY_KEYS = frozenset(
-    {"gguf_file", "revision", "allow_download", "dtype", "share_prefix"}
+    {"gguf_file", "revision", "allow_download", "dtype", "share_prefix", "stop_at_line_end"}
 )
 """Keys the ``openai`` backend cannot honour (the server owns weights and dtype)."""
 INTEGER_KEYS = (
@@ -148,6 +151,7 @@ class ReaderSpec:
     max_input_tokens: int | None = None
     seed: int = 0
     share_prefix: bool | str = "auto"
+    stop_at_line_end: bool = True
     # backend: openai
     base_url: str | None = None
     api_key_env: str | None = None
@@ -205,7 +209,7 @@ class ReaderSpec:
                 raw[key] = _float(raw[key], key, str(label))
         if "share_prefix" in raw and raw["share_prefix"] not in (True, False, "auto"):
             raise InputError(f"reader {label!r}: share_prefix must be true, false or auto")
-        for key in ("allow_download", "do_sample", "continue_final_message"):
+        for key in ("allow_download", "do_sample", "continue_final_message", "stop_at_line_end"):
             if key in raw and not isinstance(raw[key], bool):
                 raise InputError(f"reader {label!r}: {key} must be true or false")
         for key in ("name", "model", "backend", "gguf_file", "revision", "device", "dtype",

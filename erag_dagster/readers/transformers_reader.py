@@ -390,8 +390,9 @@ class TransformersReader:
 
     def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
         """Greedy answers to ``prompts``: the shared prefix prefilled once
-        (:mod:`.prefix_sharing`), each row stopped once its first line is complete
-        (:mod:`.stopping`), post-processed (:func:`postprocess_answer`)."""
+        (:mod:`.prefix_sharing`, per ``share_prefix``), each row stopped once its first line is
+        complete (:mod:`.stopping`, unless ``stop_at_line_end`` is false), post-processed
+        (:func:`postprocess_answer`)."""
         from transformers import StoppingCriteriaList
 
         from erag_dagster.readers.stopping import FirstLineStop
@@ -410,7 +411,9 @@ class TransformersReader:
                 input_ids=ids,
                 attention_mask=mask,
                 generation_config=config,
-                stopping_criteria=StoppingCriteriaList([stop]),
+                stopping_criteria=StoppingCriteriaList(
+                    [stop] if self.spec.stop_at_line_end else []
+                ),
                 **kwargs,
             )
             if loaded.device.type == "cuda":
