@@ -288,12 +288,14 @@ class TransformersReader:
         """Tokens of ``prompts``' shared prefix to prefill once (:mod:`.prefix_sharing`; 0 when
         ``share_prefix`` is off — ``auto``: off unless float32 — or the model is an
         encoder-decoder)."""
+        return shared_prefix(prompts, ends) if self._sharing() else 0
+
+    def _sharing(self) -> bool:
+        """Whether prompt prefixes are shared (``share_prefix``; ``auto``: in float32)."""
         wanted = self.spec.share_prefix
         if wanted == "auto":
             wanted = self.dtype == torch.float32
-        if not wanted or self._ensure().is_seq2seq:
-            return 0
-        return shared_prefix(prompts, ends)
+        return bool(wanted) and not self._ensure().is_seq2seq
 
     def _run_batches(
         self,
@@ -553,6 +555,8 @@ class TransformersReader:
         singles = [group[0] for group in by_prompt.values() if len(group) == 1]
         calls = [singles] if singles else []
         calls += [group for group in by_prompt.values() if len(group) > 1]
+        if not self._sharing():  # one call: nothing to share, batches as full as they can be
+            calls = [list(range(len(rows)))]
         values: list[list[float]] = [[] for _ in rows]
         for call in calls:
             sub = [rows[k] for k in call]
