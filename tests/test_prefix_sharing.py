@@ -61,7 +61,9 @@ def _plain_answers(reader: object, items: list[tuple[str, str]]) -> list[str]:
     return answers
 
 
-@pytest.mark.parametrize("reader_name", ["smollm2-135m", "gemma3-270m"])
+@pytest.mark.parametrize(
+    "reader_name", ["smollm2-135m", pytest.param("gemma3-270m", marks=pytest.mark.slow)]
+)
 def test_prefix_shared_generation_equals_plain_generation_fp32(reader_name: str) -> None:
     entry = load_registry().reader(reader_name)
     reader = reader_from_config(reader_name, {**entry.config, **FP32}).load()
@@ -88,6 +90,7 @@ def test_prefix_shared_generation_equals_plain_generation_fp32(reader_name: str)
         assert decoded_to_the_end > generated
 
 
+@pytest.mark.slow
 def test_likelihoods_and_yes_probability_equal_with_and_without_the_shared_prefix() -> None:
     shared = reader_from_config("smollm2-135m", FP32).load()
     plain = reader_from_config("smollm2-135m", {**FP32, "share_prefix": False})
