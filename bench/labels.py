@@ -15,7 +15,9 @@ plus new ones) — and, in one process with one loaded reader, measures:
 * peak RSS (``resource.getrusage``);
 * likelihood labels (:mod:`erag_dagster.labels.likelihood`: teacher-forced gold probability,
   prefill only) on the same run-A pairs, timed in the same alternating rounds: pairs/s next to
-  the labeller's generation labels, and their ratio (target >= 3x).
+  the labeller's generation labels, and their ratio (target >= 3x); with ``--likelihood-only``
+  also generation decoding every answer to ``max_new_tokens`` (the reader's line stop off) and
+  generation with 1 new token (the prompts' prefill: a floor for any label that reads them).
 
     python bench/labels.py [--pairs 96] [--depth 4] [--dtype auto] [--share-prefix auto]
                            [--threads N] [--batch 16] [--rounds 2] [--quick]
@@ -191,16 +193,23 @@ def phase(reader: TransformersReader, fn) -> tuple[object, float, int]:
 
 def likelihood_vs_generation(args, reader, run, queries, corpus) -> int:
     """Generation labels (``label_run``, fresh store) vs likelihood labels on the same pairs, in
-    ``--rounds`` alternating rounds (best of each side); prints both rows and the ratio."""
+    ``--rounds`` alternating rounds (best of each side), next to generation decoding every answer
+    to ``max_new_tokens`` and generation with 1 new token (its prompt prefill: no label that
+    reads the prompt can cost less); prints the rows and the ratios."""
     full = "generation labels, decoding to max_new_tokens"
+    prefill = "generation labels' prefill (1 new token)"
     best = {
         "generation labels (label_run)": float("inf"),
         full: float("inf"),
+        prefill: float("inf"),
         "likelihood labels": float("inf"),
     }
-    # the same loaded model (stop_at_line_end is not hashed), decoding every answer to the end
+    spec = reader.spec.to_dict()
     readers = {
-        full: reader_from_config("bench", {**reader.spec.to_dict(), "stop_at_line_end": False})
+        # the same loaded model (stop_at_line_end is not hashed), every answer to the end
+        full: reader_from_config("bench", {**spec, "stop_at_line_end": False}),
+        # the same prompts, one generated token: what any prefill-only label must spend at least
+        prefill: reader_from_config("bench", {**spec, "max_new_tokens": 1}),
     }
     tokens: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,11 +241,13 @@ def likelihood_vs_generation(args, reader, run, queries, corpus) -> int:
                 "likelihood / generation labels, pairs/s (target >= 3)",
                 "likelihood / generation decoding to max_new_tokens, pairs/s",
                 "generation: stopping at the line end / decoding to the end, pairs/s",
+                "generation labels / their prefill, time (the most prefill-only labels can gain)",
             ],
             "value": [
                 best["generation labels (label_run)"] / like,
                 best[full] / like,
                 best[full] / best["generation labels (label_run)"],
+                best["generation labels (label_run)"] / best[prefill],
             ],
         }
     )
