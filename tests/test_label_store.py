@@ -237,12 +237,20 @@ LABELLER = textwrap.dedent(
 )
 WINDOW_S = 2.0
 COMMIT_SLACK_S = 0.5  # two commits' own duration (a few ms each with synchronous=FULL), bounded
-KILL_QUESTIONS = [
+_KILL_BASE = [
     ("q-fr", "What is the capital of France?", "Paris"),
     ("q-wall", "In what year did the Berlin Wall fall?", "1989"),
     ("q-jp", "What is the capital of Japan?", "Tokyo"),
     ("q-legs", "How many legs does a spider have?", "eight"),
     ("q-h2o", "What is water made of?", "hydrogen and oxygen"),
+]
+#: Each question in 4 wordings (distinct pair keys): 160 pairs, so that the kill (3-8 s after
+#: the first batch) lands mid-run however fast the reader gets (40 pairs ran out once the reader
+#: shared prompt prefixes and stopped at the line end).
+KILL_QUESTIONS = [
+    (f"{qid}-{i}", f"{prefix}{text}", answer)
+    for i, prefix in enumerate(("", "Question: ", "Please answer: ", "Quick question. "))
+    for qid, text, answer in _KILL_BASE
 ]
 
 
@@ -255,7 +263,7 @@ def reader() -> TransformersReader:
 def test_kill_9_loses_at_most_the_commit_window(
     tmp_path: Path, store_target: str, reader: TransformersReader
 ) -> None:
-    """40 pairs committed by time only (every 2 s; the count trigger is out of reach), killed
+    """160 pairs committed by time only (every 2 s; the count trigger is out of reach), killed
     with SIGKILL at a random moment: every pair whose model batch ended more than the window
     plus one batch (plus two commits' duration) before the kill is in the store: the time rule
     is checked at batch ends, so the last commit before the kill is at most that long ago."""
@@ -321,7 +329,7 @@ def test_kill_9_loses_at_most_the_commit_window(
         pl.DataFrame(run), pl.DataFrame(questions), pl.DataFrame(CORPUS), reader, "em", store
     )
     assert (resumed.judged_now, resumed.from_store) == (total - committed, committed)
-    audit = store.audit("q-fr", "fr")
+    audit = store.audit("q-fr-0", "fr")
     assert audit.height == 1 and audit.get_column("reader_name")[0] == "smollm2-test"
 
 
