@@ -52,6 +52,8 @@ def audit_rows(query: Query, run_column: str, query_id: str, doc_id: str) -> pl.
             "model": json.dumps(model, sort_keys=True),
             "model_hash": _model_hash(model),
             "dtype": identity.get("dtype"),
+            # only settings whose answers depend on the machine name it (readers/hardware.py)
+            "hardware": json.dumps(identity.get("hardware", "any"), sort_keys=True),
             "libraries": json.dumps(identity.get("libraries"), sort_keys=True),
             "prompt_template_hash": _json_hash(identity.get("prompt")),
             "decoding": json.dumps(identity.get("decoding"), sort_keys=True),
@@ -72,6 +74,7 @@ AUDIT_COLUMNS = (
     "model",
     "model_hash",
     "dtype",
+    "hardware",
     "libraries",
     "prompt_template_hash",
     "decoding",

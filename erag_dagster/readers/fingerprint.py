@@ -9,18 +9,23 @@ short form shown in logs). The identity holds:
   Hugging Face id;
 * ``backend`` and ``libraries`` — transformers and torch versions (plus gguf for GGUF sources:
   it dequantises the weights);
-* ``dtype`` — the *resolved* dtype (``auto`` becomes ``bfloat16``/``float32`` on this machine):
-  it changes answers, so a bf16 machine and an fp32 machine get different fingerprints;
+* ``dtype`` — the *resolved* dtype (``auto`` is ``float32``): it changes answers;
+* ``hardware`` — only where answers depend on the machine (bf16/fp16, any GPU:
+  :mod:`.hardware`): the CPU model and kernel flags or the GPU model and CUDA build, so a store
+  keeps answers of different hardware apart;
 * ``prompt`` — system prompt, user template, answer prefix, few-shot examples and
   ``max_input_tokens`` (the truncation budget);
-* ``decoding`` — greedy (``do_sample=False``, ``num_beams=1``) and ``max_new_tokens``;
+* ``decoding`` — greedy (``do_sample=False``, ``num_beams=1``), ``max_new_tokens`` and, in
+  float32, the margin guard's rule (``exact_greedy``: :mod:`.exact_greedy`);
 * ``postprocess_version`` — :data:`erag_dagster.readers.prompts.POSTPROCESS_VERSION`.
 
-Deliberately NOT hashed: ``device``, ``batch_size``, ``num_threads``, ``allow_download`` and the
-reader's name — they should not change answers. Caveat: in bf16, batching (padding, different
-kernel blocking) can flip a rare greedy tie, so an answer may differ between batch sizes or
-devices; fp32 batched equals unbatched in our tests. Stored labels are then still labels of that
-fingerprint, just computed under a different batch layout.
+Deliberately NOT hashed: ``batch_size``, ``num_threads``, ``share_prefix``,
+``stop_at_line_end``, ``allow_download`` and the reader's name — they do not change answers: in
+float32 on the CPU the margin guard makes each answer the exact-arithmetic greedy answer
+(tested across batch layouts, thread counts and kernel paths: ``tests/test_determinism.py``).
+In bf16 they can flip a near-tie (13–25% of answers between layouts here): such a reader's
+labels are labels of that fingerprint *and that machine kind*, computed under whichever batch
+layout came first — an explicit choice for speed, not the default.
 """
 
 from __future__ import annotations
@@ -29,14 +34,16 @@ from typing import Any
 
 import torch
 
-from erag_dagster.devices import cpu_supports_bf16, resolve_device
+from erag_dagster.devices import resolve_device
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_json
+from erag_dagster.readers.exact_greedy import guard_identity
+from erag_dagster.readers.hardware import hardware_dependent, hardware_identity
 from erag_dagster.readers.models import ModelSource, resolve_model
 from erag_dagster.readers.prompts import POSTPROCESS_VERSION, prompt_identity
 from erag_dagster.readers.spec import ReaderSpec
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -46,16 +53,15 @@ def short(fingerprint: str) -> str:
 
 
 def resolve_reader_dtype(spec: ReaderSpec, device: torch.device | None = None) -> torch.dtype:
-    """``auto`` → bf16 on a bf16-capable GPU or a CPU with fast oneDNN bf16, else float32."""
+    """``auto`` → float32 on every device: the dtype whose answers the margin guard makes
+    machine-independent (:mod:`.exact_greedy`). bf16 / fp16 only when the spec names them."""
     device = device or resolve_device(spec.device)
-    if spec.dtype != "auto":
-        dtype = _DTYPES[spec.dtype]
-        if device.type == "cpu" and dtype == torch.float16:
-            raise InputError(f"reader {spec.name!r}: float16 is not supported on CPU; use bfloat16")
-        return dtype
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+    if spec.dtype == "auto":
+        return torch.float32
+    dtype = _DTYPES[spec.dtype]
+    if device.type == "cpu" and dtype == torch.float16:
+        raise InputError(f"reader {spec.name!r}: float16 is not supported on CPU; use bfloat16")
+    return dtype
 
 
 def library_versions(source: ModelSource) -> dict[str, str]:
@@ -71,12 +77,16 @@ def library_versions(source: ModelSource) -> dict[str, str]:
 
 
 def reader_identity(
-    spec: ReaderSpec, source: ModelSource | None = None, dtype: torch.dtype | None = None
+    spec: ReaderSpec,
+    source: ModelSource | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
 ) -> dict[str, Any]:
     """Everything the fingerprint hashes (JSON-serialisable; see the module docstring)."""
     source = source or resolve_model(spec)
-    dtype = dtype or resolve_reader_dtype(spec)
-    return {
+    device = device or resolve_device(spec.device)
+    dtype = dtype or resolve_reader_dtype(spec, device)
+    identity = {
         "fingerprint_version": FINGERPRINT_VERSION,
         "backend": spec.backend,
         "model": source.identity,
@@ -91,6 +101,11 @@ def reader_identity(
         },
         "postprocess_version": POSTPROCESS_VERSION,
     }
+    if dtype == torch.float32 and spec.backend == "transformers":
+        identity["decoding"]["exact_greedy"] = guard_identity()
+    if hardware_dependent(dtype, device):
+        identity["hardware"] = hardware_identity(device)
+    return identity
 
 
 def fingerprint_of(identity: dict[str, Any]) -> str:

@@ -37,6 +37,9 @@ class LoadedModel:
     num_parameters: int
     load_seconds: float
     lock: threading.Lock
+    reference: Any = None
+    """The float64 twin of ``model`` for the margin guard (:mod:`.exact_greedy`), made on
+    first need."""
 
 
 @contextlib.contextmanager

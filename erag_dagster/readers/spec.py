@@ -17,8 +17,11 @@ key                    meaning (default)
 ``revision``           a pinned commit / tag for hub ids (optional; the cached commit otherwise)
 ``allow_download``     ``false``: models are loaded with ``local_files_only=True`` unless true
 ``device``             ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N`` (``auto``: CUDA when available)
-``dtype``              ``auto`` | ``float32`` | ``bfloat16`` | ``float16`` (``auto``: bf16 on a
-                       bf16-capable GPU or a CPU with fast oneDNN bf16, else float32)
+``dtype``              ``auto`` | ``float32`` | ``bfloat16`` | ``float16`` (``auto``: float32,
+                       whose answers the margin guard makes machine-independent,
+                       :mod:`.exact_greedy`; bf16/fp16 are faster, their answers move with the
+                       batch layout and the machine, so their fingerprint names the hardware:
+                       :mod:`.hardware`)
 ``batch_size``         prompts per forward pass (16)
 ``max_new_tokens``     generated tokens per answer (16), greedy decoding
 ``do_sample``          must be ``false`` (accepted so configs can state it; recorded as greedy)

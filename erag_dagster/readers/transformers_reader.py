@@ -45,6 +45,12 @@ from erag_dagster.readers.batching import (
     until_eos,
     word_ids,
 )
+from erag_dagster.readers.exact_greedy import (
+    MARGIN_FLOOR,
+    GapRecorder,
+    decided_steps,
+    reference_model,
+)
 from erag_dagster.readers.fingerprint import (
     fingerprint_of,
     reader_identity,
@@ -114,6 +120,11 @@ class TransformersReader:
     def __init__(self, spec: ReaderSpec) -> None:
         self.spec = spec
         self.timings: list[BatchTiming] = []
+        self.guard = True
+        """The margin guard on float32 answers (:mod:`.exact_greedy`); benches turn it off to
+        measure what it buys. Off, answers may depend on the batch layout and the machine."""
+        self.guard_counts = {"rows": 0, "reference": 0}
+        """Answers that went through the margin guard, and those decoded again in float64."""
         self._loaded: LoadedModel | None = None
 
     # -- identity (no model load needed) -------------------------------------------------------
@@ -144,7 +155,7 @@ class TransformersReader:
 
     @cached_property
     def _identity(self) -> dict[str, Any]:
-        return reader_identity(self.spec, self.source, self.dtype)
+        return reader_identity(self.spec, self.source, self.dtype, self.device)
 
     @cached_property
     def fingerprint(self) -> str:
@@ -395,7 +406,7 @@ class TransformersReader:
         (:mod:`.prefix_sharing`, per ``share_prefix``), each row stopped once its first line is
         complete (:mod:`.stopping`, unless ``stop_at_line_end`` is false), post-processed
         (:func:`postprocess_answer`)."""
-        from transformers import StoppingCriteriaList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         from erag_dagster.readers.stopping import FirstLineStop
 
@@ -409,6 +420,7 @@ class TransformersReader:
             start = 1 if loaded.is_seq2seq else ids.shape[1]
             stop = FirstLineStop(loaded.tokenizer, start, ids.shape[0])
             kwargs = {} if cache is None else {cache_kwarg(loaded.model): cache}
+            gaps = GapRecorder() if guarded else None
             out = loaded.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
@@ -416,27 +428,68 @@ class TransformersReader:
                 stopping_criteria=StoppingCriteriaList(
                     [stop] if self.spec.stop_at_line_end else []
                 ),
+                logits_processor=LogitsProcessorList([gaps] if gaps is not None else []),
                 **kwargs,
             )
             if loaded.device.type == "cuda":
                 torch.cuda.synchronize(loaded.device)
-            return out, stop.stopped
+            return out, stop.stopped, gaps, mask
 
         def collect(
-            loaded: LoadedModel, raw: tuple[torch.Tensor, list[int | None]], ids: torch.Tensor
+            loaded: LoadedModel, raw: tuple[Any, ...], ids: torch.Tensor
         ) -> tuple[list[str], int]:
-            out, stopped = raw
+            out, stopped, gaps, mask = raw
             new = out[:, 1:] if loaded.is_seq2seq else out[:, ids.shape[1] :]
+            generated = new.tolist()
+            if gaps is not None:
+                steps = [
+                    decided_steps(row, at, eos) for row, at in zip(generated, stopped, strict=True)
+                ]
+                for r, gap in enumerate(gaps.smallest(steps)):
+                    if gap < MARGIN_FLOOR:  # near a tie: float32 may not decide it the same
+                        prompt = ids[r][mask[r].bool()].tolist()
+                        generated[r], stopped[r] = self._reference_tokens(prompt, config)
+                        self.guard_counts["reference"] += 1
+                self.guard_counts["rows"] += len(generated)
             rows = [
                 until_eos(row if at is None else row[:at], eos)
-                for row, at in zip(new.tolist(), stopped, strict=True)
+                for row, at in zip(generated, stopped, strict=True)
             ]
             decode = loaded.tokenizer.decode
             answers = [postprocess_answer(decode(row, skip_special_tokens=True)) for row in rows]
             return answers, sum(len(row) for row in rows)
 
+        guarded = self.guarded
         shared = self._shared(prompts)
         return self._run_batches(prompts, "generate", forward, collect, on_batch, shared)
+
+    @property
+    def guarded(self) -> bool:
+        """Whether answers go through the margin guard (:mod:`.exact_greedy`): float32 readers."""
+        return self.guard and self.dtype == torch.float32
+
+    def _reference_tokens(self, prompt: list[int], config: Any) -> tuple[list[int], int | None]:
+        """The greedy tokens of ``prompt`` decoded alone by the float64 twin of the model
+        (:func:`.exact_greedy.reference_model`, made on first need), and where the first-line
+        stop ended them (``None``: not stopped)."""
+        from transformers import StoppingCriteriaList
+
+        from erag_dagster.readers.stopping import FirstLineStop
+
+        loaded = self._ensure()
+        if loaded.reference is None:
+            loaded.reference = reference_model(loaded.model)
+        ids = torch.tensor([prompt], dtype=torch.long, device=loaded.device)
+        start = 1 if loaded.is_seq2seq else ids.shape[1]
+        stop = FirstLineStop(loaded.tokenizer, start, 1)
+        out = loaded.reference.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([stop] if self.spec.stop_at_line_end else []),
+        )
+        new = out[0, 1:] if loaded.is_seq2seq else out[0, start:]
+        return new.tolist(), stop.stopped[0]
 
     # -- relevance -----------------------------------------------------------------------------
 

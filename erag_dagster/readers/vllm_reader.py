@@ -89,7 +89,7 @@ class VLLMReader:
         dtype = {"float32": torch.float32, "float16": torch.float16}.get(
             self.spec.dtype, torch.bfloat16
         )
-        identity = reader_identity(self.spec, self.source, dtype)
+        identity = reader_identity(self.spec, self.source, dtype, torch.device("cuda"))
         identity["libraries"]["vllm"] = version("vllm")
         return identity
 

@@ -1,0 +1,180 @@
+"""Labels are a function of (reader, query, document): the same whatever the batch layout, the
+order of the pairs, the shared prefix, the thread count and the machine.
+
+* 60 pairs of the embedded sample labelled by the default reader in four layouts, each into its
+  own label store: batch 1 without a shared prefix, the default batch with and without it, and
+  the pairs in shuffled order (other neighbours in every batch) with one thread: identical
+  answers and labels.
+* The default reader's answers on 20 fixed pairs equal the answers stored in
+  ``reproductions/reader_answers.yaml``: another CPU (or another torch, transformers or gguf
+  build) that answers differently fails here instead of silently moving the reports' numbers.
+* The margin guard (:mod:`erag_dagster.readers.exact_greedy`): a row near a tie is decoded again
+  in float64, alone, and gets float64's answer; bf16 readers record their hardware.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+import yaml
+
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.store import LabelStore
+from erag_dagster.readers import exact_greedy
+from erag_dagster.readers import hardware as hw
+from erag_dagster.readers.fingerprint import fingerprint_of
+from erag_dagster.readers.prompts import reader_passage
+from erag_dagster.readers.transformers_reader import reader_from_config
+from erag_dagster.registry import load_registry
+
+ANSWERS = Path(__file__).resolve().parents[1] / "reproductions" / "reader_answers.yaml"
+DEFAULT_READER = "smollm2-135m"
+
+
+def sample_run(n_queries: int, per_query: int = 3) -> tuple[pl.DataFrame, ...]:
+    """``run, queries, corpus``: ``n_queries`` questions of the embedded sample spread over the
+    file, each with its own paragraph and the next ``per_query - 1`` paragraphs (answerable and
+    not: short and long answers, EOS and line stops)."""
+    ds = load_dataset("sample")
+    order = ds.corpus.get_column("doc_id").to_list()
+    qrels = ds.qrels.select("query_id", "doc_id").rows()
+    step = len(qrels) / n_queries
+    rows = []
+    for k in range(n_queries):
+        qid, own = qrels[int(k * step)]
+        i = order.index(own)
+        for rank, doc in enumerate(order[i : i + per_query], start=1):
+            rows.append((qid, doc, rank, float(-rank)))
+    run = pl.DataFrame(rows, schema=["query_id", "doc_id", "rank", "score"], orient="row")
+    return run, ds.queries, ds.corpus
+
+
+def default_reader(**overrides: object):
+    entry = load_registry().reader(DEFAULT_READER)
+    return reader_from_config(DEFAULT_READER, {**entry.config, **overrides})
+
+
+@pytest.mark.slow
+def test_labels_identical_across_layouts_orders_and_threads(tmp_path: Path) -> None:
+    run, queries, corpus = sample_run(20)
+    assert run.height == 60
+    shuffled = run.sample(fraction=1.0, shuffle=True, seed=3)
+    layouts = {
+        "batch1": ({"batch_size": 1, "share_prefix": False}, run),
+        "default": ({}, run),
+        "default_unshared": ({"share_prefix": False}, run),
+        "shuffled_1thread": ({"num_threads": 1, "batch_size": 7}, shuffled),
+    }
+    got = {}
+    fingerprints = set()
+    for name, (overrides, rows) in layouts.items():
+        reader = default_reader(**overrides)
+        store = LabelStore(tmp_path / f"{name}.sqlite")
+        result = label_run(rows, queries, corpus, reader, "em", store, name)
+        assert result.judged_now == 60  # each layout generated every answer itself
+        fingerprints.add(reader.fingerprint)
+        got[name] = result.labels.select("query_id", "doc_id", "answer", "label").sort(
+            "query_id", "doc_id"
+        )
+    assert len(fingerprints) == 1  # layouts are not part of the identity...
+    first = got["batch1"]
+    for name, frame in got.items():
+        assert frame.equals(first), name  # ...because they do not change a single answer
+    assert first.get_column("label").sum() >= 1  # real answers, some of them exact
+    assert first.get_column("answer").n_unique() > 20
+
+
+def test_default_reader_answers_equal_the_stored_answers() -> None:
+    stored = yaml.safe_load(ANSWERS.read_text(encoding="utf-8"))
+    assert stored["reader"] == DEFAULT_READER
+    run, queries, corpus = sample_run(stored["questions"], stored["per_query"])
+    reader = default_reader()
+    question = dict(queries.select("query_id", "question").rows())
+    passage = dict(corpus.select("doc_id", "text").rows())
+    title = dict(corpus.select("doc_id", "title").rows())
+    items = [
+        (question[q], reader_passage(title[d], passage[d]))
+        for q, d in run.select("query_id", "doc_id").rows()
+    ]
+    answers = reader.answer(items)
+    expected = [(row["query_id"], row["doc_id"], row["answer"]) for row in stored["answers"]]
+    assert len(expected) == 20
+    mismatches = [
+        f"{q} / {d}: stored {want!r}, this machine {have!r}"
+        for (q, d, want), have in zip(expected, answers, strict=True)
+        if want != have
+    ]
+    assert not mismatches, (
+        "the default reader answers differently on this machine "
+        f"({reader.identity().get('libraries')}): " + "; ".join(mismatches)
+    )
+    assert [(q, d) for q, d, _ in expected] == run.select("query_id", "doc_id").rows()
+
+
+def test_guard_sends_near_ties_to_float64_and_keeps_the_answer(monkeypatch) -> None:
+    """With the floor raised above every gap, every row is decoded again in float64 alone; the
+    answers stay the exact-arithmetic ones (the same as through float32 away from ties)."""
+    run, queries, corpus = sample_run(4, 2)
+    question = dict(queries.select("query_id", "question").rows())
+    text = {d: reader_passage(t, x) for d, t, x in corpus.select("doc_id", "title", "text").rows()}
+    items = [(question[q], text[d]) for q, d in run.select("query_id", "doc_id").rows()]
+    reader = default_reader()
+    assert reader.guarded and reader.identity()["decoding"]["exact_greedy"]["version"] >= 1
+    normal = reader.answer(items)
+    assert reader.guard_counts["rows"] == len(items)
+    monkeypatch.setattr(
+        "erag_dagster.readers.transformers_reader.MARGIN_FLOOR", float("inf"), raising=True
+    )
+    again = default_reader()
+    assert again.answer(items) == normal
+    assert again.guard_counts["reference"] == len(items)
+    assert again._ensure().reference.dtype == exact_greedy.REFERENCE_DTYPE
+
+
+def test_gap_recorder_counts_only_the_steps_that_made_the_answer() -> None:
+    recorder = exact_greedy.GapRecorder()
+    for gaps in ([[5.0, 1.0, 0.0], [3.0, 2.5, 0.0]], [[9.0, 0.0, 0.0], [1.0, 0.99, 0.0]]):
+        recorder(torch.zeros(2, 1, dtype=torch.long), torch.tensor(gaps))
+    # row 0: gaps 4.0 then 9.0; row 1: 0.5 then 0.01 (but only its first step counts)
+    assert recorder.smallest([2, 1]) == pytest.approx([4.0, 0.5])
+    assert recorder.smallest([0, 2]) == pytest.approx([float("inf"), 0.01])
+    eos = [0]
+    assert exact_greedy.decided_steps([5, 6, 0, 0], None, eos) == 3
+    assert exact_greedy.decided_steps([5, 6, 7, 8], 2, eos) == 2
+    assert exact_greedy.decided_steps([5, 6, 7, 8], None, eos) == 4
+
+
+def test_auto_dtype_is_float32_and_bf16_records_the_hardware() -> None:
+    auto = default_reader(dtype="auto", device="cpu")
+    assert auto.dtype == torch.float32
+    assert "hardware" not in auto.identity()  # guarded float32: answers are machine-free
+    bf16 = default_reader(dtype="bfloat16", device="cpu")
+    hardware = bf16.identity()["hardware"]
+    assert hardware["device"] == "cpu" and hardware["cpu"]
+    assert set(hardware["flags"]) <= set(hw.CPU_FLAGS)
+    assert "exact_greedy" not in bf16.identity()["decoding"]
+    assert bf16.fingerprint != auto.fingerprint
+    # another machine kind gives another fingerprint: a store keeps their answers apart
+
+    other = {**bf16.identity(), "hardware": {**hardware, "flags": ["avx2"]}}
+    assert fingerprint_of(other) != bf16.fingerprint
+    assert hw.hardware_dependent(torch.bfloat16, torch.device("cpu"))
+    assert not hw.hardware_dependent(torch.float32, torch.device("cpu"))
+
+
+def test_shuffled_neighbours_do_not_change_answers() -> None:
+    """The same 12 pairs answered in two orders and batch sizes (fast: one reader)."""
+    run, queries, corpus = sample_run(6, 2)
+    question = dict(queries.select("query_id", "question").rows())
+    text = {d: reader_passage(t, x) for d, t, x in corpus.select("doc_id", "title", "text").rows()}
+    items = [(question[q], text[d]) for q, d in run.select("query_id", "doc_id").rows()]
+    order = list(range(len(items)))
+    random.Random(11).shuffle(order)
+    first = default_reader(batch_size=5).answer(items)
+    second = default_reader(batch_size=3).answer([items[i] for i in order])
+    assert [second[order.index(i)] for i in range(len(items))] == first
