@@ -207,6 +207,7 @@ def test_identity_is_auditable(reader: TransformersReader) -> None:
         "do_sample": False,
         "num_beams": 1,
         "max_new_tokens": 16,
+        "exact_greedy": {"version": 1, "margin_floor": 0.002, "reference_dtype": "float64"},
     }
     assert set(identity["libraries"]) >= {"torch", "transformers"}
     assert "device" not in str(identity) and "batch_size" not in str(identity)
