@@ -68,10 +68,11 @@ def load_model(
     from transformers.utils import logging as hf_logging
 
     started = time.perf_counter()
-    name_or_path, kwargs = load_folder_kwargs(source, spec)
     bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # also the one-off GGUF conversion's de-quantisation bar
+    name_or_path = spec.model
     try:
+        name_or_path, kwargs = load_folder_kwargs(source, spec)
         with torch_threads(spec.num_threads):
             config = AutoConfig.from_pretrained(name_or_path, **kwargs)
             seq2seq = bool(getattr(config, "is_encoder_decoder", False))
