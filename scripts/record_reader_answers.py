@@ -1,4 +1,4 @@
-"""Write reproductions/reader_answers.yaml: the default reader's answers on 20 fixed pairs.
+"""Write reproductions/answers/reader_answers.yaml: the default reader's answers on 20 fixed pairs.
 
 ``tests/test_determinism.py`` checks that this machine gives the same answers. Re-run this only
 when the reader's identity changes on purpose (model, prompt, decoding, library versions), and

@@ -6,7 +6,7 @@ order of the pairs, the shared prefix, the thread count and the machine.
   the pairs in shuffled order (other neighbours in every batch) with one thread: identical
   answers and labels.
 * The default reader's answers on 20 fixed pairs equal the answers stored in
-  ``reproductions/reader_answers.yaml``: another CPU (or another torch, transformers or gguf
+  ``reproductions/answers/reader_answers.yaml``: another CPU (or another torch, transformers or gguf
   build) that answers differently fails here instead of silently moving the reports' numbers.
 * The margin guard (:mod:`erag_dagster.readers.exact_greedy`): a row near a tie is decoded again
   in float64, alone, and gets float64's answer; bf16 readers record their hardware.
@@ -32,7 +32,7 @@ from erag_dagster.readers.prompts import reader_passage
 from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.registry import load_registry
 
-ANSWERS = Path(__file__).resolve().parents[1] / "reproductions" / "reader_answers.yaml"
+ANSWERS = Path(__file__).resolve().parents[1] / "reproductions" / "answers" / "reader_answers.yaml"
 DEFAULT_READER = "smollm2-135m"
 
 
