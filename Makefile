@@ -1,17 +1,18 @@
 # The README's two commands:
 #   make run    set up .venv if needed, materialise every asset on the embedded sample, print the report
-#   make test   set up .venv if needed, lint (ruff check + ruff format --check + the README's
-#               figures = reproductions/*.yaml), run every test
+#   make test   set up .venv if needed, lint (ruff check + ruff format --check + the quoted
+#               figures = reproductions/*.yaml + a strict build of the docs site), run every test
 # and for the edit loop / measurements:
 #   make test-quick  lint, then the tests not marked slow (pytest -m "not slow")
 #   make bench       the benchmarks; tables on stdout, JSON rows in $(BENCH_OUT)/<bench>.json
+#   make docs        the docs site (mkdocs.yml, pages in docs/) into site/; any warning fails it
 SHELL := /bin/bash
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-quick dev lint bench
+.PHONY: setup run test test-quick dev lint docs bench
 
 setup:
 	@scripts/setup.sh
@@ -45,6 +46,11 @@ lint: setup
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/ruff format --check $(LINT_PATHS)
 	.venv/bin/python scripts/check_readme_figures.py
+	.venv/bin/mkdocs build --strict --quiet --site-dir site
+
+# The docs site: a warning (broken link or anchor, a page missing from the nav) is an error.
+docs: setup
+	.venv/bin/mkdocs build --strict --site-dir site
 
 # BENCH_ARGS is passed to every bench (e.g. BENCH_ARGS=--quick for a smoke run of each).
 BENCH_OUT ?= $(DAGSTER_HOME)/bench

@@ -2,8 +2,9 @@
 
 An entry states one figure: what is run (``condition``), on which ``dataset``, the ``metric``, the
 ``expected`` value, the ``tolerance`` (pass when ``|measured - expected| <= tolerance``), its
-``source`` and, when the README quotes it, the README phrase (``readme``) with the number of
-decimals it is printed with (``digits``). ``reproductions/README.md`` describes the format.
+``source`` and, when the README or a docs page quotes it, the quoted phrase (``readme``) with the
+number of decimals it is printed with (``digits``). ``reproductions/README.md`` describes the
+format.
 
 Each condition ``kind`` is computed by one function of :class:`Conditions` through the project's
 own code paths (those the CLI and the assets call); expensive work (a retrieval run, a loaded
@@ -17,7 +18,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -99,7 +100,13 @@ def load_reproductions(folder: Path = REPRODUCTIONS_DIR) -> list[Reproduction]:
     return entries
 
 
-# --- the README quotes them -----------------------------------------------------------------
+# --- the README and the docs pages quote them ------------------------------------------------
+
+
+def quoting_pages(root: Path = REPO_ROOT) -> list[Path]:
+    """The pages a ``readme`` phrase may be quoted on: ``README.md`` and every Markdown page of
+    the docs site (``docs/**/*.md``), in that order."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
 
 
 def normalise_text(text: str) -> str:
@@ -107,21 +114,30 @@ def normalise_text(text: str) -> str:
     return re.sub(r"\s+", " ", text.replace("\u2212", "-")).strip()
 
 
-def readme_mismatches(entries: list[Reproduction], readme: Path = README) -> list[str]:
-    """One line per entry whose ``readme`` phrase is not in the README, or whose phrase lacks
-    the expected value printed with ``digits`` decimals; empty when README and data agree."""
-    text = normalise_text(readme.read_text(encoding="utf-8"))
+def readme_mismatches(
+    entries: list[Reproduction], pages: Path | Sequence[Path] | None = None
+) -> list[str]:
+    """One line per entry whose ``readme`` phrase occurs on none of ``pages`` (default:
+    :func:`quoting_pages`, i.e. README.md and docs/**/*.md; a phrase must lie within one page),
+    or whose phrase lacks the expected value printed with ``digits`` decimals; empty when the
+    pages and the data agree."""
+    if pages is None:
+        pages = quoting_pages()
+    elif isinstance(pages, Path):
+        pages = [pages]
+    texts = [normalise_text(page.read_text(encoding="utf-8")) for page in pages]
+    names = ", ".join(page.name for page in pages) if len(pages) <= 3 else "README.md, docs/**/*.md"
     problems = []
     for entry in entries:
         if entry.readme is None:
             continue
         phrase = normalise_text(entry.readme)
         printed = f"{entry.expected:.{entry.digits}f}"
-        if phrase not in text:
-            problems.append(f"{entry.file}: {entry.id}: README lacks {phrase!r}")
+        if not any(phrase in text for text in texts):
+            problems.append(f"{entry.file}: {entry.id}: no page quotes {phrase!r} ({names})")
         elif printed not in phrase:
             problems.append(
-                f"{entry.file}: {entry.id}: expected {printed} is not in the README phrase "
+                f"{entry.file}: {entry.id}: expected {printed} is not in the quoted phrase "
                 f"{phrase!r}"
             )
     return problems

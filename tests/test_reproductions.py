@@ -18,13 +18,13 @@ import polars as pl
 import pytest
 
 from tests.reproductions import (
-    README,
     REPO_ROOT,
     STORAGE_ENV,
     Conditions,
     Reproduction,
     Skip,
     load_reproductions,
+    quoting_pages,
     readme_mismatches,
 )
 
@@ -70,16 +70,36 @@ def test_entries_cover_every_file_and_kind() -> None:
 
 
 def test_readme_quotes_every_figure_with_the_same_digits() -> None:
-    assert readme_mismatches(ENTRIES, README) == []
+    """Every quoted figure is on README.md or a docs page (docs/**/*.md), with its digits."""
+    assert readme_mismatches(ENTRIES) == []
 
 
 def test_readme_check_reports_a_drifted_figure(tmp_path: Path) -> None:
+    """A figure drifted on the page that quotes it is reported; the other pages are read too."""
+    pages = quoting_pages()
+    assert pages[0].name == "README.md" and any(p.parent.name == "docs" for p in pages)
     quoted = next(e for e in ENTRIES if e.readme is not None)
     printed = f"{quoted.expected:.{quoted.digits}f}"
-    drifted = tmp_path / "README.md"
-    drifted.write_text(README.read_text(encoding="utf-8").replace(printed, "9" * len(printed)))
+    drifted = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        copy = tmp_path / f"{len(drifted)}-{page.name}"
+        copy.write_text(text.replace(printed, "9" * len(printed)), encoding="utf-8")
+        drifted.append(copy)
+    assert readme_mismatches([quoted], pages) == []
     problems = readme_mismatches([quoted], drifted)
     assert len(problems) == 1 and quoted.id in problems[0]
+
+
+def test_readme_check_finds_a_phrase_on_a_docs_page_only(tmp_path: Path) -> None:
+    """A phrase quoted only by a docs page passes; one quoted by no page is reported."""
+    quoted = next(e for e in ENTRIES if e.readme is not None)
+    readme, page = tmp_path / "README.md", tmp_path / "page.md"
+    readme.write_text("no figures here\n", encoding="utf-8")
+    page.write_text(f"intro\n\n{quoted.readme}\n", encoding="utf-8")
+    assert readme_mismatches([quoted], [readme, page]) == []
+    problems = readme_mismatches([quoted], [readme])
+    assert len(problems) == 1 and "no page quotes" in problems[0]
 
 
 def test_check_readme_figures_script_exits_zero() -> None:
