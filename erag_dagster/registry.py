@@ -31,6 +31,8 @@ from erag_dagster.hashing import sha256_file, sha256_text
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
 
+TOP_LEVEL_KEYS = ("retrievers", "readers", "evaluation", "generation", "datasets")
+"""The sections a registry file may have (any other top-level key is refused)."""
 OPERATIONAL_KEYS = frozenset(
     {"batch_size", "device", "num_threads", "threads",
      # backend: openai — how requests are sent, not what is answered
@@ -228,7 +230,7 @@ def load_registry(path: str | Path | None = None) -> Registry:
         raise InputError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: the registry must be a mapping with 'retrievers' and 'readers'")
-    unknown = set(raw) - {"retrievers", "readers", "evaluation", "generation", "datasets"}
+    unknown = set(raw) - set(TOP_LEVEL_KEYS)
     if unknown:
         raise InputError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
     retrievers_raw = _section(raw, "retrievers", path)

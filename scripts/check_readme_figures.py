@@ -4,8 +4,9 @@ same digits.
 
 For each entry with a ``readme`` phrase: the phrase (whitespace runs and line breaks compared as
 one space, U+2212 as ``-``) must occur in README.md or in one page of the docs site
-(``docs/**/*.md``) and contain the entry's expected value printed with ``digits`` decimals. Prints one line per mismatch and exits 1, else prints a
-one-line summary and exits 0. Run from anywhere:
+(``docs/**/*.md``) and contain the entry's expected value printed with ``digits`` decimals.
+Prints one line per mismatch and exits 1, else prints a one-line summary and exits 0. Run from
+anywhere:
 
     .venv/bin/python scripts/check_readme_figures.py
 """
