@@ -99,7 +99,7 @@ COMPAT_MODES: tuple[str, ...] = tuple(COMPAT_PROVIDERS)
 DEFAULT_NDCG_IDEAL = "max"
 """The ideal of plain ``nDCG``/``nDCG@k`` on label lists (``"list"`` or ``"max"``): ``max``,
 the magnitude-aware ideal, because its nDCG@3 tracked end-to-end quality better (Kendall tau)
-on both measured sets, the embedded sample and SQuAD dev (README "Labels beyond the paper").
+on both measured sets, the embedded sample and SQuAD dev (docs/label-methods.md).
 ``nDCG(ideal=list)@k`` and the trec_eval spellings keep trec_eval's list ideal; human
 judgments (:mod:`erag_dagster.metrics.human`) are always scored by trec_eval."""
 

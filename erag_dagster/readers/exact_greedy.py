@@ -19,8 +19,8 @@ row that fails it gets float64's answer, which is the exact arg-max unless two e
 within ~1e-9 (a true tie: then float64 still picks one, the same on every x86-64 CPU we
 measured). Either way the answer is the greedy answer of the exact-arithmetic model. The floor
 (:data:`MARGIN_FLOOR`) is ~25x float32's largest logit error measured across batch layouts,
-thread counts and CPU kernel paths (``bench/determinism.py``; README "Determinism"). bf16 and
-fp16 carry errors of ~0.1 logit, so no floor of this kind is cheap there: those dtypes are
+thread counts and CPU kernel paths (``bench/determinism.py``; docs/reader.md "Determinism"). bf16
+and fp16 carry errors of ~0.1 logit, so no floor of this kind is cheap there: those dtypes are
 explicit, hardware-recorded choices (:mod:`.hardware`).
 """
 
