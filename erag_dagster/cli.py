@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from erag_dagster import notices  # noqa: F401  (Dagster's beta notices filtered, before dagster)
+from erag_dagster.credentials import mask_credentials
 from erag_dagster.errors import EnvironmentFault, InputError, as_fault, concerning
 
 MAX_K = 2**31 - 1
@@ -78,6 +79,25 @@ def _registry(path: str | None):
         return load_registry(path)
 
 
+def _registry_inputs(registry) -> list[tuple[str, str | None]]:
+    """The files a loaded registry reads: itself and every ``run_file`` it names."""
+    reads: list[tuple[str, str | None]] = [("the registry", registry.path)]
+    for entry in registry.retrievers.values():
+        if entry.config.get("kind") == "run_file":
+            reads.append((f"run_file {entry.name!r} of the registry", entry.config.get("path")))
+    return reads
+
+
+def _dataset_inputs(spec: str) -> list[tuple[str, Path]]:
+    """The files a dataset spec reads (none when the spec is bad: loading it says why)."""
+    from erag_dagster.data.loaders import dataset_source_files
+
+    try:
+        return [("a dataset file", path) for path in dataset_source_files(spec)]
+    except Exception:  # the spec's own error comes, one line, from _dataset
+        return []
+
+
 def _metrics_arg(text: str) -> list[str]:
     items = [m.strip() for m in text.split(",") if m.strip()]
     if not items:
@@ -106,21 +126,24 @@ def _report_frame(report, metrics: Sequence[str]):
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
     from erag_dagster.data.spec import parse_spec
-    from erag_dagster.paths import check_output
-    from erag_dagster.retrieval.runs import write_trec_run
+    from erag_dagster.output_guard import guard_output
+    from erag_dagster.retrieval.runs import check_trec_ids, write_trec_run
     from erag_dagster.retrieval.service import run_retriever
 
-    check_output(args.output)
     registry = _registry(args.registry)
     entry = registry.retriever(args.retriever)
     k = args.k if args.k is not None else int(registry.evaluation.get("k", 50))
+    reads = [*_registry_inputs(registry), *_dataset_inputs(args.dataset)]
+    guard_output(args.output, "retrieve", reads, force=args.force)
     ds = _dataset(args.dataset)
+    check_trec_ids(ds.queries, "query_id", args.dataset)
+    check_trec_ids(ds.corpus, "doc_id", args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
     subset = parse_spec(args.dataset).question_subset
     run = run_retriever(
         registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
     )
-    write_trec_run(run, args.output, tag=entry.partition_key)
+    write_trec_run(run, args.output, tag=entry.partition_key, command="retrieve")
     print(
         f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
         f"to {args.output}",
@@ -173,11 +196,18 @@ def _reader_from_arg(value: str | None, registry):
 def cmd_label(args: argparse.Namespace) -> int:
     from erag_dagster.labels.labeller import label_run
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.paths import atomic_path, check_output
+    from erag_dagster.output_guard import guard_output, store_files, writing_output
     from erag_dagster.retrieval.runs import read_trec_run, top_k
 
-    check_output(args.output)
     registry = _registry(args.registry)
+    reads = [
+        *_registry_inputs(registry),
+        *_dataset_inputs(args.dataset),
+        ("the run file", args.run),
+        *store_files(resolve_store(args.store)),
+        ("the reader config", args.reader if args.reader and Path(args.reader).is_file() else None),
+    ]
+    guard_output(args.output, "label", reads, force=args.force)
     ds = _dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
@@ -195,7 +225,7 @@ def cmd_label(args: argparse.Namespace) -> int:
             run, ds.queries, ds.corpus, reader, args.metric, store,
             log=lambda m: print(m, file=sys.stderr), executor=executor,
         )  # fmt: skip
-    with atomic_path(args.output) as tmp:
+    with writing_output(args.output, "label") as tmp:
         result.labels.write_parquet(tmp)
     print(
         f"wrote {result.labels.height} labels to {args.output} "
@@ -363,7 +393,7 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
-    from erag_dagster.paths import check_output
+    from erag_dagster.output_guard import guard_output
     from erag_dagster.retrieval.rerank import (
         CrossEncoderScorer,
         default_scorer,
@@ -373,7 +403,14 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
 
     metrics = _metrics_arg(args.metrics)
-    check_output(args.output)
+    registry = None if args.cross_encoder else _registry(args.registry)
+    reads = [
+        *(_registry_inputs(registry) if registry else []),
+        *_dataset_inputs(args.dataset),
+        ("the run file", args.run),
+        ("the cross-encoder", args.cross_encoder),
+    ]
+    guard_output(args.output, "rerank", reads, force=args.force)
     ds = _dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
@@ -382,11 +419,11 @@ def cmd_rerank(args: argparse.Namespace) -> int:
         tag = f"rerank-{Path(args.cross_encoder).name}"
     else:
         overrides = {"device": args.device} if args.device else None
-        scorer = default_scorer(_registry(args.registry), args.reader, overrides)
+        scorer = default_scorer(registry, args.reader, overrides)
         tag = f"rerank-{scorer.reader.name}"
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
     result = rerank(run, ds.queries, ds.corpus, scorer, top_n=args.top_n, k=args.k, log=log)
-    write_trec_run(result.run, args.output, tag=tag)
+    write_trec_run(result.run, args.output, tag=tag, command="rerank")
     print(
         f"wrote {result.run.height} lines ({result.queries} queries, top-{args.top_n} -> "
         f"top-{args.k}) to {args.output}; {result.seconds_per_query:.3f} s/query, "
@@ -488,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--retriever", required=True, help="registry name or partition key")
     p.add_argument("--k", type=_count, help="hits per query (default: registry evaluation.k)")
+    p.add_argument("--force", action="store_true", help=_FORCE_HELP)
     p.add_argument("--output", required=True)
     p.add_argument("--registry")
     p.add_argument("--verbose", action="store_true")
@@ -499,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--metrics", required=True, help="e.g. nDCG@10,R@100,P@5,RR,AP")
-    p.add_argument("--relevance-level", type=int, default=1, help="binary measures: label >= N")
+    p.add_argument("--relevance-level", type=_count, default=1, help="binary measures: label >= N")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate_run)
 
@@ -511,6 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_count, help="label only the top k of each query")
     p.add_argument("--store", help=_STORE_HELP)
     p.add_argument("--registry")
+    p.add_argument("--force", action="store_true", help=_FORCE_HELP)
     p.add_argument("--output", required=True)
     p.add_argument(
         "--executor", choices=["inprocess", "ray"], help="default: registry generation.executor"
@@ -532,12 +571,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, help="first-stage TREC run")
     p.add_argument("--top-n", type=_count, default=100, help="first-stage documents rescored")
     p.add_argument("--k", type=_count, default=10, help="documents kept per query")
+    p.add_argument("--force", action="store_true", help=_FORCE_HELP)
     p.add_argument("--output", required=True, help="reranked TREC run")
     p.add_argument("--reader", help="registry reader name or partition key (default: first)")
     p.add_argument("--cross-encoder", help="a local Hugging Face cross-encoder folder instead")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default: the config's)")
     p.add_argument("--metrics", default="nDCG@10,AP,R@10", help="metrics of the lift report")
-    p.add_argument("--relevance-level", type=int, default=1, help="binary measures: label >= N")
+    p.add_argument("--relevance-level", type=_count, default=1, help="binary measures: label >= N")
     p.add_argument("--no-report", action="store_true", help="skip the before/after report")
     p.add_argument("--registry")
     p.add_argument("--verbose", action="store_true")
@@ -586,6 +626,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_FORCE_HELP = (
+    "replace an existing --output file that is not an earlier output of this command "
+    "(never one the run reads; docs/safety.md)"
+)
 _DEBUG_HELP = "on an error, print the traceback too (or set ERAG_DEBUG=1)"
 _STORE_HELP = (
     "label store: SQLite file, sqlite:///FILE or postgresql://USER@HOST/DB (password from "
@@ -613,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # not an expected failure: a bug, with its traceback
         if debug:
             traceback.print_exc()
-        print(f"erag-dagster: error: {fault}", file=sys.stderr)
+        print(f"erag-dagster: error: {mask_credentials(str(fault))}", file=sys.stderr)
         return fault.exit_code
 
 

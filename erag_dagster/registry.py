@@ -36,7 +36,7 @@ TOP_LEVEL_KEYS = ("retrievers", "readers", "evaluation", "generation", "datasets
 OPERATIONAL_KEYS = frozenset(
     {"batch_size", "device", "num_threads", "threads",
      # backend: openai — how requests are sent, not what is answered
-     "concurrency", "timeout_seconds", "max_retries", "api_key_env"}
+     "concurrency", "timeout_seconds", "max_retries", "api_key_env", "allow_link_local"}
 )  # fmt: skip
 RETRIEVER_KINDS = ("bm25", "dense", "hybrid", "run_file", "rerank")
 RETRIEVER_KEYS = {

@@ -8,6 +8,7 @@ JVM, index or reader is started.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sqlite3
@@ -323,3 +324,294 @@ def test_atomic_writes_respect_the_umask(tmp_path: Path) -> None:
         finally:
             os.umask(old)
         assert target.stat().st_mode & 0o777 == mode
+
+
+# --- issue 24: outputs, secrets, recovery, addresses -------------------------------------------
+# Each row: input -> exit status -> the one line; every row also checks that no file that was
+# there before changed, and that no secret (SECRETS) reaches stdout, stderr or any store file.
+# Policies: docs/safety.md.
+
+SECRETS = ("hunter2", "sk-proj-Zq81xWv3pLm0", "a1b2c3d4e5f6a7b8c9d0e1f2")
+OURS = ["retrieve", "--dataset", "beir:good", "--retriever", "theirs", "--registry", "ours.yaml"]
+LABEL = ["label", "--dataset", "beir:good", "--run", "run.trec", "--store", "real.sqlite"]
+
+
+def _reader_yaml(folder: Path, name: str, url: str, **extra: str) -> None:
+    text = f"backend: openai\nmodel: the-model\nbase_url: '{url}'\n"
+    text += "".join(f"{key}: '{value}'\n" for key, value in extra.items())
+    (folder / f"{name}.yaml").write_text(text)
+
+
+@pytest.fixture()
+def hostile(bad: Path) -> Path:
+    """The ``bad`` files plus what issue 24's cases need (secrets, forged lines, odd ids)."""
+    gc.collect()  # the ``bad`` fixture's store connection closes: its WAL is checkpointed now
+    (bad / "ours.yaml").write_text(
+        "retrievers:\n  theirs:\n    kind: run_file\n    path: run.trec\n"
+        "readers:\n  r:\n    model: m\n"
+    )
+    (bad / "corpus-link.jsonl").symlink_to(bad / "good" / "corpus.jsonl")
+    (bad / "store-link.sqlite").symlink_to(bad / "real.sqlite")
+    (bad / "notes.txt").write_text("somebody's notes\n")
+    urls = {
+        "userinfo": "http://bob:hunter2@127.0.0.1:9/v1",
+        "apikey": "http://127.0.0.1:9/v1?api_key=sk-proj-Zq81xWv3pLm0",
+        "metadata": "http://169.254.169.254/latest/v1",
+        "gce": "http://metadata.google.internal/v1",
+        "fe80": "http://[fe80::1]:8000/v1",
+        "decimal": "http://2852039166/v1",
+        "mapped": "http://[::ffff:169.254.169.254]/v1",
+        "ipv6": "http://[::1/v1",
+    }
+    for name, url in urls.items():
+        _reader_yaml(bad, name, url)
+    _reader_yaml(bad, "keyinenv", "http://127.0.0.1:9/v1", api_key_env="sk-proj-Zq81xWv3pLm0")
+    _reader_yaml(bad, "hexkey", "http://127.0.0.1:9/v1", api_key_env="a1b2c3d4e5f6a7b8c9d0e1f2")
+    _beir(
+        bad / "nbsp",
+        "q\u00a01\td1\t1\nq2\td2\t1\n".encode(),
+        '{"_id": "q\u00a01", "text": "alpha"}\n{"_id": "q2", "text": "gamma"}\n'.encode(),
+    )
+    _beir(bad / "spaced", b"q1\td 1\t1\nq2\td2\t1\n")
+    (bad / "spaced" / "corpus.jsonl").write_text(
+        '{"_id": "d 1", "title": "", "text": "alpha beta"}\n'
+        '{"_id": "d2", "title": "", "text": "gamma delta"}\n'
+    )
+    _beir(
+        bad / "zwsp",
+        b"q1\td1\t1\nq2\td2\t1\n",
+        '{"_id": "q1", "text": "alpha"}\n{"_id": "q2", "text": " \u200b \u200b "}\n'.encode(),
+    )
+    good_line = _recovery_line("q1", "d1")
+    forged = {**_recovery_line("q1", "d1"), "answer": "forged", "doc_id": "d2"}
+    (bad / "forged.jsonl").write_text(json.dumps(good_line) + "\n" + json.dumps(forged) + "\n")
+    (bad / "notjson.jsonl").write_text(json.dumps(good_line) + "\n{not json\n")
+    return bad
+
+
+def _recovery_line(query_id: str, doc_id: str) -> dict:
+    """One recovery-file line as :meth:`LabelStoreBase.write_recovery` writes it."""
+    from erag_dagster.hashing import sha256_text
+    from erag_dagster.labels.keys import generation_key
+
+    fingerprint, qh, th = "f" * 64, sha256_text("alpha"), sha256_text("alpha beta")
+    return {
+        "generation_key": generation_key(fingerprint, query_id, qh, doc_id, th),
+        "reader_fingerprint": fingerprint, "query_id": query_id, "question_hash": qh,
+        "doc_id": doc_id, "text_hash": th, "answer": "alpha", "gen_seconds": 0.5,
+        "producer_run_id": None, "created_at": "2026-01-01T00:00:00+00:00",
+    }  # fmt: skip
+
+
+ISSUE_24_CASES = [
+    # output paths: never over what the run reads, never over a stranger's file
+    ("--output is the dataset's corpus", [*OURS, "--output", "good/corpus.jsonl"], {}, 2,
+     ["--output good/corpus.jsonl", "a dataset file", "which this run reads"]),
+    ("--output is a symlink to the corpus", [*OURS, "--output", "corpus-link.jsonl"], {}, 2,
+     ["--output corpus-link.jsonl", "a dataset file"]),
+    ("--output is the registry's run file", [*OURS, "--output", "run.trec"], {}, 2,
+     ["run_file 'theirs' of the registry", "run.trec"]),
+    ("--output is the registry", [*OURS, "--output", "ours.yaml"], {}, 2, ["the registry"]),
+    ("--output exists, not ours", [*OURS, "--output", "notes.txt"], {}, 2,
+     ["--output notes.txt", "not an earlier output of 'erag-dagster retrieve'", "--force"]),
+    ("--force does not lift the input rule", [*OURS, "--force", "--output", "run.trec"], {}, 2,
+     ["run_file 'theirs'"]),
+    ("label --output is the label store", [*LABEL, "--output", "real.sqlite"], {}, 2,
+     ["--output real.sqlite", "the label store"]),
+    ("label --output is a symlink to the store", [*LABEL, "--output", "store-link.sqlite"], {},
+     2, ["the label store"]),
+    ("label --output is the default store", [*LABEL[:-2], "--output", "storage/labels.sqlite"],
+     {}, 2, ["the label store"]),
+    ("label --output is the store's WAL", [*LABEL, "--output", "real.sqlite-wal"], {}, 2,
+     ["the label store's journal"]),
+    ("label --output is its --run", [*LABEL, "--output", "run.trec"], {}, 2, ["the run file"]),
+    ("label --output is its reader config",
+     [*LABEL, "--reader", "userinfo.yaml", "--output", "userinfo.yaml"], {}, 2,
+     ["the reader config"]),
+    ("rerank --output is its --run",
+     ["rerank", "--dataset", "beir:good", "--run", "run.trec", "--output", "run.trec"], {}, 2,
+     ["the run file"]),
+    ("store copy onto a symlink to itself",
+     ["store", "copy", "--from", "real.sqlite", "--to", "store-link.sqlite"], {}, 2,
+     ["two different stores"]),
+    ("store copy onto a dataset file",
+     ["store", "copy", "--from", "real.sqlite", "--to", "good/corpus.jsonl"], {}, 1,
+     ["good/corpus.jsonl", "not a readable"]),
+    # secrets: refused, never echoed
+    ("base_url with user:password", [*LABEL, "--reader", "userinfo.yaml", "--output", "l.pq"],
+     {}, 2, ["base_url 'http://bob:***@127.0.0.1:9/v1'", "a password", "api_key_env"]),
+    ("base_url with ?api_key=", [*LABEL, "--reader", "apikey.yaml", "--output", "l.pq"], {}, 2,
+     ["api_key=***", "the query parameter 'api_key'", "environment variable"]),
+    ("api_key_env holds a key", [*LABEL, "--reader", "keyinenv.yaml", "--output", "l.pq"], {}, 2,
+     ["api_key_env looks like an API key itself (not shown)", "NAME"]),
+    ("api_key_env holds a hex key", [*LABEL, "--reader", "hexkey.yaml", "--output", "l.pq"], {},
+     2, ["api_key_env looks like an API key itself (not shown)"]),
+    ("store DSN with password",
+     ["store", "copy", "--from", "real.sqlite", "--to", "host=127.0.0.1 dbname=x password=hunter2"],
+     {}, 2, ["host=127.0.0.1 dbname=x password=***", "PGPASSWORD"]),
+    ("store URL with password",
+     ["store", "copy", "--from", "real.sqlite", "--to", "postgresql://u:hunter2@127.0.0.1/x"], {},
+     2, ["postgresql://u:***@127.0.0.1/x", "PGPASSWORD"]),
+    ("audit store URL with password", [*AUDIT, "--store", "postgres://u:hunter2@h/x"], {}, 2,
+     ["postgres://u:***@h/x"]),
+    ("ERAG_LABEL_STORE DSN with password", [*AUDIT],
+     {"ERAG_LABEL_STORE": "host=h password='hunter2' dbname=x"}, 2, ["password=***"]),
+    # reader addresses: link-local and metadata need allow_link_local: true
+    ("base_url at 169.254.169.254", [*LABEL, "--reader", "metadata.yaml", "--output", "l.pq"],
+     {}, 2, ["169.254.169.254 is a link-local address", "allow_link_local: true"]),
+    ("base_url at metadata.google.internal",
+     [*LABEL, "--reader", "gce.yaml", "--output", "l.pq"], {}, 2,
+     ["metadata.google.internal is a cloud metadata service", "allow_link_local"]),
+    ("base_url at fe80::1", [*LABEL, "--reader", "fe80.yaml", "--output", "l.pq"], {}, 2,
+     ["fe80::1 is a link-local address"]),
+    ("base_url at 2852039166", [*LABEL, "--reader", "decimal.yaml", "--output", "l.pq"], {}, 2,
+     ["169.254.169.254 is a link-local address"]),
+    ("base_url at ::ffff:169.254.169.254",
+     [*LABEL, "--reader", "mapped.yaml", "--output", "l.pq"], {}, 2, ["link-local"]),
+    ("base_url an invalid IPv6 URL", [*LABEL, "--reader", "ipv6.yaml", "--output", "l.pq"], {},
+     2, ["base_url 'http://[::1/v1' is not a valid URL", "Invalid IPv6 URL"]),
+    # forged recovery lines: nothing imported
+    ("import-recovery: forged key",
+     ["import-recovery", "forged.jsonl", "--store", "real.sqlite"], {}, 2,
+     ["forged.jsonl:2", "is not the key of the line's own content", "nothing of the file"]),
+    ("import-recovery: not JSON", ["import-recovery", "notjson.jsonl", "--store", "real.sqlite"],
+     {}, 2, ["notjson.jsonl:2", "not a JSON object"]),
+    # tracebacks before
+    ("P(rel=1e20)@5", [*EVAL[:4], "P(rel=100000000000000000000)@5", "--dataset", "beir:good"],
+     {}, 2, ["relevance level must be between 1 and 2147483647"]),
+    ("--relevance-level 1e20", [*EVAL, "beir:good", "--relevance-level", "1" + "0" * 20], {}, 2,
+     ["--relevance-level", "between 1 and 2147483647"]),
+    ("query id with U+00A0",
+     ["retrieve", "--dataset", "beir:nbsp", "--retriever", "bm25", "--output", "o.trec"], {}, 2,
+     ["beir:nbsp", "query id 'q\\xa01'", "TREC run file cannot hold"]),
+    ("doc id with a space",
+     ["retrieve", "--dataset", "beir:spaced", "--retriever", "bm25", "--output", "o.trec"], {}, 2,
+     ["document id 'd 1'", "TREC run file cannot hold"]),
+    ("question of spaces and U+200B", [*EVAL, "beir:zwsp"], {}, 2, ["'q2'", "empty question"]),
+]  # fmt: skip
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    """Every regular file under ``root`` (symlinks not followed) and its bytes."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink() and not p.name.endswith("-shm")
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "code", "parts"),
+    [c[1:] for c in ISSUE_24_CASES],
+    ids=[c[0] for c in ISSUE_24_CASES],
+)
+def test_issue_24_case_is_one_line_and_leaks_nothing(
+    hostile, monkeypatch, capsys, argv, env, code, parts
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    before = _snapshot(hostile)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == code, err
+    assert out == ""
+    assert err.startswith("erag-dagster: error: ") and err.count("\n") == 1, err
+    for part in parts:
+        assert part in err, (part, err)
+    after = _snapshot(hostile)
+    changed = [name for name, data in before.items() if after.get(name) != data]
+    assert changed == [], f"input files changed: {changed}"
+    stores = [data for name, data in after.items() if ".sqlite" in name]
+    for secret in SECRETS:
+        assert secret not in out and secret not in err
+        assert not any(secret.encode() in data for data in stores)
+
+
+def test_an_earlier_output_of_the_same_command_is_replaced(hostile, capsys) -> None:
+    """retrieve twice to one path: replaced; edited in between: refused; --force: replaced;
+    another command's output (label after retrieve): refused."""
+    argv = [*OURS, "--output", "o.trec"]
+    assert main(argv) == 0
+    first = (hostile / "o.trec").read_text()
+    assert main(argv) == 0  # an earlier output of retrieve, unchanged since
+    assert (hostile / "o.trec").read_text() == first
+    with (hostile / "o.trec").open("a") as handle:
+        handle.write("q2 Q0 d2 2 0.5 mine\n")
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "not an earlier output" in capsys.readouterr().err
+    assert "mine" in (hostile / "o.trec").read_text()
+    assert main([*argv, "--force"]) == 0
+    assert (hostile / "o.trec").read_text() == first
+    assert main([*LABEL, "--output", "o.trec"]) == 2
+    assert "not an earlier output of 'erag-dagster label'" in capsys.readouterr().err
+
+
+def test_store_copy_masks_credentials_of_old_reader_specs(hostile) -> None:
+    """A store written before specs were masked: ``store copy`` masks the spec on the way."""
+    from erag_dagster.labels.tables import READERS
+
+    source = LabelStore(hostile / "old.sqlite")
+    source._insert_rows(  # as an older erag-dagster stored it, verbatim
+        READERS, [("f" * 64, "r", "{}", json.dumps({"base_url": "http://bob:hunter2@h/v1"}), "t")]
+    )
+    source.close()
+    assert main(["store", "copy", "--from", "old.sqlite", "--to", "new.sqlite"]) == 0
+    copied = sqlite3.connect(hostile / "new.sqlite").execute("SELECT spec_json FROM readers")
+    (spec,) = copied.fetchone()
+    assert "hunter2" not in spec and "bob:***@h" in spec
+
+
+def test_register_reader_masks_the_spec(tmp_path: Path) -> None:
+    store = LabelStore(tmp_path / "s.sqlite")
+    store.register_reader("f" * 64, "r", {"v": 1}, {"model": "https://u:hunter2@hub/x"})
+    (spec,) = sqlite3.connect(tmp_path / "s.sqlite").execute("SELECT spec_json FROM readers")
+    assert "hunter2" not in spec[0] and "u:***@hub" in spec[0]
+
+
+def test_allow_link_local_opts_in() -> None:
+    from erag_dagster.readers.spec import ReaderSpec
+
+    base = {"backend": "openai", "model": "m", "base_url": "http://169.254.169.254/v1"}
+    with pytest.raises(InputError, match="allow_link_local"):
+        ReaderSpec.from_dict(base, name="r")
+    spec = ReaderSpec.from_dict({**base, "allow_link_local": True}, name="r")
+    assert spec.allow_link_local and spec.base_url == base["base_url"]
+
+
+def test_import_recovery_is_all_or_nothing(hostile, capsys) -> None:
+    store = LabelStore(hostile / "real.sqlite")
+    assert main(["import-recovery", "forged.jsonl", "--store", "real.sqlite"]) == 2
+    assert store.count_generations() == 0  # the good first line was not imported either
+    good = hostile / "good.jsonl"
+    good.write_text(json.dumps(_recovery_line("q1", "d1")) + "\n")
+    assert main(["import-recovery", str(good), "--store", "real.sqlite"]) == 0
+    assert store.count_generations() == 1
+
+
+def _lowered_file_size_limit() -> None:
+    """preexec_fn: SIGXFSZ ignored, so a write past RLIMIT_FSIZE fails with EFBIG."""
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def test_output_on_a_full_disk_names_the_path(hostile) -> None:
+    """A write past the file-size limit (RLIMIT_FSIZE, set for the child only): the one line
+    names --output and its path (was ``None``), and no file is left half-written."""
+    import resource
+
+    def limit() -> None:
+        _lowered_file_size_limit()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20, 20))
+
+    done = subprocess.run(
+        [str(CONSOLE_SCRIPT), *OURS, "--output", "full.trec"], cwd=hostile, preexec_fn=limit,
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "--output full.trec: cannot write the file (File too large)" in done.stderr
+    assert not (hostile / "full.trec").exists()
+    assert not list(hostile.glob(".full.trec.*"))

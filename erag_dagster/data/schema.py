@@ -99,12 +99,17 @@ def validate_queries(queries: pl.DataFrame, source: str) -> None:
     require_questions(queries, source)
 
 
+_INVISIBLE = r"[\s\x1c-\x1f\p{Cf}]"
+"""What a question may not consist of only: whitespace (as :meth:`str.split` sees it) and format
+characters (Unicode category Cf: U+200B zero-width space, U+200C/D joiners, U+2060, U+FEFF)."""
+
+
 def require_questions(queries: pl.DataFrame, source: str) -> None:
     """Raise ``InputError`` naming the first query whose question is null, empty or only
-    whitespace (BM25 would silently drop it; a reader would answer nothing)."""
-    blank = queries.filter(
-        pl.col("question").is_null() | (pl.col("question").str.strip_chars() == "")
-    )
+    whitespace and invisible format characters (:data:`_INVISIBLE`; BM25 would silently drop
+    it; a reader would answer nothing)."""
+    question = pl.col("question")
+    blank = queries.filter(question.is_null() | (question.str.replace_all(_INVISIBLE, "") == ""))
     if blank.height:
         raise InputError(
             f"{source}: query {blank.get_column('query_id')[0]!r} has an empty question "

@@ -45,6 +45,7 @@ from erag_dagster.labels.store import (
     GENERATIONS_SCHEMA,
     LabelStoreBase,
     StoreLocked,
+    StoreWriteFailed,
     generation_key,
     utc_now,
 )
@@ -292,6 +293,24 @@ class _Pending:
         self.last_commit = time.monotonic()
 
 
+def _recovered(
+    store: LabelStoreBase, frame: pl.DataFrame, why: str, when: str = "once there is space"
+) -> StorageError:
+    """Write ``frame`` to a recovery file; the one line saying why, where, and how to import
+    it (or, when no folder takes the file either, that the answers are lost)."""
+    try:
+        path = store.write_recovery(frame)
+    except OSError as exc:
+        return StorageError(
+            f"{store.location}: {why}; the {frame.height} generated answers could not be saved "
+            f"to a recovery file either ({exc.strerror or exc}): free some space and rerun"
+        )
+    return StorageError(
+        f"{store.location}: {why}; {frame.height} generated answers saved to {path}; "
+        f"{when}: erag-dagster import-recovery {path} --store {store.location}"
+    )
+
+
 def accepts_on_batch(method: Callable[..., Any]) -> bool:
     """Whether a reader method takes ``on_batch`` (then :func:`generate_stored` can stream)."""
     return "on_batch" in inspect.signature(method).parameters
@@ -301,22 +320,21 @@ def _commit(
     store: LabelStoreBase, frame: pl.DataFrame, policy: CommitPolicy, log: Log | None
 ) -> None:
     """``put_generations``, retried with backoff while the store is locked; after
-    ``lock_wait_seconds`` the rows go to a recovery file and a :class:`StorageError` says so."""
+    ``lock_wait_seconds`` the rows go to a recovery file and a :class:`StorageError` says so. A
+    commit the disk refused (:class:`StoreWriteFailed`) goes to a recovery file at once."""
     began = time.monotonic()
     delay = 0.5
     while True:
         try:
             store.put_generations(frame)
             return
+        except StoreWriteFailed as failed:
+            raise _recovered(store, frame, f"the commit failed ({failed.reason})") from None
         except StoreLocked as locked:
             waited = time.monotonic() - began
             if waited >= policy.lock_wait_seconds:
-                path = store.write_recovery(frame)
-                raise StorageError(
-                    f"{store.location}: still {locked.reason} after {waited:.0f} s; "
-                    f"{frame.height} generated answers saved to {path}; once the lock is gone: "
-                    f"erag-dagster import-recovery {path} --store {store.location}"
-                ) from None
+                why = f"still {locked.reason} after {waited:.0f} s"
+                raise _recovered(store, frame, why, "once the lock is gone") from None
             if log is not None:
                 log(f"{store.location} is {locked.reason}; retrying in {delay:.1f} s")
             time.sleep(min(delay, max(policy.lock_wait_seconds - waited, 0.0)))

@@ -45,6 +45,7 @@ from erag_dagster.labels.store_base import (
     COPY_ORDER,
     LabelStoreBase,
     StoreLocked,
+    StoreWriteFailed,
 )
 from erag_dagster.labels.store_sqlite import SqliteLabelStore
 from erag_dagster.labels.store_url import STORE_ENV, default_store, parse_store, redact_url
@@ -70,6 +71,7 @@ __all__ = [
     "LabelStore",
     "LabelStoreBase",
     "StoreLocked",
+    "StoreWriteFailed",
     "generation_key",
     "gold_hash",
     "open_store",

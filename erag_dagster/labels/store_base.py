@@ -11,13 +11,19 @@ loses at most the batch being written), inserting rows in key order (two writers
 overlapping keys then wait on each other in one order, never in a cycle); a write that still
 finds the store locked (or, for a server, unreachable) after ``busy_timeout_s`` raises
 :class:`StoreLocked`: the caller keeps its rows (:mod:`erag_dagster.labels.cached` retries, then
-writes them with :meth:`LabelStoreBase.write_recovery`). ``read_only=True`` writes nothing.
+writes them with :meth:`LabelStoreBase.write_recovery`). A commit that fails for a reason waiting
+does not cure — a full disk (SQLite "database or disk is full", ``ENOSPC``), a file-size limit
+(``EFBIG``: SQLite's "disk I/O error"), a server's ``disk_full`` — raises
+:class:`StoreWriteFailed`: the transaction is rolled back (nothing half-written) and the caller
+writes its rows to a recovery file at once. ``read_only=True`` writes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -26,9 +32,10 @@ from typing import Any
 
 import polars as pl
 
+from erag_dagster.credentials import mask_credentials, mask_in
 from erag_dagster.errors import InputError, StorageError
 from erag_dagster.labels.audit import audit_rows
-from erag_dagster.labels.keys import utc_now
+from erag_dagster.labels.keys import generation_key, utc_now
 from erag_dagster.labels.label_value import bad_label_rows, checked_label
 from erag_dagster.labels.tables import (
     GENERATIONS,
@@ -40,7 +47,14 @@ from erag_dagster.labels.tables import (
     Table,
 )
 
-__all__ = ["BUSY_TIMEOUT_S", "COPY_ORDER", "LabelStoreBase", "StoreLocked", "complete_frame"]
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "COPY_ORDER",
+    "LabelStoreBase",
+    "StoreLocked",
+    "StoreWriteFailed",
+    "complete_frame",
+]
 
 BUSY_TIMEOUT_S = 60.0
 Row = tuple[Any, ...]
@@ -51,6 +65,15 @@ class StoreLocked(StorageError):
     than the busy timeout; ``reason`` says which, for the caller's message."""
 
     def __init__(self, message: str, reason: str = "locked by another process") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StoreWriteFailed(StorageError):
+    """A commit failed and retrying will not help (disk full, file too large, I/O error);
+    ``reason`` is the database's own words, for the caller's message. Rolled back."""
+
+    def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -141,14 +164,19 @@ class LabelStoreBase(ABC):
     ) -> None:
         """Record a reader's identity (what its fingerprint hashes) and, optionally, its full
         spec. The first registration of a fingerprint is kept (and a known one is not written
-        again, so registering needs no write lock)."""
+        again, so registering needs no write lock). Credentials in the spec (a URL's password,
+        an ``api_key=`` parameter) are masked before they are stored
+        (:func:`~erag_dagster.credentials.mask_in`); the identity is stored as it is, since
+        the fingerprint hashes it (no credential is part of an identity)."""
         if self.reader_identity(fingerprint) is not None:
             return
         row = (
             fingerprint,
             name,
             json.dumps(identity, sort_keys=True, ensure_ascii=False),
-            None if spec is None else json.dumps(spec, sort_keys=True, ensure_ascii=False),
+            None
+            if spec is None
+            else json.dumps(mask_in(dict(spec)), sort_keys=True, ensure_ascii=False),
             utc_now(),
         )
         self._refuse_write()
@@ -209,27 +237,43 @@ class LabelStoreBase(ABC):
         The file, ``<store name>.recovery-<UTC time>-<pid>.jsonl`` (beside an SQLite store; in
         the storage root's ``label-recovery`` folder for a server), holds one JSON object per
         generation with the columns of :data:`GENERATIONS_SCHEMA`; it is written to a temporary
-        name, flushed to disk and renamed, so it is complete or absent. Returns its path.
+        name, flushed to disk and renamed, so it is complete or absent. When that folder
+        refuses the file (the disk the store is on is full), the storage root's
+        ``label-recovery`` folder is tried, then the system's temporary folder; the ``OSError``
+        of the last is raised when all refuse. Returns its path.
         """
+        from erag_dagster.paths import storage_root
+
         base = self._recovery_base()
-        base.parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        path = base.with_name(f"{base.name}.recovery-{stamp}-{os.getpid()}.jsonl")
-        partial = path.with_name(path.name + ".partial")
-        with open(partial, "w", encoding="utf-8") as handle:
-            handle.write(complete_frame(frame, GENERATIONS).write_ndjson())
-            handle.flush()
-            os.fsync(handle.fileno())
-        partial.replace(path)
-        return path
+        name = f"{base.name}.recovery-{stamp}-{os.getpid()}.jsonl"
+        text = complete_frame(frame, GENERATIONS).write_ndjson()
+        folders = [base.parent]
+        with contextlib.suppress(StorageError):
+            folders.append(storage_root(writable=False) / "label-recovery")
+        folders.append(Path(tempfile.gettempdir()) / "erag-dagster-recovery")
+        error: OSError | None = None
+        for folder in dict.fromkeys(folders):
+            try:
+                return _write_synced(folder / name, text)
+            except OSError as exc:
+                error = exc
+        assert error is not None
+        raise error
 
     def import_recovery(self, path: str | Path) -> int:
         """Insert the generations of a recovery file (:meth:`write_recovery`); returns how many
-        were new (keys already stored are kept, so importing twice is harmless)."""
-        try:
-            frame = pl.read_ndjson(path, schema=GENERATIONS_SCHEMA)
-        except (OSError, pl.exceptions.PolarsError) as exc:
-            raise InputError(f"{path}: not a label-store recovery file ({exc})") from None
+        were new (keys already stored are kept, so importing twice is harmless).
+
+        Every line is checked before anything is written: it must be a JSON object with the
+        columns of :data:`GENERATIONS_SCHEMA` of the right types, and its ``generation_key``
+        must be the key of its own content (:func:`~erag_dagster.labels.keys.generation_key` of
+        its reader fingerprint, query id, question hash, doc id and text hash) — a line edited
+        or forged would otherwise store a second answer for one reader and pair. The first bad
+        line is an :class:`InputError` naming ``file:line``, and nothing of the file is
+        imported (all or nothing, one transaction).
+        """
+        frame = read_recovery(path)
         return self.put_generations(frame)
 
     # -- scores --------------------------------------------------------------------------------
@@ -286,9 +330,17 @@ class LabelStoreBase(ABC):
 
     def insert_rows(self, table: Table, rows: list[Row]) -> int:
         """Insert-if-absent rows of any table as read by :meth:`iter_rows` (one transaction;
-        for copying a store: scores need their generations and gold answers stored first)."""
+        for copying a store: scores need their generations and gold answers stored first). A
+        reader's ``spec_json`` is masked (:func:`~erag_dagster.credentials.mask_credentials`)."""
         self._refuse_write()
         rows = sorted(rows, key=lambda r: r[0])
+        if table is READERS:  # a spec stored before specs were masked: masked on the way
+            spec_at = table.names.index("spec_json")
+            rows = [
+                (*r[:spec_at], mask_credentials(r[spec_at]) if r[spec_at] else r[spec_at],
+                 *r[spec_at + 1 :])
+                for r in rows
+            ]  # fmt: skip
         if table is SCORES:
             return self._insert_scores([], rows)
         return self._insert_rows(table, rows)
@@ -297,6 +349,76 @@ class LabelStoreBase(ABC):
         wanted = list(dict.fromkeys(keys.to_list() if isinstance(keys, pl.Series) else keys))
         rows = self._lookup_rows(table, wanted) if wanted else []
         return pl.DataFrame(rows, schema=table.schema, orient="row")
+
+
+def read_recovery(path: str | Path) -> pl.DataFrame:
+    """The generations of a recovery file, every line checked (rules:
+    :meth:`LabelStoreBase.import_recovery`); :class:`InputError` at the first bad line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: recovery file not found")
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                rows.append(_recovery_row(line, f"{path}:{number}"))
+    if not rows:
+        raise InputError(f"{path}: the recovery file holds no answers")
+    return pl.DataFrame(rows, schema=GENERATIONS_SCHEMA)
+
+
+def _recovery_row(line: str, where: str) -> dict[str, Any]:
+    """One checked line of a recovery file (:func:`read_recovery`)."""
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        raise InputError(f"{where}: not a JSON object ({exc}); not a recovery file line") from None
+    if not isinstance(row, dict):
+        raise InputError(f"{where}: not a JSON object; not a recovery file line")
+    unknown = sorted(set(row) - set(GENERATIONS_SCHEMA))
+    if unknown:
+        raise InputError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}")
+    for column, dtype in GENERATIONS_SCHEMA.items():
+        value = row.get(column)
+        if column == "producer_run_id" and value is None:
+            continue
+        numeric = dtype.is_numeric()
+        ok = (
+            isinstance(value, int | float) and not isinstance(value, bool)
+            if numeric
+            else isinstance(value, str)
+        )
+        if not ok:
+            wanted = "a number" if numeric else "a string"
+            raise InputError(f"{where}: {column} must be {wanted}, got {value!r}")
+    expected = generation_key(
+        row["reader_fingerprint"], row["query_id"], row["question_hash"], row["doc_id"],
+        row["text_hash"],
+    )  # fmt: skip
+    if row["generation_key"] != expected:
+        raise InputError(
+            f"{where}: generation_key {row['generation_key'][:16]}… is not the key of the "
+            f"line's own content (query {row['query_id']!r}, doc {row['doc_id']!r}); the line "
+            "was edited or forged: nothing of the file was imported"
+        )
+    return {column: row.get(column) for column in GENERATIONS_SCHEMA}
+
+
+def _write_synced(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a ``.partial`` name, fsync'd, then renamed (complete or
+    absent; a partial file is removed on failure)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        partial.replace(path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    return path
 
 
 COPY_ORDER: tuple[Table, ...] = (READERS, GOLD_ANSWERS, GENERATIONS, SCORES)

@@ -29,14 +29,19 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import polars as pl
 import psycopg
 from psycopg import errors as pg_errors
 
 from erag_dagster.errors import InputError, StorageError
-from erag_dagster.labels.store_base import BUSY_TIMEOUT_S, LabelStoreBase, Row, StoreLocked
+from erag_dagster.labels.store_base import (
+    BUSY_TIMEOUT_S,
+    LabelStoreBase,
+    Row,
+    StoreLocked,
+    StoreWriteFailed,
+)
 from erag_dagster.labels.store_url import parse_store, redact_url
 from erag_dagster.labels.tables import (
     GOLD_ANSWERS,
@@ -163,9 +168,11 @@ class PostgresLabelStore(LabelStoreBase):
             self._local.conn = None
 
     def _recovery_base(self) -> Path:
+        from psycopg.conninfo import conninfo_to_dict
+
         from erag_dagster.paths import storage_root
 
-        database = urlsplit(self.url).path.strip("/") or "postgres"
+        database = str(conninfo_to_dict(self.url).get("dbname") or "postgres").strip("/")
         return storage_root() / "label-recovery" / database
 
     # -- the backend operations -----------------------------------------------------------------
@@ -232,6 +239,11 @@ class _Writing:
             return
         if isinstance(exc, pg_errors.ForeignKeyViolation | pg_errors.CheckViolation):
             return  # the caller maps these to InputError
+        if isinstance(exc, pg_errors.DiskFull | pg_errors.OutOfMemory | pg_errors.IoError):
+            raise StoreWriteFailed(
+                f"{store.location}: the commit failed ({_first_line(exc)})",
+                reason=_first_line(exc),
+            ) from None
         if isinstance(exc, _RETRYABLE):
             raise StoreLocked(
                 f"{store.location}: locked by another process for more than "

@@ -18,6 +18,7 @@ files either; a writer that opens the store during such a read is not seen by it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -28,7 +29,13 @@ from typing import Any
 from urllib.parse import quote
 
 from erag_dagster.errors import InputError, StorageError
-from erag_dagster.labels.store_base import BUSY_TIMEOUT_S, LabelStoreBase, Row, StoreLocked
+from erag_dagster.labels.store_base import (
+    BUSY_TIMEOUT_S,
+    LabelStoreBase,
+    Row,
+    StoreLocked,
+    StoreWriteFailed,
+)
 from erag_dagster.labels.tables import (
     INDEXES,
     LEGACY_RUN_COLUMN,
@@ -202,23 +209,41 @@ class _Tx:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is not None:
-            self.conn.execute("ROLLBACK")
+            self._rollback()  # SQLite may have rolled back already (a full disk does)
             return
         try:
             self.conn.execute("COMMIT")
         except sqlite3.OperationalError as error:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise _locked(error, self.store) from None
+
+    def _rollback(self) -> None:
+        """ROLLBACK if a transaction is still open; a failing rollback (the disk gone) is not
+        allowed to hide the error that caused it."""
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
 
 
 def _is_lock_error(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+_WRITE_FAILURES = ("database or disk is full", "disk i/o error", "unable to open")
+"""SQLite's words for a write the disk refused (``SQLITE_FULL``, ``SQLITE_IOERR``: also what
+``EFBIG`` past a file-size limit becomes, ``SQLITE_CANTOPEN`` for the WAL file)."""
+
+
 def _locked(exc: sqlite3.OperationalError, store: SqliteLabelStore) -> Exception:
+    """A write's SQLite error as :class:`StoreLocked` (wait and retry), :class:`StoreWriteFailed`
+    (the disk refused it) or itself."""
     if _is_lock_error(exc):
         return StoreLocked(
             f"{store.path}: locked by another process for more than {store.busy_timeout_s:g} s"
+        )
+    if any(words in str(exc).lower() for words in _WRITE_FAILURES):
+        return StoreWriteFailed(
+            f"{store.path}: the commit failed (SQLite: {exc}); is the disk full?", reason=str(exc)
         )
     return exc
 

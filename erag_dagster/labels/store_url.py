@@ -6,21 +6,26 @@ Accepted forms (``--store``, the ``label_store`` resource, ``$ERAG_LABEL_STORE``
 * ``sqlite:///relative/path`` or ``sqlite:////absolute/path`` — SQLite (SQLAlchemy's form:
   the path is everything after ``sqlite:///``);
 * ``postgresql://[user@]host[:port]/database[?param=value…]`` (or ``postgres://``) —
-  PostgreSQL, any libpq parameter (``sslmode``, ``options=-csearch_path=erag`` …) allowed.
+  PostgreSQL, any libpq parameter (``sslmode``, ``options=-csearch_path=erag`` …) allowed;
+* a libpq keyword DSN, ``host=db dbname=erag user=me`` (text that starts with a libpq keyword
+  and ``=``, :data:`LIBPQ_KEYWORDS`) — PostgreSQL too (never a file of that name).
 
 Credentials come from the environment only: a URL that carries a password is refused (it would
 end up in run config, logs and the UI); libpq reads ``PGPASSWORD``, ``PGPASSFILE``
-(``~/.pgpass``), ``PGUSER``, ``PGHOST`` … itself. :func:`redact_url` masks a password anyway
-wherever a URL is printed.
+(``~/.pgpass``), ``PGUSER``, ``PGHOST`` … itself; so is a DSN with a ``password`` keyword.
+:func:`redact_url` masks a password anyway wherever a URL or DSN is printed (the one masking
+rule: :func:`erag_dagster.credentials.mask_credentials`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
+from erag_dagster.credentials import mask_credentials
 from erag_dagster.errors import InputError
 
 __all__ = ["STORE_ENV", "StoreTarget", "parse_store", "redact_url"]
@@ -29,6 +34,13 @@ STORE_ENV = "ERAG_LABEL_STORE"
 """Environment variable naming the label store when no ``--store``/resource value is given."""
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
+LIBPQ_KEYWORDS = frozenset(
+    {"host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service",
+     "sslmode", "options", "application_name", "connect_timeout", "target_session_attrs"}
+)  # fmt: skip
+"""libpq connection keywords; text starting with one of them and ``=`` is a keyword DSN."""
+_DSN_START = re.compile(r"^\s*(?P<key>[a-z_]+)\s*=")
+_DSN_PASSWORD = re.compile(r"(?:^|\s)password\s*=", re.IGNORECASE)
 
 
 class StoreTarget(NamedTuple):
@@ -44,6 +56,14 @@ def parse_store(text: str | Path) -> StoreTarget:
     if isinstance(text, Path):
         return StoreTarget("sqlite", str(text))
     text = text.strip()
+    start = _DSN_START.match(text)
+    if start and start.group("key") in LIBPQ_KEYWORDS:
+        if _DSN_PASSWORD.search(text):
+            raise InputError(
+                f"{redact_url(text)}: the label store DSN carries a password; give it in "
+                "PGPASSWORD (or ~/.pgpass) instead, so it stays out of config, logs and the UI"
+            )
+        return StoreTarget("postgresql", text)
     scheme, sep, rest = text.partition("://")
     if not sep or "/" in scheme or "\\" in scheme:
         return StoreTarget("sqlite", text)
@@ -53,7 +73,11 @@ def parse_store(text: str | Path) -> StoreTarget:
             raise InputError(f"{text}: an SQLite store URL is sqlite:///PATH (three slashes)")
         return StoreTarget("sqlite", rest[1:])
     if scheme in POSTGRES_SCHEMES:
-        parts = urlsplit(text)
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018  (parses the port: ValueError if it is not a number)
+        except ValueError as exc:
+            raise InputError(f"{redact_url(text)}: not a valid PostgreSQL URL ({exc})") from None
         if parts.password is not None or "password" in {k.lower() for k in parse_qs(parts.query)}:
             raise InputError(
                 f"{redact_url(text)}: the label store URL carries a password; give it in "
@@ -67,20 +91,9 @@ def parse_store(text: str | Path) -> StoreTarget:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (also in a ``password=`` parameter)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable store URL>"
-    netloc = parts.netloc
-    if parts.password is not None:
-        user, _, host = netloc.rpartition("@")
-        netloc = f"{user.partition(':')[0]}:***@{host}"
-    query = "&".join(
-        f"{k}=***" if k.lower() == "password" else f"{k}{eq}{v}"
-        for k, eq, v in (p.partition("=") for p in parts.query.split("&") if p)
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    """``url`` (a store URL, DSN or path) with any credential replaced by ``***``
+    (:func:`~erag_dagster.credentials.mask_credentials`)."""
+    return mask_credentials(str(url))
 
 
 def default_store(storage_root: Path) -> str:

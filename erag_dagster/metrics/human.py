@@ -43,7 +43,7 @@ import polars as pl
 import pytrec_eval
 
 from erag_dagster.errors import InputError, where
-from erag_dagster.metrics.names import MetricName, parse_metric_names
+from erag_dagster.metrics.names import MAX_RELEVANCE_LEVEL, MetricName, parse_metric_names
 from erag_dagster.metrics.report import ListMetricReport
 
 #: trec_eval's floor for geometric means (``MIN_GEO_MEAN`` in trec_eval).
@@ -252,8 +252,10 @@ def evaluate_run(
             )
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, int):
         raise InputError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
-    if relevance_level < 1:
-        raise InputError(f"relevance_level must be >= 1, got {relevance_level}")
+    if not 1 <= relevance_level <= MAX_RELEVANCE_LEVEL:
+        raise InputError(
+            f"relevance_level must be between 1 and {MAX_RELEVANCE_LEVEL}, got {relevance_level}"
+        )
     judgments = _qrels_dict(qrels)
     ranked = _ranked_run(run)
     run_queries = sorted(set(ranked["query_id"].to_list()))

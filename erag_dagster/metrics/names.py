@@ -74,6 +74,9 @@ TREC_FLOAT_PARAM_MEASURES: frozenset[str] = frozenset({"Rprec_mult", "iprec_at_r
 
 #: The largest cut-off accepted (pytrec_eval stores cut-offs as C ``long``; 2**31 - 1 is plenty).
 MAX_CUTOFF = 2**31 - 1
+#: The largest relevance level accepted (pytrec_eval takes it as a C ``int``; a larger one is a
+#: TypeError inside it). Judgments above it are refused by the qrels reader anyway.
+MAX_RELEVANCE_LEVEL = 2**31 - 1
 
 # used with fullmatch (a trailing newline must not slip through as `$` would let it)
 _IR_MEASURES = re.compile(
@@ -216,8 +219,8 @@ def parse_metric_name(name: str) -> MetricName:
         family = match["family"]
         rel = int(match["rel"]) if match["rel"] is not None else None
         cutoff = _check_cutoff(name, match["cutoff"]) if match["cutoff"] is not None else None
-        if rel is not None and rel < 1:
-            raise _unknown(name, "the relevance level must be >= 1")
+        if rel is not None and not 1 <= rel <= MAX_RELEVANCE_LEVEL:
+            raise _unknown(name, f"the relevance level must be between 1 and {MAX_RELEVANCE_LEVEL}")
         if rel is not None and family not in _BINARY_FAMILIES:
             raise _unknown(name, f"{family} takes no relevance level: it uses graded gains")
         ideal = match["ideal"]

@@ -46,9 +46,15 @@ key                    meaning (default)
 ``backend: openai`` only (:data:`OPENAI_KEYS`):
 
 =====================  ==========================================================================
-``base_url``           the server's OpenAI API root, e.g. ``http://127.0.0.1:8000/v1`` (required)
+``base_url``           the server's OpenAI API root, e.g. ``http://127.0.0.1:8000/v1`` (required;
+                       no credentials in it: a user name, password or ``api_key=``/``token=``
+                       parameter is refused, the key belongs in ``api_key_env``)
 ``api_key_env``        the NAME of the environment variable holding the API key (``null``: no
-                       key); the key itself is never in the registry, fingerprint or logs
+                       key); the key itself is never in the registry, fingerprint or logs, and
+                       a value that looks like a key is refused without being printed
+                       (:func:`~erag_dagster.credentials.looks_like_key`)
+``allow_link_local``   ``true`` lets ``base_url`` name a link-local or cloud metadata address
+                       (:mod:`.addresses`; ``false``, the default, refuses it). Not hashed
 ``api``                ``chat`` (``/v1/chat/completions``, the server's chat template) or
                        ``completion`` (``/v1/completions`` with the plain prompt)
 ``continue_final_message``  chat only: also send ``answer_prefix`` as a partial assistant turn
@@ -73,8 +79,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
+from erag_dagster.credentials import looks_like_key, mask_credentials, url_credentials
 from erag_dagster.errors import InputError
+from erag_dagster.readers.addresses import link_local_reason
 
 PACKAGED_DEFAULT = "packaged:smollm2-135m-instruct"
 
@@ -89,7 +98,7 @@ BACKENDS = ("transformers", "openai", "vllm")
 API_MODES = ("chat", "completion")
 OPENAI_KEYS = frozenset(
     {"base_url", "api_key_env", "api", "continue_final_message", "concurrency",
-     "timeout_seconds", "max_retries"}
+     "timeout_seconds", "max_retries", "allow_link_local"}
 )  # fmt: skip
 """Keys only ``backend: openai`` reads."""
 VLLM_KEYS = frozenset({"tensor_parallel_size", "gpu_memory_utilization", "max_model_len"})
@@ -158,6 +167,7 @@ class ReaderSpec:
     # backend: openai
     base_url: str | None = None
     api_key_env: str | None = None
+    allow_link_local: bool = False
     api: str = "chat"
     continue_final_message: bool = False
     concurrency: int = 4
@@ -212,7 +222,8 @@ class ReaderSpec:
                 raw[key] = _float(raw[key], key, str(label))
         if "share_prefix" in raw and raw["share_prefix"] not in (True, False, "auto"):
             raise InputError(f"reader {label!r}: share_prefix must be true, false or auto")
-        for key in ("allow_download", "do_sample", "continue_final_message", "stop_at_line_end"):
+        for key in ("allow_download", "do_sample", "continue_final_message", "stop_at_line_end",
+                    "allow_link_local"):  # fmt: skip
             if key in raw and not isinstance(raw[key], bool):
                 raise InputError(f"reader {label!r}: {key} must be true or false")
         for key in ("name", "model", "backend", "gguf_file", "revision", "device", "dtype",
@@ -275,18 +286,49 @@ class ReaderSpec:
         ):
             raise InputError(f"{where}: few_shot must be a list of {{question, passage, answer}}")
 
+    def _validate_base_url(self, where: str) -> None:
+        """``base_url``: http(s), parsable, no credentials, no link-local or metadata address
+        unless ``allow_link_local`` (:mod:`.addresses`). Messages show it masked."""
+        url = str(self.base_url or "")
+        shown = mask_credentials(url)
+        if not url.startswith(("http://", "https://")):
+            raise InputError(
+                f"{where}: backend openai needs base_url: http(s)://HOST:PORT/v1, got {shown!r}"
+            )
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname
+            parts.port  # noqa: B018  (parses the port: ValueError if it is not a number)
+        except ValueError as exc:
+            raise InputError(f"{where}: base_url {shown!r} is not a valid URL ({exc})") from None
+        if not host:
+            raise InputError(f"{where}: base_url {shown!r} names no host")
+        if found := url_credentials(url):
+            env = self.api_key_env or "OPENAI_API_KEY"
+            raise InputError(
+                f"{where}: base_url {shown!r} carries {' and '.join(found)}; credentials do "
+                f"not belong in the registry: put the key in an environment variable and name "
+                f"it with api_key_env (e.g. {env})"
+            )
+        if (reason := link_local_reason(host)) and not self.allow_link_local:
+            raise InputError(
+                f"{where}: base_url {shown!r}: {reason}; set allow_link_local: true in the "
+                "reader entry if this really is your inference server"
+            )
+
     def _validate_remote(self, where: str) -> None:
         """The ``openai`` / ``vllm`` fields (see the module docstring)."""
         if self.backend == "openai":
-            if not self.base_url or not str(self.base_url).startswith(("http://", "https://")):
-                raise InputError(
-                    f"{where}: backend openai needs base_url: http(s)://HOST:PORT/v1, "
-                    f"got {self.base_url!r}"
-                )
+            self._validate_base_url(where)
             if self.model == PACKAGED_DEFAULT:
                 raise InputError(f"{where}: backend openai needs 'model': the id the server serves")
         if self.api not in API_MODES:
             raise InputError(f"{where}: api {self.api!r} unknown; use {', '.join(API_MODES)}")
+        if self.api_key_env is not None and looks_like_key(self.api_key_env):
+            raise InputError(
+                f"{where}: api_key_env looks like an API key itself (not shown); put the key in "
+                "an environment variable and give its NAME, e.g. api_key_env: OPENAI_API_KEY"
+            )
         if self.api_key_env is not None and not _ENV_NAME_RE.match(self.api_key_env):
             raise InputError(
                 f"{where}: api_key_env must be the NAME of an environment variable "

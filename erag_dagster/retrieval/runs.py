@@ -4,6 +4,12 @@ A run holds, per query, its top-k documents; ``rank`` is 1-based and dense (1..n
 ``score`` is the retriever's score (higher is better). TREC run files are whitespace-separated
 ``qid Q0 docid rank score tag`` lines (trec_eval's format); note that trec_eval re-sorts by
 score (descending, ties by docid descending) and ignores the rank column.
+
+Ids in a TREC run are whitespace-free by the format: an id holding any character that
+:meth:`str.split` splits on (space, tab, U+00A0, U+2003, U+3000, the ``\x1c``–``\x1f``
+separators …) or an empty id would be read back as other fields. :func:`check_trec_ids` refuses
+such ids at the source (the dataset, before any retrieval runs) and :func:`write_trec_run`
+refuses to write them, naming the id.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import polars as pl
 
 from erag_dagster.errors import InputError
 from erag_dagster.paths import atomic_path
+
+_SPLITS = r"[\s\x1c-\x1f]"  # what str.split() splits on: Unicode White_Space + \x1c-\x1f
 
 RUN_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "score": pl.Float64}
 
@@ -68,9 +76,35 @@ def validate_run(run: pl.DataFrame, source: str = "run") -> pl.DataFrame:
     return run
 
 
-def write_trec_run(run: pl.DataFrame, path: Path | str, tag: str = "erag") -> Path:
-    """Write ``run`` as a TREC run file (atomically), sorted by query then rank."""
+def check_trec_ids(frame: pl.DataFrame, column: str, source: str) -> None:
+    """Refuse an id of ``frame[column]`` that a TREC run cannot hold (empty, or holding
+    whitespace: module docstring); the :class:`InputError` names the id and ``source``."""
+    bad = frame.filter(
+        pl.col(column).is_null() | (pl.col(column) == "") | pl.col(column).str.contains(_SPLITS)
+    )
+    if bad.height:
+        value = bad.get_column(column)[0]
+        what = "query id" if column == "query_id" else "document id"
+        raise InputError(
+            f"{source}: {what} {value!r} is empty or holds whitespace, which a TREC run file "
+            "cannot hold (it would be read back as other fields); rename it in the dataset"
+        )
+
+
+def write_trec_run(
+    run: pl.DataFrame, path: Path | str, tag: str = "erag", command: str | None = None
+) -> Path:
+    """Write ``run`` as a TREC run file (atomically), sorted by query then rank.
+
+    An id a TREC run cannot hold is an :class:`InputError` (:func:`check_trec_ids`). With
+    ``command``, the file is written as that command's ``--output``
+    (:func:`erag_dagster.output_guard.writing_output`: recorded, a failed write named).
+    """
+    from erag_dagster.output_guard import writing_output
+
     path = Path(path)
+    for column in ("query_id", "doc_id"):
+        check_trec_ids(run, column, f"run for {path}")
     ordered = run.sort(["query_id", "rank"])
     lines = ordered.select(
         pl.format(
@@ -82,8 +116,9 @@ def write_trec_run(run: pl.DataFrame, path: Path | str, tag: str = "erag") -> Pa
             pl.lit(tag),
         )
     ).to_series()
-    with atomic_path(path) as tmp:
-        tmp.write_text("\n".join(lines.to_list()) + ("\n" if len(lines) else ""), encoding="utf-8")
+    text = "\n".join(lines.to_list()) + ("\n" if len(lines) else "")
+    with writing_output(path, command) if command else atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
 
 
