@@ -615,3 +615,43 @@ def test_output_on_a_full_disk_names_the_path(hostile) -> None:
     assert "--output full.trec: cannot write the file (File too large)" in done.stderr
     assert not (hostile / "full.trec").exists()
     assert not list(hostile.glob(".full.trec.*"))
+
+
+def test_a_commit_the_disk_refuses_goes_to_a_recovery_file(tmp_path: Path) -> None:
+    """The real reader labels two pairs; once it has opened the store, the child's file-size
+    limit drops to 4 KiB (``prlimit`` on the child: no root, no mount), so the commit's WAL
+    write fails with EFBIG (SQLite: "disk I/O error", the same path as SQLITE_FULL). One line
+    names the store and a recovery file; the file imports every answer afterwards."""
+    import resource
+
+    from erag_dagster.data.loaders import load_dataset
+
+    ds = load_dataset("sample?max_questions=1")
+    query = ds.queries.get_column("query_id")[0]
+    docs = ds.corpus.get_column("doc_id").to_list()[:2]
+    run = tmp_path / "run.trec"
+    run.write_text("".join(f"{query} Q0 {d} {i} {3 - i}.0 t\n" for i, d in enumerate(docs, 1)))
+    store = tmp_path / "labels.sqlite"
+    LabelStore(store).close()
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "ERAG_STORAGE": str(tmp_path / "st")}
+    child = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "label", "--dataset", "sample?max_questions=1", "--run", str(run),
+         "--store", str(store), "--output", str(tmp_path / "labels.parquet")],
+        preexec_fn=_lowered_file_size_limit, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    lines = []
+    assert child.stderr is not None
+    for line in child.stderr:
+        lines.append(line)
+        if "to generate" in line:  # the store is open (WAL and shared memory in place)
+            resource.prlimit(child.pid, resource.RLIMIT_FSIZE, (4096, 4096))
+    assert child.wait(timeout=600) == 1, "".join(lines)
+    last = lines[-1]
+    assert last.startswith(f"erag-dagster: error: {store}: the commit failed"), last
+    assert "2 generated answers saved to" in last and "import-recovery" in last
+    assert not any("Traceback" in line for line in lines)
+    (recovery,) = tmp_path.glob("labels.sqlite.recovery-*.jsonl")
+    assert f"saved to {recovery}" in last
+    assert LabelStore(store).count_generations() == 0  # rolled back, nothing half-written
+    assert main(["import-recovery", str(recovery), "--store", str(store)]) == 0
+    assert LabelStore(store).count_generations() == 2

@@ -285,11 +285,13 @@ class _Pending:
             self.flush()
 
     def flush(self) -> None:
-        """Commit what is waiting (nothing to do without a store)."""
-        if self.rows and self.store is not None:
-            frame = pl.DataFrame(self.rows, schema=GENERATIONS_SCHEMA)
+        """Commit what is waiting (nothing to do without a store). The rows leave the queue
+        first: a commit that fails has written them to one recovery file, and the flush on
+        the way out of the engine must not write them to a second."""
+        rows, self.rows = self.rows, []
+        if rows and self.store is not None:
+            frame = pl.DataFrame(rows, schema=GENERATIONS_SCHEMA)
             _commit(self.store, frame, self.policy, self.log)
-        self.rows = []
         self.last_commit = time.monotonic()
 
 
