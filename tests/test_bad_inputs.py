@@ -655,3 +655,23 @@ def test_a_commit_the_disk_refuses_goes_to_a_recovery_file(tmp_path: Path) -> No
     assert LabelStore(store).count_generations() == 0  # rolled back, nothing half-written
     assert main(["import-recovery", str(recovery), "--store", str(store)]) == 0
     assert LabelStore(store).count_generations() == 2
+
+
+def test_store_copy_takes_a_libpq_keyword_dsn(tmp_path: Path, postgres, capsys) -> None:
+    """``host=… dbname=…`` is PostgreSQL (not an SQLite file of that name); with a password
+    it is refused (above); the copy's lines show the DSN as given, nothing more."""
+    url = postgres.create_database("dsn_copy")
+    database = url.rsplit("/", 1)[1]
+    dsn = f"host={postgres.host} port={postgres.port} user={postgres.user} dbname={database}"
+    source = tmp_path / "s.sqlite"
+    store = LabelStore(source)
+    store.register_reader("f" * 64, "r", {"v": 1}, {"base_url": "http://u:hunter2@h/v1"})
+    store.close()
+    assert main(["store", "copy", "--from", str(source), "--to", dsn]) == 0
+    out = capsys.readouterr().out
+    assert f"-> {dsn}: 1 rows added" in out and "hunter2" not in out
+    assert not (tmp_path / dsn).exists() and not Path(dsn).exists()
+    from erag_dagster.labels.store import open_store
+
+    with open_store(dsn, read_only=True) as copied:
+        assert copied.reader_identity("f" * 64) == {"v": 1}

@@ -21,6 +21,7 @@ from erag_dagster.assets.common import (
     system_of,
     table_md,
 )
+from erag_dagster.credentials import mask_in
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.meta.per_query import erag_per_query as erag_per_query_table
 from erag_dagster.meta.per_query import erag_summary
@@ -76,7 +77,7 @@ def _doc_labels(
             "reader": reader_key,
             "retriever": retriever_key,
             "reader_fingerprint": model.fingerprint,
-            "reader_spec": dg.MetadataValue.json(model.identity()),
+            "reader_spec": dg.MetadataValue.json(mask_in(model.identity())),
             "metric": params.metric,
             "label_k": params.label_k,
             "pairs_judged_now": result.judged_now,

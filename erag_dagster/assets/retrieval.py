@@ -16,6 +16,7 @@ from erag_dagster.assets.common import (
     retriever_partitions,
     table_md,
 )
+from erag_dagster.credentials import mask_in
 from erag_dagster.data.spec import parse_spec
 from erag_dagster.registry import Registry
 from erag_dagster.reports.leaderboard import format_leaderboard, leaderboard
@@ -111,7 +112,7 @@ def _retrieval_run(
         data_version=frame_version(run),
         metadata={
             "retriever": entry.name,
-            "config": dg.MetadataValue.json(entry.config),
+            "config": dg.MetadataValue.json(mask_in(entry.config)),
             "k": k,
             "queries": run.get_column("query_id").n_unique(),
             "rows": run.height,

@@ -254,7 +254,7 @@ def evaluate_run(
         raise InputError(f"relevance_level must be an integer >= 1, got {relevance_level!r}")
     if not 1 <= relevance_level <= MAX_RELEVANCE_LEVEL:
         raise InputError(
-            f"relevance_level must be between 1 and {MAX_RELEVANCE_LEVEL}, got {relevance_level}"
+            f"relevance_level must be >= 1 and <= {MAX_RELEVANCE_LEVEL}, got {relevance_level}"
         )
     judgments = _qrels_dict(qrels)
     ranked = _ranked_run(run)

@@ -327,7 +327,8 @@ class ReaderSpec:
         if self.api_key_env is not None and looks_like_key(self.api_key_env):
             raise InputError(
                 f"{where}: api_key_env looks like an API key itself (not shown); put the key in "
-                "an environment variable and give its NAME, e.g. api_key_env: OPENAI_API_KEY"
+                "the environment and give the NAME of an environment variable, e.g. "
+                "api_key_env: OPENAI_API_KEY"
             )
         if self.api_key_env is not None and not _ENV_NAME_RE.match(self.api_key_env):
             raise InputError(
