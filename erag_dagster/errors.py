@@ -115,16 +115,17 @@ def _sqlite_fault(exc: sqlite3.Error, path: Path | None) -> StorageError:
 def _os_fault(exc: OSError, path: Path | None) -> Fault:
     name = exc.filename if exc.filename is not None else path
     reason = exc.strerror or _first_line(exc)
+    at = f"{name}: " if name is not None else ""  # never "None: …" (an OSError without a file)
     if isinstance(exc, ConnectionError | TimeoutError) or exc.errno is None:
         # the network, or a library's OSError without an errno (e.g. a model that cannot load)
-        return EnvironmentFault(f"{name}: {reason}" if name is not None else reason)
+        return EnvironmentFault(f"{at}{reason}")
     if exc.errno in (errno.ENOENT, errno.EISDIR, errno.ENOTDIR):
-        return InputError(f"{name}: {reason}")
+        return InputError(f"{at}{reason}")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return StorageError(f"{name}: {reason}; make it writable or choose another place")
-    if exc.errno == errno.ENOSPC:
-        return StorageError(f"{name}: {reason}; free some space and retry")
-    return StorageError(f"{name}: {reason}")
+        return StorageError(f"{at}{reason}; make it writable or choose another place")
+    if exc.errno in (errno.ENOSPC, errno.EFBIG):
+        return StorageError(f"{at}{reason}; free some space and retry")
+    return StorageError(f"{at}{reason}")
 
 
 def as_fault(exc: BaseException, *paths: Path | str | None) -> Fault | None:

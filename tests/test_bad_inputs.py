@@ -675,3 +675,40 @@ def test_store_copy_takes_a_libpq_keyword_dsn(tmp_path: Path, postgres, capsys) 
 
     with open_store(dsn, read_only=True) as copied:
         assert copied.reader_identity("f" * 64) == {"v": 1}
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("http://bob:hunter2@h:8/v1?api_key=abc&x=1", "http://bob:***@h:8/v1?api_key=***&x=1"),
+        ("cannot reach http://sk-proj-Zq81xWv3pLm0@h/v1 (x)", "cannot reach http://***@h/v1 (x)"),
+        ("postgresql://erag@h/db", "postgresql://erag@h/db"),  # a database user is no secret
+        ("host=db password=hunter2 dbname=x", "host=db password=*** dbname=x"),
+        ("password='a b' host=x", "password=*** host=x"),
+        ("Authorization: Bearer abc.def", "Authorization: Bearer ***"),
+        ("key sk-proj-Zq81xWv3pLm0 here", "key *** here"),
+        ("ASIAN_STUDIES_2020 AKIAIOSFODNN7EXAMPLE", "ASIAN_STUDIES_2020 ***"),
+        ("beir:good?split=test&max_questions=3", "beir:good?split=test&max_questions=3"),
+    ],
+)
+def test_mask_credentials(text: str, masked: str) -> None:
+    from erag_dagster.credentials import mask_credentials
+
+    assert mask_credentials(text) == masked
+    assert mask_credentials(masked) == masked  # idempotent
+
+
+def test_what_looks_like_a_key_and_what_a_link_local_address_is() -> None:
+    from erag_dagster.credentials import looks_like_key
+    from erag_dagster.readers.addresses import link_local_reason
+
+    for name in ("OPENAI_API_KEY", "my_server_key_2", "VLLM_KEY", "HF_TOKEN"):
+        assert not looks_like_key(name), name
+    for key in ("sk_live_abcdef", "a1b2c3d4e5f6a7b8c9d0e1", "hf_abcdefgh", "AKIAIOSFODNN7EXAMPLE"):
+        assert looks_like_key(key), key
+    for host in ("169.254.169.254", "2852039166", "0xa9.0xfe.0xa9.0xfe", "169.254.43518",
+                 "fe80::1%eth0", "::ffff:169.254.169.254", "fd00:ec2::254",
+                 "Metadata.Google.Internal.", "100.100.100.200"):  # fmt: skip
+        assert link_local_reason(host), host
+    for host in ("127.0.0.1", "::1", "10.0.0.5", "localhost", "api.openai.com", "2130706433"):
+        assert link_local_reason(host) is None, host
