@@ -29,6 +29,7 @@ import yaml
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_file, sha256_text
 from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.readers.spec import refuse_secrets
 from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
 
 TOP_LEVEL_KEYS = ("retrievers", "readers", "evaluation", "generation", "datasets")
@@ -252,6 +253,8 @@ def load_registry(path: str | Path | None = None) -> Registry:
                 raise InputError(
                     f"{path}: retriever {name!r} has {key}: {value!r}; it must be {wanted}"
                 )
+    for name, cfg in readers_raw.items():
+        refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{path}: reader {name!r}")
     readers = {n: Entry(n, dict(c), content_hash(c)) for n, c in readers_raw.items()}
     retrievers = _retriever_entries(retrievers_raw, readers, path)
     evaluation = raw.get("evaluation") or {}

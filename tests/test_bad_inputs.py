@@ -350,6 +350,16 @@ def hostile(bad: Path) -> Path:
         "retrievers:\n  theirs:\n    kind: run_file\n    path: run.trec\n"
         "readers:\n  r:\n    model: m\n"
     )
+    (bad / "creds.yaml").write_text(
+        "retrievers:\n  theirs:\n    kind: run_file\n    path: run.trec\n"
+        "readers:\n  r:\n    backend: openai\n    model: m\n"
+        "    base_url: http://bob:hunter2@127.0.0.1:9/v1\n"
+    )
+    (bad / "keyreg.yaml").write_text(
+        "retrievers:\n  theirs:\n    kind: run_file\n    path: run.trec\n"
+        "readers:\n  r:\n    backend: openai\n    model: m\n    base_url: http://h/v1\n"
+        "    api_key_env: a1b2c3d4e5f6a7b8c9d0e1f2\n"
+    )
     (bad / "corpus-link.jsonl").symlink_to(bad / "good" / "corpus.jsonl")
     (bad / "store-link.sqlite").symlink_to(bad / "real.sqlite")
     (bad / "notes.txt").write_text("somebody's notes\n")
@@ -446,6 +456,11 @@ ISSUE_24_CASES = [
      ["api_key_env looks like an API key itself (not shown)", "NAME"]),
     ("api_key_env holds a hex key", [*LABEL, "--reader", "hexkey.yaml", "--output", "l.pq"], {},
      2, ["api_key_env looks like an API key itself (not shown)"]),
+    ("registry reader with user:password", [*OURS[:-1], "creds.yaml", "--output", "o.trec"],
+     {}, 2, ["creds.yaml: reader 'r'", "http://bob:***@127.0.0.1:9/v1", "api_key_env"]),
+    ("registry reader with a key as api_key_env",
+     [*OURS[:-1], "keyreg.yaml", "--output", "o.trec"], {}, 2,
+     ["keyreg.yaml: reader 'r'", "looks like an API key itself (not shown)"]),
     ("store DSN with password",
      ["store", "copy", "--from", "real.sqlite", "--to", "host=127.0.0.1 dbname=x password=hunter2"],
      {}, 2, ["host=127.0.0.1 dbname=x password=***", "PGPASSWORD"]),

@@ -303,13 +303,7 @@ class ReaderSpec:
             raise InputError(f"{where}: base_url {shown!r} is not a valid URL ({exc})") from None
         if not host:
             raise InputError(f"{where}: base_url {shown!r} names no host")
-        if found := url_credentials(url):
-            env = self.api_key_env or "OPENAI_API_KEY"
-            raise InputError(
-                f"{where}: base_url {shown!r} carries {' and '.join(found)}; credentials do "
-                f"not belong in the registry: put the key in an environment variable and name "
-                f"it with api_key_env (e.g. {env})"
-            )
+        refuse_secrets(url, None, where)
         if (reason := link_local_reason(host)) and not self.allow_link_local:
             raise InputError(
                 f"{where}: base_url {shown!r}: {reason}; set allow_link_local: true in the "
@@ -324,12 +318,7 @@ class ReaderSpec:
                 raise InputError(f"{where}: backend openai needs 'model': the id the server serves")
         if self.api not in API_MODES:
             raise InputError(f"{where}: api {self.api!r} unknown; use {', '.join(API_MODES)}")
-        if self.api_key_env is not None and looks_like_key(self.api_key_env):
-            raise InputError(
-                f"{where}: api_key_env looks like an API key itself (not shown); put the key in "
-                "the environment and give the NAME of an environment variable, e.g. "
-                "api_key_env: OPENAI_API_KEY"
-            )
+        refuse_secrets(None, self.api_key_env, where)
         if self.api_key_env is not None and not _ENV_NAME_RE.match(self.api_key_env):
             raise InputError(
                 f"{where}: api_key_env must be the NAME of an environment variable "
@@ -349,6 +338,26 @@ class ReaderSpec:
             )
         if self.max_model_len is not None and self.max_model_len < 16:
             raise InputError(f"{where}: max_model_len must be >= 16 or null")
+
+
+def refuse_secrets(base_url: Any, api_key_env: Any, where: str) -> None:
+    """The one rule for secrets in a reader entry: a ``base_url`` carrying credentials
+    (:func:`~erag_dagster.credentials.url_credentials`) or an ``api_key_env`` that looks like a
+    key (:func:`~erag_dagster.credentials.looks_like_key`) is an :class:`InputError` that names
+    ``where`` and never shows the secret. Applied when a registry loads and when a spec is
+    built (a reader config file)."""
+    if isinstance(base_url, str) and (found := url_credentials(base_url)):
+        raise InputError(
+            f"{where}: base_url {mask_credentials(base_url)!r} carries {' and '.join(found)}; "
+            "credentials do not belong in the registry: put the key in an environment variable "
+            "and name it with api_key_env (e.g. OPENAI_API_KEY)"
+        )
+    if isinstance(api_key_env, str) and looks_like_key(api_key_env):
+        raise InputError(
+            f"{where}: api_key_env looks like an API key itself (not shown); put the key in "
+            "the environment and give the NAME of an environment variable, e.g. "
+            "api_key_env: OPENAI_API_KEY"
+        )
 
 
 def _check_backend_keys(raw: Mapping[str, Any], backend: str, label: str) -> None:
