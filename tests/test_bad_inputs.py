@@ -23,7 +23,7 @@ from erag_dagster.cli import main
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.data.spec import parse_spec
 from erag_dagster.errors import InputError, StorageError, as_fault
-from erag_dagster.labels.store import LabelStore
+from erag_dagster.labels.store import GENERATIONS_SCHEMA, LabelStore
 from erag_dagster.paths import atomic_write_text
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")
@@ -727,3 +727,26 @@ def test_what_looks_like_a_key_and_what_a_link_local_address_is() -> None:
         assert link_local_reason(host), host
     for host in ("127.0.0.1", "::1", "10.0.0.5", "localhost", "api.openai.com", "2130706433"):
         assert link_local_reason(host) is None, host
+
+
+def test_sqlite_full_rolls_back_and_keeps_the_answers(tmp_path: Path, capsys) -> None:
+    """SQLITE_FULL for real ("database or disk is full": the store may not grow past its
+    ``max_page_count``): the commit is rolled back, not "cannot rollback - no transaction is
+    active"; the answers go to a recovery file that imports once there is room."""
+    from erag_dagster.labels.cached import DEFAULT_COMMIT, _commit
+
+    store = LabelStore(tmp_path / "s.sqlite")
+    pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
+    store._conn().execute(f"PRAGMA max_page_count = {pages}")
+    lines = [{**_recovery_line("q1", f"d{i}"), "answer": "x" * 200} for i in range(200)]
+    frame = pl.DataFrame(lines, schema=GENERATIONS_SCHEMA)
+    with pytest.raises(StorageError) as caught:
+        _commit(store, frame, DEFAULT_COMMIT, None)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 's.sqlite'}: the commit failed (database or disk")
+    assert "200 generated answers saved to" in message and "cannot rollback" not in message
+    (recovery,) = tmp_path.glob("s.sqlite.recovery-*.jsonl")
+    assert store.count_generations() == 0
+    store.close()  # a new connection: no page limit
+    assert main(["import-recovery", str(recovery), "--store", str(tmp_path / "s.sqlite")]) == 0
+    assert "200 answers added" in capsys.readouterr().out
