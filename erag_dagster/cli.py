@@ -177,14 +177,10 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
 def _reader_from_arg(value: str | None, registry):
     from erag_dagster.readers.factory import reader_from_config
 
-    if value and Path(value).is_file():
-        import yaml
+    if value and Path(value).exists() and not Path(value).is_dir():
+        from erag_dagster.input_files import load_yaml
 
-        with concerning(value):
-            try:
-                cfg = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
-            except yaml.YAMLError as exc:
-                raise InputError(f"{value}: invalid YAML ({exc})") from None
+        cfg = load_yaml(value)
         if not isinstance(cfg, dict):
             raise InputError(f"{value}: a reader config must be a YAML mapping")
         name = str(cfg.pop("name", Path(value).stem))
@@ -244,19 +240,16 @@ def _load_labels_file(path: str, compat: str | None = None) -> dict[str, list[fl
     """
     import polars as pl
 
+    from erag_dagster.input_files import load_json, open_binary
     from erag_dagster.metrics.list_metrics import labels_from_frame
 
     file = Path(path)
-    if not file.is_file():
+    if not file.exists():
         raise InputError(f"{path}: labels file not found")
     if file.suffix == ".parquet":
-        with concerning(path):
-            return labels_from_frame(pl.read_parquet(file))
-    try:
-        with concerning(path):
-            data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        with concerning(path), open_binary(file) as handle:
+            return labels_from_frame(pl.read_parquet(handle))
+    data = load_json(file)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object {{query_id: [label, ...]}}")
     out: dict[str, list[float]] = {}
@@ -475,9 +468,10 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
     """A registry file holding only the chosen retrievers (and what hybrids fuse) and reader."""
     import yaml
 
+    from erag_dagster.input_files import load_yaml
     from erag_dagster.paths import storage_dir
 
-    raw = yaml.safe_load(Path(registry.path).read_text(encoding="utf-8"))
+    raw = load_yaml(registry.path)
     keep: set[str] = set()
     scorers: set[str] = set()
     todo = list(retrievers)

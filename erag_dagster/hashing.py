@@ -15,11 +15,18 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
-__all__ = ["canonical_json", "sha256_file", "sha256_frame", "sha256_json", "sha256_text"]
+__all__ = [
+    "canonical_json",
+    "sha256_file",
+    "sha256_frame",
+    "sha256_json",
+    "sha256_stream",
+    "sha256_text",
+]
 
 _BLOCK = 1 << 22
 _FRAME_SLICE = 50_000
@@ -41,11 +48,17 @@ def sha256_json(value: Any) -> str:
 
 
 def sha256_file(path: str | Path) -> str:
-    """sha256 hex of a file's bytes (read in 4 MiB blocks; ``OSError`` if unreadable)."""
-    digest = hashlib.sha256()
+    """sha256 hex of a file's bytes (read in 4 MiB blocks; ``OSError`` if unreadable). For a
+    user's input file use :func:`erag_dagster.input_files.file_sha256` (regular files only)."""
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_BLOCK), b""):
-            digest.update(block)
+        return sha256_stream(handle)
+
+
+def sha256_stream(handle: BinaryIO) -> str:
+    """sha256 hex of the bytes left in a binary stream, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: handle.read(_BLOCK), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 

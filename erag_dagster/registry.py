@@ -24,10 +24,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_file, sha256_text
+from erag_dagster.hashing import sha256_text
+from erag_dagster.input_files import file_sha256, load_yaml
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.readers.spec import refuse_secrets
 from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
@@ -221,14 +220,9 @@ def default_registry_path() -> str:
 def load_registry(path: str | Path | None = None) -> Registry:
     """Parse and validate a registry file; errors name the file and the entry."""
     path = str(path or default_registry_path())
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise InputError(f"{path}: registry file not found")
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    raw = load_yaml(path) or {}
     if not isinstance(raw, dict):
         raise InputError(f"{path}: the registry must be a mapping with 'retrievers' and 'readers'")
     unknown = set(raw) - set(TOP_LEVEL_KEYS)
@@ -406,8 +400,11 @@ def _resolve_paths(name: str, cfg: dict[str, Any], folder: Path, path: str) -> d
 
 
 def _file_digest(name: str, file: str, path: str) -> str:
+    """sha256 of a run file, read under the input rule (a FIFO or device is refused, not read)."""
     try:
-        return sha256_file(file)
+        return file_sha256(file)
+    except InputError as exc:
+        raise InputError(f"{path}: run_file {name!r}: cannot read {exc}") from None
     except OSError as exc:
         raise InputError(
             f"{path}: run_file {name!r}: cannot read {file} ({exc.strerror or exc})"

@@ -43,6 +43,8 @@ import polars as pl
 import pytrec_eval
 
 from erag_dagster.errors import InputError, where
+from erag_dagster.input_files import text_lines
+from erag_dagster.input_numbers import parse_grade
 from erag_dagster.metrics.names import MAX_RELEVANCE_LEVEL, MetricName, parse_metric_names
 from erag_dagster.metrics.report import ListMetricReport
 
@@ -62,45 +64,38 @@ def read_trec_qrels(path: str | Path) -> pl.DataFrame:
     Blank lines and lines starting with ``#`` are skipped (trec_eval accepts such comments);
     ``#`` inside a doc id is part of the id. Returns ``query_id: str, doc_id: str,
     relevance: i64``. A line without exactly four fields, a non-integer relevance, or a second
-    judgment of the same (query, doc) is an :class:`InputError` at ``path:line``.
+    judgment of the same (query, doc) is an :class:`InputError` at ``path:line``. The file is
+    read under the input rule (:mod:`erag_dagster.input_files`) and each relevance by
+    :func:`~erag_dagster.input_numbers.parse_grade` (``+1`` is 1; ``+-1``, ``1e20``, ``1_000``
+    and non-ASCII digits are refused, where trec_eval's ``atol`` would read a prefix).
     """
     path = Path(path)
     query_ids: list[str] = []
     doc_ids: list[str] = []
     relevances: list[int] = []
     first_seen: dict[tuple[str, str], int] = {}
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read qrels ({exc.strerror})") from None
-    with handle:
-        for line_no, line in enumerate(handle, 1):
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            fields = stripped.split()
-            if len(fields) != 4:
-                raise InputError(
-                    f"{where(path, line_no)}: expected 4 fields "
-                    f"'query_id iteration doc_id relevance', found {len(fields)}"
-                )
-            qid, _iteration, doc_id, rel_text = fields
-            try:
-                relevance = int(rel_text)
-            except ValueError:
-                raise InputError(
-                    f"{where(path, line_no)}: relevance {rel_text!r} is not an integer"
-                ) from None
-            key = (qid, doc_id)
-            if key in first_seen:
-                raise InputError(
-                    f"{where(path, line_no)}: query {qid} doc {doc_id} judged twice "
-                    f"(first at line {first_seen[key]})"
-                )
-            first_seen[key] = line_no
-            query_ids.append(qid)
-            doc_ids.append(doc_id)
-            relevances.append(relevance)
+    for line_no, line in text_lines(path):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        fields = stripped.split()
+        if len(fields) != 4:
+            raise InputError(
+                f"{where(path, line_no)}: expected 4 fields "
+                f"'query_id iteration doc_id relevance', found {len(fields)}"
+            )
+        qid, _iteration, doc_id, rel_text = fields
+        relevance = parse_grade(rel_text, where(path, line_no))
+        key = (qid, doc_id)
+        if key in first_seen:
+            raise InputError(
+                f"{where(path, line_no)}: query {qid} doc {doc_id} judged twice "
+                f"(first at line {first_seen[key]})"
+            )
+        first_seen[key] = line_no
+        query_ids.append(qid)
+        doc_ids.append(doc_id)
+        relevances.append(relevance)
     return pl.DataFrame(
         {"query_id": query_ids, "doc_id": doc_ids, "relevance": relevances},
         schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int64},

@@ -24,13 +24,14 @@ Policies:
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_file
+from erag_dagster.input_files import file_sha256, open_binary, text_lines
 from erag_dagster.retrieval.runs import rank_by_score, read_trec_run, top_k, validate_run
 
 
@@ -56,8 +57,10 @@ class RunFileRun:
 
 def read_parquet_run(path: Path) -> pl.DataFrame:
     """A parquet run's ``query_id, doc_id, score`` (ids cast to text), ranked by score."""
+    with open_binary(path) as handle:
+        data = handle.read()
     try:
-        frame = pl.read_parquet(path)
+        frame = pl.read_parquet(io.BytesIO(data))
     except Exception as exc:  # polars raises several types for a file that is not parquet
         raise InputError(f"{path}: unreadable parquet run ({str(exc).splitlines()[0]})") from None
     missing = [c for c in ("query_id", "doc_id", "score") if c not in frame.columns]
@@ -85,11 +88,11 @@ def _first_unknown(
     """``(where, what, id)`` of the first line/row naming an unknown query or document (lines
     of queries outside ``queries`` skipped when ``skip_other_queries``)."""
     if fmt == "trec":
-        with path.open(encoding="utf-8") as handle:
-            rows = ((f"{path}:{n}", line.split()) for n, line in enumerate(handle, start=1))
-            pairs = ((where, f[0], f[2]) for where, f in rows if f)
-            return _first_bad(pairs, queries, docs, skip_other_queries)
-    frame = pl.read_parquet(path, columns=["query_id", "doc_id"]).cast(pl.String)
+        rows = ((f"{path}:{n}", line.split()) for n, line in text_lines(path))
+        pairs = ((where, f[0], f[2]) for where, f in rows if f)
+        return _first_bad(pairs, queries, docs, skip_other_queries)
+    with open_binary(path) as handle:
+        frame = pl.read_parquet(handle, columns=["query_id", "doc_id"]).cast(pl.String)
     pairs = ((f"{path} (row {n})", q, d) for n, (q, d) in enumerate(frame.iter_rows(), start=1))
     return _first_bad(pairs, queries, docs, skip_other_queries)
 
@@ -117,7 +120,7 @@ def load_run_file(
     ``question_subset``: the dataset keeps a subset of its questions (module docstring)."""
     path = Path(path)
     try:
-        digest = sha256_file(path)
+        digest = file_sha256(path)
     except OSError as exc:
         raise InputError(f"{path}: cannot read the run file ({exc.strerror or exc})") from None
     if digest != sha256:

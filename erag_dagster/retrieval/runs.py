@@ -14,12 +14,13 @@ refuses to write them, naming the id.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import polars as pl
 
 from erag_dagster.errors import InputError
+from erag_dagster.input_files import text_lines
+from erag_dagster.input_numbers import parse_score
 from erag_dagster.paths import atomic_path
 
 _SPLITS = r"[\s\x1c-\x1f]"  # what str.split() splits on: Unicode White_Space + \x1c-\x1f
@@ -127,33 +128,29 @@ def read_trec_run(path: Path | str) -> pl.DataFrame:
 
     Ranks are recomputed from the scores exactly as trec_eval orders documents (score
     descending, ties by doc_id descending), so a file whose rank column disagrees with its
-    scores is read the way trec_eval would evaluate it. Errors name ``file:line``.
+    scores is read the way trec_eval would evaluate it. The file is read under the input rule
+    (:mod:`erag_dagster.input_files`: a regular file, bounded, a leading BOM stripped) and each
+    score by :func:`~erag_dagster.input_numbers.parse_score` (ASCII decimal only). Errors name
+    ``file:line``.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: run file not found")
     qids: list[str] = []
     dids: list[str] = []
     scores: list[float] = []
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise InputError(
-                    f"{path}:{lineno}: expected 6 fields 'qid Q0 docid rank score tag', "
-                    f"got {len(fields)}"
-                )
-            try:
-                score = float(fields[4])
-            except ValueError:
-                raise InputError(f"{path}:{lineno}: score {fields[4]!r} is not a number") from None
-            if not math.isfinite(score):
-                raise InputError(f"{path}:{lineno}: score {fields[4]!r} is not finite")
-            qids.append(fields[0])
-            dids.append(fields[2])
-            scores.append(score)
+    for lineno, line in text_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 6:
+            raise InputError(
+                f"{path}:{lineno}: expected 6 fields 'qid Q0 docid rank score tag', "
+                f"got {len(fields)}"
+            )
+        qids.append(fields[0])
+        dids.append(fields[2])
+        scores.append(parse_score(fields[4], f"{path}:{lineno}"))
     if not qids:
         raise InputError(f"{path}: the run file is empty")
     frame = pl.DataFrame({"query_id": qids, "doc_id": dids, "score": scores})

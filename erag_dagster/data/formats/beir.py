@@ -11,13 +11,14 @@ from erag_dagster.data.formats.records import (
     Column,
     check_references,
     coerce,
-    is_int,
     read_corpus,
     records_with_ids,
     unique_nonempty,
 )
 from erag_dagster.data.schema import MAX_RELEVANCE, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from erag_dagster.errors import InputError, concerning, where
+from erag_dagster.errors import InputError, where
+from erag_dagster.input_files import regular_file, text_lines
+from erag_dagster.input_numbers import parse_grade
 
 
 class BeirFiles(NamedTuple):
@@ -45,13 +46,15 @@ def beir_files(directory: Path, split: str = "test") -> BeirFiles:
     queries_file = directory / "queries.jsonl"
     qrels_file = directory / "qrels" / f"{split}.tsv"
     for needed in (corpus_file, queries_file):
-        if not needed.is_file():
+        if not needed.exists():
             raise InputError(f"{needed}: no such file (expected in a BEIR folder)")
-    if not qrels_file.is_file():
+        regular_file(needed)
+    if not qrels_file.exists():
         splits = sorted(p.stem for p in (directory / "qrels").glob("*.tsv"))
         raise InputError(
             f"{qrels_file}: no such file; splits available: {', '.join(splits) or 'none'}"
         )
+    regular_file(qrels_file)
     return BeirFiles(corpus_file, queries_file, qrels_file)
 
 
@@ -118,45 +121,48 @@ def _read_qrels_tsv(path: Path) -> tuple[pl.DataFrame, list[int]]:
     lines: list[int] = []
     seen: dict[tuple[str, str], int] = {}
     first = True
-    with concerning(path), open(path, encoding="utf-8", errors="strict") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            fields = line.rstrip("\r\n").split("\t")
-            fields = [f.strip() for f in fields]
-            if first:
-                first = False
-                if len(fields) == 3 and not is_int(fields[2]):
-                    continue  # header, e.g. "query-id corpus-id score"
-            at = where(path, number)
-            if len(fields) != 3:
-                raise InputError(
-                    f"{at}: expected 3 tab-separated fields (query-id, corpus-id, score), "
-                    f"found {len(fields)}"
-                )
-            qid, did, score = fields
-            if not qid or not did:
-                raise InputError(f"{at}: empty query-id or corpus-id")
-            if not is_int(score):
-                raise InputError(f"{at}: score {score!r} is not an integer")
-            if not 0 <= int(score) <= MAX_RELEVANCE:
-                raise InputError(
-                    f"{at}: score {score} is out of range; relevance grades are integers "
-                    f"from 0 to {MAX_RELEVANCE}"
-                )
-            if (qid, did) in seen:
-                raise InputError(
-                    f"{at}: second judgment for query {qid!r} and document {did!r} "
-                    f"(first at line {seen[(qid, did)]})"
-                )
-            seen[(qid, did)] = number
-            query_ids.append(qid)
-            doc_ids.append(did)
-            scores.append(int(score))
-            lines.append(number)
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\r\n").split("\t")
+        fields = [f.strip() for f in fields]
+        if first:
+            first = False
+            if len(fields) == 3 and _is_header(fields[2]):
+                continue  # header, e.g. "query-id corpus-id score"
+        at = where(path, number)
+        if len(fields) != 3:
+            raise InputError(
+                f"{at}: expected 3 tab-separated fields (query-id, corpus-id, score), "
+                f"found {len(fields)}"
+            )
+        qid, did, score_text = fields
+        if not qid or not did:
+            raise InputError(f"{at}: empty query-id or corpus-id")
+        score = parse_grade(score_text, at, "score")
+        if not 0 <= score <= MAX_RELEVANCE:
+            raise InputError(
+                f"{at}: score {score} is out of range; relevance grades are integers "
+                f"from 0 to {MAX_RELEVANCE}"
+            )
+        if (qid, did) in seen:
+            raise InputError(
+                f"{at}: second judgment for query {qid!r} and document {did!r} "
+                f"(first at line {seen[(qid, did)]})"
+            )
+        seen[(qid, did)] = number
+        query_ids.append(qid)
+        doc_ids.append(did)
+        scores.append(score)
+        lines.append(number)
     if not lines:
         raise InputError(f"{path}: no judgments")
     frame = pl.DataFrame(
         {"query_id": query_ids, "doc_id": doc_ids, "relevance": scores}, schema=QRELS_SCHEMA
     )
     return frame, lines
+
+
+def _is_header(field: str) -> bool:
+    """A first line is a header when its score field is a word (``score``), not a number."""
+    return field[:1].isascii() and field[:1].isalpha()

@@ -7,6 +7,7 @@ the offending line (``file:line``). Parquet problems name the 1-based row.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import Any
 import polars as pl
 
 from erag_dagster.errors import InputError, where
+from erag_dagster.input_files import open_binary, parse_json, read_bytes, text_lines
+from erag_dagster.input_numbers import is_grade
 
 
 def unique_nonempty(values: list[Any]) -> list[str]:
@@ -48,20 +51,12 @@ class Column:
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, parsed_value)`` for every non-blank line (1-based numbers)."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{where(path, number)}: not UTF-8 text ({exc.reason})") from exc
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where(path, number)}: malformed JSON line: {exc.msg}") from exc
-            yield number, value
+    """Yield ``(line_number, parsed_value)`` for every non-blank line (1-based numbers), read
+    under the input rule (:mod:`erag_dagster.input_files`: regular file, bounded, BOM stripped,
+    duplicate keys and over-deep nesting refused at ``file:line``)."""
+    for number, line in text_lines(path):
+        if line.strip():
+            yield number, parse_json(line, str(path), number)
 
 
 def iter_jsonl_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -94,12 +89,11 @@ def records_with_ids(
 def line_of_row(path: Path, row: int) -> int:
     """1-based line number of the ``row``-th (0-based) record: blank lines hold no record."""
     seen = -1
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if raw.strip():
-                seen += 1
-                if seen == row:
-                    return number
+    for number, line in text_lines(path):
+        if line.strip():
+            seen += 1
+            if seen == row:
+                return number
     return seen + 2  # past the end: only reachable if the file changed underneath us
 
 
@@ -131,14 +125,19 @@ def read_table(path: Path, fmt: str, columns: list[Column]) -> pl.DataFrame:
     rejected; an ``answers`` column read as text always goes through the line-by-line path,
     since it may mix strings and lists.
     """
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
     raw: pl.DataFrame | None = None
+    if fmt == "jsonl":
+        for _ in iter_jsonl(path):  # the input rule, line by line: bad lines named exactly
+            pass
+        data = read_bytes(path)
+    else:
+        with open_binary(path) as handle:
+            data = handle.read()
     try:
         if fmt == "jsonl":
-            raw = pl.read_ndjson(path, infer_schema_length=None)
+            raw = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
         else:
-            raw = pl.read_parquet(path)
+            raw = pl.read_parquet(io.BytesIO(data))
     except (Exception, pl.exceptions.PanicException) as exc:
         if fmt != "jsonl":
             raise InputError(f"{path}: cannot read {fmt}: {str(exc).splitlines()[0]}") from exc
@@ -307,7 +306,7 @@ def _integral(value: Any) -> bool:
         return True
     if isinstance(value, float):
         return value.is_integer()
-    return isinstance(value, str) and is_int(value.strip())
+    return isinstance(value, str) and is_grade(value)
 
 
 def _python_default(column: Column) -> Any:
@@ -386,7 +385,3 @@ def read_corpus(
 def check_nonempty_corpus(corpus: pl.DataFrame, path: Path) -> None:
     if corpus.height == 0:
         raise InputError(f"{path}: the corpus is empty (no documents)")
-
-
-def is_int(text: str) -> bool:
-    return text.lstrip("+-").isdigit()

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import zipfile
+import zlib
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import polars as pl
 
 from erag_dagster.data.formats.records import unique_nonempty
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from erag_dagster.errors import InputError, where
+from erag_dagster.errors import InputError
+from erag_dagster.input_files import bounded_read, decode, open_binary, parse_json
 
 SAMPLE_FILE = "squad-v1.1-dev-sample.json"
 """Name of the embedded sample inside the ``erag_dagster.data`` package's ``sample/`` folder."""
@@ -65,9 +66,7 @@ def load_squad(path: Path, spec: str | None = None) -> Dataset:
                 if qid in seen_questions:
                     raise InputError(f"{qt} appears twice")
                 seen_questions.add(qid)
-                raw_answers = _get(qa, "answers", list, qt, default=[])
-                texts = [a.get("text") if isinstance(a, dict) else None for a in raw_answers]
-                answers = unique_nonempty(texts)
+                answers = unique_nonempty(_answer_texts(qa, qt))
                 if not answers:
                     raise InputError(
                         f"{qt} has no gold answers (unanswerable SQuAD v2 questions are not "
@@ -108,37 +107,35 @@ def load_sample(spec: str = "sample") -> Dataset:
 
 
 def _read_squad_json(path: Path) -> tuple[str, Any]:
-    """Parse the JSON; returns a label for messages (``file`` or ``archive/member``) and data."""
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; squad: needs a .json, .json.gz or .zip file")
+    """Parse the JSON; returns a label for messages (``file`` or ``archive/member``) and data.
+
+    Read under the input rule (:mod:`erag_dagster.input_files`): a regular file within the
+    input limit, which also bounds the decompressed size of a ``.gz`` or ``.zip``.
+    """
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
-                members = [
-                    n for n in archive.namelist() if n.endswith(".json") and "__MACOSX" not in n
-                ]
-                if len(members) != 1:
-                    raise InputError(
-                        f"{path}: expected exactly one .json member in the zip, found "
-                        f"{len(members)} ({', '.join(members) or 'none'})"
-                    )
-                label = f"{path}/{members[0]}"
-                with archive.open(members[0]) as raw:
-                    return label, _parse_json(io.TextIOWrapper(raw, encoding="utf-8"), label)
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as handle:
-            return str(path), _parse_json(handle, str(path))
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        with open_binary(path) as handle:
+            if zipfile.is_zipfile(handle):
+                with zipfile.ZipFile(handle) as archive:
+                    members = [
+                        n for n in archive.namelist() if n.endswith(".json") and "__MACOSX" not in n
+                    ]
+                    if len(members) != 1:
+                        raise InputError(
+                            f"{path}: expected exactly one .json member in the zip, found "
+                            f"{len(members)} ({', '.join(members) or 'none'})"
+                        )
+                    label = f"{path}/{members[0]}"
+                    with archive.open(members[0]) as raw:
+                        return label, parse_json(decode(bounded_read(raw, label), label), label)
+            handle.seek(0)
+            if path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=handle) as raw:
+                    data = bounded_read(raw, str(path))
+            else:
+                data = bounded_read(handle, str(path))
+        return str(path), parse_json(decode(data, str(path)), str(path))
+    except (OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from exc
-
-
-def _parse_json(handle: IO[str], label: str) -> Any:
-    try:
-        return json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where(label, exc.lineno)}: malformed JSON: {exc.msg}") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{label}: not UTF-8 text ({exc.reason})") from exc
 
 
 def _get(obj: Any, key: str, kind: type | tuple[type, ...], at: str, default: Any = ...) -> Any:
@@ -153,3 +150,29 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], at: str, default: An
     if not isinstance(value, kind) or isinstance(value, bool):
         raise InputError(f"{at}: field {key!r} has type {type(value).__name__}")
     return value
+
+
+def _answer_texts(qa: Any, at: str) -> list[Any]:
+    """The ``text`` of every entry of a question's ``answers``; an entry that is not an object,
+    or whose ``text`` is not a string (e.g. the number ``42``), is an error naming it."""
+    texts: list[Any] = []
+    for index, answer in enumerate(_get(qa, "answers", list, at, default=[])):
+        if not isinstance(answer, dict):
+            raise InputError(
+                f"{at}: answer {index} is {type(answer).__name__}, not an object with a 'text'"
+            )
+        text = answer.get("text")
+        if not isinstance(text, str):
+            shown = json.dumps(text)[:40]
+            raise InputError(
+                f"{at}: answer {index} 'text' is {_json_type(text)} ({shown}), not a string; "
+                "write the answer in quotes"
+            )
+        texts.append(text)
+    return texts
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", list: "a list"}
+    names[dict] = "an object"
+    return "null" if value is None else names.get(type(value), type(value).__name__)
