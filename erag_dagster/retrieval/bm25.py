@@ -121,6 +121,37 @@ def build_bm25_index(
     return BM25Index(target, corpus.height)
 
 
+MAX_QUERY_TERMS = 1024
+"""Lucene's ``IndexSearcher.maxClauseCount``: a BM25 query is one clause per distinct analysed
+term, and a query with more fails inside Java (``TooManyClauses``; in a batch only as
+"queryCount = N is not equal to completedTaskCount = N-1")."""
+
+
+def check_query_terms(qids: list[str], texts: list[str]) -> None:
+    """Refuse (naming the query id and the limit) a query with more than
+    :data:`MAX_QUERY_TERMS` distinct terms after Lucene's analysis (the searcher's default
+    analyzer: English stopwords, Porter stemmer).
+
+    Only a query of more than :data:`MAX_QUERY_TERMS` characters can have that many terms (a
+    term is at least one character), so only such rare queries are analysed. Needs the JVM.
+    """
+    long = [
+        (qid, text) for qid, text in zip(qids, texts, strict=True) if len(text) > MAX_QUERY_TERMS
+    ]
+    if not long:
+        return
+    from pyserini.analysis import Analyzer, get_lucene_analyzer
+
+    analyzer = Analyzer(get_lucene_analyzer())
+    for qid, text in long:
+        terms = len(set(analyzer.analyze(text)))
+        if terms > MAX_QUERY_TERMS:
+            raise InputError(
+                f"query {qid!r}: {terms} distinct terms ({len(text)} characters), more than the "
+                f"{MAX_QUERY_TERMS} a Lucene BM25 query can hold; shorten the question"
+            )
+
+
 def bm25_search(
     index_path: Path,
     queries: pl.DataFrame,
@@ -132,18 +163,20 @@ def bm25_search(
     """Search every query; return a run ``(query_id, doc_id, rank, score)`` with ``k`` hits max.
 
     A query whose analysed text is empty (e.g. only stopwords) gets no rows; callers that need
-    every query present should check. Ranks follow trec_eval's order (see ``runs``).
+    every query present should check. Ranks follow trec_eval's order (see ``runs``). A query
+    with more distinct terms than Lucene accepts is refused first (:func:`check_query_terms`).
     """
     if k < 1:
         raise InputError(f"cut-off k must be >= 1, got {k}")
     ensure_jvm()
     from pyserini.search.lucene import LuceneSearcher
 
+    qids = queries.get_column("query_id").to_list()
+    texts = queries.get_column("question").to_list()
+    check_query_terms(qids, texts)
     searcher = LuceneSearcher(str(index_path))
     try:
         searcher.set_bm25(k1, b)
-        qids = queries.get_column("query_id").to_list()
-        texts = queries.get_column("question").to_list()
         hits = searcher.batch_search(texts, qids, k=k, threads=threads)
         out_q: list[str] = []
         out_d: list[str] = []
