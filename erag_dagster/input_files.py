@@ -46,6 +46,8 @@ MAX_INPUT_BYTES_ENV = "ERAG_MAX_INPUT_BYTES"
 DEFAULT_MAX_INPUT_BYTES = 8 * 2**30
 MAX_CONFIG_BYTES = 16 * 2**20
 """The largest YAML config (registry, reader config) read, in bytes."""
+UNBOUNDED = 2**63 - 1
+"""A limit for files that are streamed, never held in memory (model weights being hashed)."""
 BOM = b"\xef\xbb\xbf"
 
 _KINDS = (
@@ -126,7 +128,7 @@ def open_binary(path: Path | str, limit: int | None = None) -> IO[bytes]:
         raise
 
 
-def file_sha256(path: Path | str, limit: int | None = None) -> str:
+def regular_file_sha256(path: Path | str, limit: int | None = None) -> str:
     """sha256 hex of a regular file's bytes (rule above: a FIFO or device is refused, not read
     forever)."""
     with open_binary(path, limit) as handle:

@@ -13,7 +13,7 @@ from pathlib import Path
 from erag_dagster.data.loaders import dataset_source_files, parse_spec
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
-from erag_dagster.input_files import file_sha256
+from erag_dagster.input_files import regular_file_sha256
 from erag_dagster.paths import atomic_write_text, storage_root
 
 
@@ -32,7 +32,7 @@ def file_digest(path: Path) -> str:
         cache = {}
     if key in cache:
         return cache[key]
-    cache[key] = file_sha256(path)
+    cache[key] = regular_file_sha256(path)
     atomic_write_text(cache_path, json.dumps(cache))
     return cache[key]
 

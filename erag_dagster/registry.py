@@ -26,7 +26,7 @@ from typing import Any
 
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
-from erag_dagster.input_files import file_sha256, load_yaml
+from erag_dagster.input_files import load_yaml, regular_file_sha256
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.readers.spec import refuse_secrets
 from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
@@ -402,7 +402,7 @@ def _resolve_paths(name: str, cfg: dict[str, Any], folder: Path, path: str) -> d
 def _file_digest(name: str, file: str, path: str) -> str:
     """sha256 of a run file, read under the input rule (a FIFO or device is refused, not read)."""
     try:
-        return file_sha256(file)
+        return regular_file_sha256(file)
     except InputError as exc:
         raise InputError(f"{path}: run_file {name!r}: cannot read {exc}") from None
     except OSError as exc:

@@ -750,3 +750,359 @@ def test_sqlite_full_rolls_back_and_keeps_the_answers(tmp_path: Path, capsys) ->
     store.close()  # a new connection: no page limit
     assert main(["import-recovery", str(recovery), "--store", str(tmp_path / "s.sqlite")]) == 0
     assert "200 answers added" in capsys.readouterr().out
+
+
+# --- issues 23/24: reading inputs (regular files, bounds, BOM, duplicate keys, numbers)
+# Every reader goes through erag_dagster/input_files.py (regular files only, bounded, a leading
+# BOM stripped, duplicate keys and YAML anchors refused, nesting bounded) and reads numbers with
+# erag_dagster/input_numbers.py (ASCII only). docs/inputs.md holds the same table.
+
+_MINI_REGISTRY = "readers:\n  r:\n    model: m\n"
+_ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def _squad(questions: list[dict]) -> dict:
+    paragraph = {"context": "The answer is 42.", "qas": questions}
+    return {"version": "1.1", "data": [{"title": "T", "paragraphs": [paragraph]}]}
+
+
+def _tables_jsonl(folder: Path, relevance: str) -> Path:
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text(
+        '{"doc_id": "d1", "text": "alpha"}\n{"doc_id": "d2", "text": "gamma"}\n'
+    )
+    (folder / "queries.jsonl").write_text(
+        '{"query_id": "q1", "question": "alpha"}\n{"query_id": "q2", "question": "gamma"}\n'
+    )
+    (folder / "qrels.jsonl").write_text(
+        '{"query_id": "q1", "doc_id": "d1", "relevance": 1}\n'
+        f'{{"query_id": "q2", "doc_id": "d2", "relevance": {relevance}}}\n'
+    )
+    return folder
+
+
+@pytest.fixture()
+def reading(bad: Path) -> Path:
+    """The files of the reading-inputs table, beside :func:`bad`'s (same working directory)."""
+    for name, score in (
+        ("plusminus", "+-1"), ("super1", "¹"), ("arabic", "١"), ("under", "1_000"),
+        ("e20", "1e20"), ("plus", "+1"),
+    ):  # fmt: skip
+        _beir(bad / name, f"q1\td1\t1\nq2\td2\t{score}\n".encode())
+    _beir(bad / "super2head", "q1\td1\t²\nq2\td2\t1\n".encode())  # line 1: not a header
+    for name, relevance in (
+        ("jplusminus", '"+-1"'), ("jsuper", '"²"'), ("jarabic", '"١"'), ("je20", "1e20"),
+        ("jdupkey", '1, "relevance": 2'),
+    ):  # fmt: skip
+        _tables_jsonl(bad / name, relevance)
+    deep = "[" * 100_000 + "]" * 100_000
+    _beir(bad / "deepcorpus", b"q1\td1\t1\n")
+    (bad / "deepcorpus" / "corpus.jsonl").write_text(f'{{"_id": "d1", "text": {deep}}}\n')
+    (bad / "deep.json").write_text(f'{{"data": {deep}}}')
+    (bad / "deeplabels.json").write_text(f'{{"q1": {deep}}}')
+    (bad / "dupsquad.json").write_text(
+        json.dumps(_squad([{"id": "q1", "question": "What?", "answers": [{"text": "42"}]}]),
+                   indent=1).replace('"id": "q1",', '"id": "q1",\n "id": "q2",')
+    )  # fmt: skip
+    (bad / "intanswer.json").write_text(
+        json.dumps(_squad([{"id": "qint", "question": "What?", "answers": [{"text": 42}]}]))
+    )
+    (bad / "bomsquad.json").write_bytes(
+        b"\xef\xbb\xbf"
+        + json.dumps(_squad([{"id": "q1", "question": "What?", "answers": [{"text": "42"}]}]))
+        .encode()
+    )  # fmt: skip
+    (bad / "duplabels.json").write_text('{"q1": [1, 0],\n "q2": [0, 1],\n "q1": [0, 0]}\n')
+    (bad / "bomlabels.json").write_bytes(b'\xef\xbb\xbf{"q1": [1, 0]}\n')
+    (bad / "underscore.trec").write_text("q1 Q0 d1 1 1_000 t\n")
+    (bad / "arabic.trec").write_text("q1 Q0 d1 1 ١ t\n")
+    (bad / "hexscore.trec").write_text("q1 Q0 d1 1 0x1p3 t\n")
+    (bad / "joined.trec").write_bytes(b"q1 Q0 d1 1 1.0 t\n\xef\xbb\xbfq2 Q0 d2 1 1.0 t\n")
+    (bad / "dupk1.yaml").write_text(
+        f"retrievers:\n  bm25:\n    kind: bm25\n    k1: 0.9\n    k1: 1.2\n{_MINI_REGISTRY}"
+    )
+    (bad / "dupsection.yaml").write_text(
+        f"retrievers:\n  bm25:\n    kind: bm25\n{_MINI_REGISTRY}retrievers:\n  x:\n    kind: bm25\n"
+    )
+    (bad / "bomb.yaml").write_text(
+        f"retrievers:\n  bm25:\n    kind: bm25\n{_MINI_REGISTRY}evaluation:\n  lol:\n"
+        + "".join(f"    {line}\n" for line in _ALIAS_BOMB.splitlines())
+    )
+    (bad / "anchor.yaml").write_text(f"retrievers:\n  bm25: &b\n    kind: bm25\n{_MINI_REGISTRY}")
+    (bad / "bomregistry.yaml").write_bytes(
+        f"\ufeffretrievers:\n  bm25:\n    kind: bm25\n{_MINI_REGISTRY}".encode()
+    )
+    bomb = bad / "bomb.json.gz"
+    import gzip
+
+    with gzip.open(bomb, "wb") as packed:
+        packed.write(b" " * 100_000)
+    return bad
+
+
+SCORE = ["score", "--metrics", "P@1", "--labels"]
+SQUAD_EVAL = ["evaluate-run", "--run", "run.trec", "--metrics", "P@1", "--dataset"]
+EVAL_GOOD = ["evaluate-run", "--metrics", "P@1", "--dataset", "beir:good", "--run"]
+NOPE = ["retrieve", "--dataset", "beir:good", "--retriever", "nope", "--output", "o.trec",
+        "--registry"]  # fmt: skip
+
+# (case, argv, environment, exit status, substrings of the one line)
+READING_CASES = [
+    ("qrels score +-1", [*EVAL, "beir:plusminus"], {}, 2,
+     ["plusminus/qrels/test.tsv:2", "'+-1'", "not an integer"]),
+    ("qrels score superscript one", [*EVAL, "beir:super1"], {}, 2,
+     ["super1/qrels/test.tsv:2", "'¹'", "ASCII digits"]),
+    ("qrels superscript two on line 1 is no header", [*EVAL, "beir:super2head"], {}, 2,
+     ["super2head/qrels/test.tsv:1", "'²'"]),
+    ("qrels score Arabic-Indic digit", [*EVAL, "beir:arabic"], {}, 2,
+     ["arabic/qrels/test.tsv:2", "'١'", "not an integer"]),
+    ("qrels score 1_000", [*EVAL, "beir:under"], {}, 2, ["under/qrels/test.tsv:2", "'1_000'"]),
+    ("qrels score 1e20", [*EVAL, "beir:e20"], {}, 2, ["e20/qrels/test.tsv:2", "'1e20'"]),
+    ("jsonl relevance '+-1'", [*EVAL, "jsonl:jplusminus"], {}, 2,
+     ["jplusminus/qrels.jsonl:2", '"+-1"', "does not fit"]),
+    ("jsonl relevance '²'", [*EVAL, "jsonl:jsuper"], {}, 2, ["jsuper/qrels.jsonl:2", '"²"']),
+    ("jsonl relevance Arabic-Indic", [*EVAL, "jsonl:jarabic"], {}, 2,
+     ["jarabic/qrels.jsonl:2", '"١"']),
+    ("jsonl relevance 1e20", [*EVAL, "jsonl:je20"], {}, 2, ["je20/qrels.jsonl:2", "1e+20"]),
+    ("jsonl record with a key twice", [*EVAL, "jsonl:jdupkey"], {}, 2,
+     ["jdupkey/qrels.jsonl:2", "key 'relevance' appears twice"]),
+    ("run score 1_000", [*EVAL_GOOD, "underscore.trec"], {}, 2,
+     ["underscore.trec:1", "score '1_000' is not a number"]),
+    ("run score Arabic-Indic", [*EVAL_GOOD, "arabic.trec"], {}, 2,
+     ["arabic.trec:1", "score '١' is not a number"]),
+    ("run score hex float", [*EVAL_GOOD, "hexscore.trec"], {}, 2, ["hexscore.trec:1", "'0x1p3'"]),
+    ("BOM inside a run (files joined)", [*EVAL_GOOD, "joined.trec"], {}, 2,
+     ["joined.trec:2", "byte-order mark"]),
+    ("deeply nested SQuAD JSON", [*SQUAD_EVAL, "squad:deep.json"], {}, 2,
+     ["deep.json", "nested too deeply"]),
+    ("deeply nested labels JSON", [*SCORE, "deeplabels.json"], {}, 2,
+     ["deeplabels.json", "nested too deeply"]),
+    ("deeply nested corpus line", [*EVAL, "beir:deepcorpus"], {}, 2,
+     ["deepcorpus/corpus.jsonl:1", "nested too deeply"]),
+    ("SQuAD JSON with a key twice", [*SQUAD_EVAL, "squad:dupsquad.json"], {}, 2,
+     ["dupsquad.json:12", "key 'id' appears twice"]),
+    ("SQuAD answer that is a number", [*SQUAD_EVAL, "squad:intanswer.json"], {}, 2,
+     ["question 'qint'", "answer 0 'text' is a number (42), not a string"]),
+    ("labels JSON with a query twice", [*SCORE, "duplabels.json"], {}, 2,
+     ["duplabels.json:3", "key 'q1' appears twice"]),
+    ("registry key twice", [*NOPE, "dupk1.yaml"], {}, 2,
+     ["dupk1.yaml:5", "key 'k1' appears twice"]),
+    ("registry section twice", [*NOPE, "dupsection.yaml"], {}, 2,
+     ["dupsection.yaml:7", "key 'retrievers' appears twice"]),
+    ("registry alias bomb", [*NOPE, "bomb.yaml"], {}, 2,
+     ["bomb.yaml:9", "&a", "anchors and aliases are not accepted"]),
+    ("registry anchor", [*NOPE, "anchor.yaml"], {}, 2, ["anchor.yaml:2", "&b"]),
+    ("registry with a BOM is read", [*NOPE, "bomregistry.yaml"], {}, 2,
+     ["unknown retriever 'nope'", "known: bm25"]),
+    ("SQuAD spec that is a folder", [*SQUAD_EVAL, "squad:."], {}, 2,
+     ["is a folder, not a regular file"]),
+    ("file over the input limit", [*EVAL_GOOD, "run.trec"], {"ERAG_MAX_INPUT_BYTES": "10"}, 2,
+     ["over the input limit of 10 bytes", "ERAG_MAX_INPUT_BYTES"]),
+    ("input limit not a number", [*EVAL_GOOD, "run.trec"], {"ERAG_MAX_INPUT_BYTES": "1e9"}, 2,
+     ["ERAG_MAX_INPUT_BYTES='1e9'", "not a positive number"]),
+    ("gzip bomb", [*SQUAD_EVAL, "squad:bomb.json.gz"], {"ERAG_MAX_INPUT_BYTES": "5000"}, 2,
+     ["bomb.json.gz", "more than 5000 bytes once decompressed"]),
+]  # fmt: skip
+
+
+def _inputs(root: Path) -> list[Path]:
+    """The table's input files (not the storage folder, not the fixture's SQLite stores)."""
+    return [
+        p
+        for p in root.rglob("*")
+        if p.is_file() and "storage" not in p.parts and ".sqlite" not in p.name
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "code", "parts"),
+    [c[1:] for c in READING_CASES],
+    ids=[c[0] for c in READING_CASES],
+)
+def test_reading_bad_input_is_one_line(
+    reading, monkeypatch, capsys, argv, env, code, parts
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    before = {p: p.read_bytes() for p in _inputs(reading)}
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == code, err
+    assert out == ""
+    assert err.startswith("erag-dagster: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for part in parts:
+        assert part in err, (part, err)
+    assert before == {p: p.read_bytes() for p in before}  # no input file changed
+
+
+@pytest.mark.parametrize(
+    ("spec_or_labels", "good"),
+    [
+        (["evaluate-run", "--run", "run.trec", "--metrics", "P@1", "--dataset", "beir:plus"],
+         ["evaluate-run", "--run", "run.trec", "--metrics", "P@1", "--dataset", "beir:good"]),
+        ([*SCORE, "bomlabels.json", "--json"], None),
+        (["evaluate-run", "--run", "run.trec", "--metrics", "P@1", "--dataset",
+          "squad:bomsquad.json"], None),
+    ],
+    ids=["qrels score +1 reads as 1", "labels JSON with a BOM", "SQuAD JSON with a BOM"],
+)  # fmt: skip
+def test_reading_accepted_forms(reading, capsys, spec_or_labels, good) -> None:
+    """``+1`` is the grade 1 (as trec_eval's atol reads it); a leading BOM is stripped."""
+    if spec_or_labels[-1] == "squad:bomsquad.json":
+        (reading / "run.trec").write_text("q1 Q0 T_0 1 1.0 t\n")
+    assert main(spec_or_labels) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "1.0" in out
+    if good is not None:
+        assert main(good) == 0
+        assert capsys.readouterr().out == out
+
+
+def _bom_copy(source: Path, target: Path) -> Path:
+    target.write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+    return target
+
+
+def test_a_bom_changes_no_score(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A UTF-8 BOM opening a TREC run or a BEIR file is stripped: the scores equal those of the
+    file without it (it used to make the first query id '\\ufeffq...', matching nothing)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ERAG_STORAGE", str(tmp_path / "storage"))
+    sample = load_dataset("sample")
+    docs = sample.corpus.get_column("doc_id").to_list()
+    lines = []
+    for number, (qid, gold) in enumerate(sample.qrels.select("query_id", "doc_id").iter_rows()):
+        others = [d for d in docs[:6] if d != gold][:4]
+        ranked = [gold, *others] if number == 0 else [*others[:2], gold, *others[2:]]
+        lines += [f"{qid} Q0 {doc} {r} {10 - r} t" for r, doc in enumerate(ranked, start=1)]
+    plain = tmp_path / "plain.trec"
+    plain.write_text("\n".join(lines) + "\n")
+    evaluate = ["evaluate-run", "--metrics", "nDCG@5,P@1", "--json", "--dataset", "sample"]
+    assert main([*evaluate, "--run", str(plain)]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert expected["per_query"][lines[0].split()[0]]["P@1"] == 1.0  # the first query counts
+    assert main([*evaluate, "--run", str(_bom_copy(plain, tmp_path / "bom.trec"))]) == 0
+    assert json.loads(capsys.readouterr().out) == expected
+    folder = _beir(tmp_path / "plainbeir", b"q1\td1\t1\nq2\td2\t1\n")
+    boms = _beir(tmp_path / "bombeir", b"")
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        _bom_copy(folder / name, boms / name)
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 1.0 t\nq2 Q0 d1 1 2.0 t\nq2 Q0 d2 2 1.0 t\n")
+    for spec in ("beir:plainbeir", "beir:bombeir"):
+        assert main(["evaluate-run", "--run", str(run), "--metrics", "P@1", "--json",
+                     "--dataset", spec]) == 0  # fmt: skip
+    first, second = capsys.readouterr().out.split("\n}\n", 1)
+    assert json.loads(first + "}") == json.loads(second)
+
+
+def test_trec_qrels_grades_are_ascii_integers(tmp_path: Path) -> None:
+    """TREC qrels (read_trec_qrels): ``+1`` is 1 like trec_eval's atol; what atol would read as a
+    prefix (``+-1`` → 0, ``1e20`` → 1, ``1_000`` → 1, ``¹`` → 0) is refused at file:line."""
+    from erag_dagster.metrics.human import read_trec_qrels
+
+    path = tmp_path / "qrels.txt"
+    path.write_text("q1 0 d1 +1\nq1 0 d2 -1\nq1 0 d3 007\n", encoding="utf-8")
+    assert read_trec_qrels(path).get_column("relevance").to_list() == [1, -1, 7]
+    for grade in ("+-1", "1e20", "1_000", "¹", "١", "1.0", "9" * 30):
+        path.write_text(f"q1 0 d1 1\nq1 0 d2 {grade}\n", encoding="utf-8")
+        with pytest.raises(InputError, match=r"qrels\.txt:2: relevance") as caught:
+            read_trec_qrels(path)
+        assert repr(grade)[1:-1] in str(caught.value) or grade in str(caught.value)
+
+
+def _cli(argv: list[str], cwd: Path, env: dict[str, str] | None = None):
+    """The console script in a child process, 60 s at most: a regression that blocks on a
+    FIFO or reads /dev/zero forever fails (TimeoutExpired) instead of hanging the suite."""
+    environment = {**os.environ, "ERAG_STORAGE": str(cwd / "storage"), **(env or {})}
+    environment.pop("ERAG_DEBUG", None)
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), *argv], cwd=cwd, capture_output=True, text=True, timeout=60,
+        env=environment,
+    )  # fmt: skip
+
+
+SPECIAL_CASES = [
+    ("SQuAD spec /dev/zero", [*SQUAD_EVAL, "squad:/dev/zero"],
+     ["/dev/zero: is a character device, not a regular file"]),
+    ("SQuAD spec a FIFO", [*SQUAD_EVAL, "squad:fifo.json"],
+     ["fifo.json: is a FIFO (named pipe), not a regular file"]),
+    ("BEIR queries a FIFO", [*EVAL, "beir:fifobeir"], ["fifobeir/queries.jsonl: is a FIFO"]),
+    ("--run a FIFO", [*EVAL_GOOD, "fifo.trec"], ["fifo.trec: is a FIFO"]),
+    ("--labels /dev/zero", [*SCORE, "/dev/zero"], ["/dev/zero: is a character device"]),
+    ("run_file a FIFO (hashed at registry load)", [*THEIRS, "fiforun.yaml"],
+     ["fiforun.yaml: run_file 'theirs'", "fifo.trec: is a FIFO"]),
+    ("run_file /dev/zero", [*THEIRS, "zerorun.yaml"],
+     ["zerorun.yaml: run_file 'theirs'", "/dev/zero: is a character device"]),
+    ("--registry a FIFO", [*NOPE, "fifo.yaml"], ["fifo.yaml: is a FIFO"]),
+    ("reader config a FIFO", ["label", "--dataset", "beir:good", "--run", "run.trec",
+     "--reader", "fifo.yaml", "--output", "l.parquet"], ["fifo.yaml: is a FIFO"]),
+]  # fmt: skip
+
+
+@pytest.fixture()
+def special(bad: Path) -> Path:
+    for name in ("fifo.json", "fifo.trec", "fifo.yaml"):
+        os.mkfifo(bad / name)
+    _beir(bad / "fifobeir", b"q1\td1\t1\n")
+    (bad / "fifobeir" / "queries.jsonl").unlink()
+    os.mkfifo(bad / "fifobeir" / "queries.jsonl")
+    for name, path in (("fiforun", "fifo.trec"), ("zerorun", "/dev/zero")):
+        (bad / f"{name}.yaml").write_text(
+            f"retrievers:\n  theirs:\n    kind: run_file\n    path: {path}\n{_MINI_REGISTRY}"
+        )
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("argv", "parts"), [c[1:] for c in SPECIAL_CASES], ids=[c[0] for c in SPECIAL_CASES]
+)
+def test_special_files_are_refused_without_blocking(special, argv, parts) -> None:
+    done = _cli(argv, special)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("erag-dagster: error: ") and done.stderr.count("\n") == 1
+    for part in parts:
+        assert part in done.stderr, (part, done.stderr)
+
+
+def _java_or_skip() -> None:
+    from erag_dagster.errors import EnvironmentFault
+    from erag_dagster.java import find_java_home
+
+    try:
+        find_java_home()
+    except EnvironmentFault as exc:
+        pytest.skip(str(exc))
+
+
+def test_jvm_that_cannot_reserve_its_heap_is_one_line(bad) -> None:
+    """-Xmx900t is more than any machine's address space: the JVM cannot reserve it."""
+    _java_or_skip()
+    done = _cli(RETRIEVE, bad, {"JAVA_TOOL_OPTIONS": "-Xmx900t"})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("erag-dagster: error: ") and done.stderr.count("\n") == 1
+    assert "JAVA_TOOL_OPTIONS='-Xmx900t'" in done.stderr
+    assert "lower -Xms/-Xmx" in done.stderr
+    assert not list(bad.glob("hs_err*"))  # no JVM crash report left in the working directory
+
+
+def test_bm25_query_over_the_lucene_clause_limit_names_the_query(bad) -> None:
+    """A query with more distinct terms than Lucene's 1024 clauses is refused before Java
+    searches (which would fail with 'queryCount = N is not equal to completedTaskCount')."""
+    _java_or_skip()
+    words = " ".join(f"w{n}x" for n in range(3000))  # 3000 distinct terms, ~17 kB
+    (bad / "good" / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "alpha"}) + "\n"
+        + json.dumps({"_id": "q2", "text": words}) + "\n"
+    )  # fmt: skip
+    done = _cli(["retrieve", "--dataset", "beir:good", "--retriever", "bm25", "--output",
+                 "o.trec"], bad)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "query 'q2': 3000 distinct terms" in done.stderr
+    assert "1024" in done.stderr
+    assert not (bad / "o.trec").exists()

@@ -42,6 +42,7 @@ from typing import Any
 
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_file
+from erag_dagster.input_files import UNBOUNDED, regular_file_sha256
 from erag_dagster.paths import atomic_write_text, model_cache_dir
 from erag_dagster.readers.spec import ReaderSpec
 
@@ -86,7 +87,7 @@ def file_sha256(path: Path | str) -> str:
     disk = _disk_hash_cache()
     digest = disk.get(disk_key)
     if not isinstance(digest, str) or len(digest) != 64:
-        digest = sha256_file(resolved)
+        digest = regular_file_sha256(resolved, limit=UNBOUNDED)  # a FIFO is refused, not read
         disk = _disk_hash_cache()  # re-read: another process may have added entries
         disk[disk_key] = digest
         with contextlib.suppress(OSError):

@@ -31,7 +31,7 @@ from pathlib import Path
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.input_files import file_sha256, open_binary, text_lines
+from erag_dagster.input_files import open_binary, regular_file_sha256, text_lines
 from erag_dagster.retrieval.runs import rank_by_score, read_trec_run, top_k, validate_run
 
 
@@ -120,7 +120,7 @@ def load_run_file(
     ``question_subset``: the dataset keeps a subset of its questions (module docstring)."""
     path = Path(path)
     try:
-        digest = file_sha256(path)
+        digest = regular_file_sha256(path)
     except OSError as exc:
         raise InputError(f"{path}: cannot read the run file ({exc.strerror or exc})") from None
     if digest != sha256:

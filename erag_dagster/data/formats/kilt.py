@@ -17,6 +17,7 @@ from erag_dagster.data.formats.records import (
 )
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
 from erag_dagster.errors import InputError, where
+from erag_dagster.input_files import regular_file
 
 
 class KiltFiles(NamedTuple):
@@ -46,8 +47,9 @@ def kilt_files(path: Path, corpus: str | None = None, spec: str | None = None) -
 
 
 def _check_kilt_file(path: Path) -> None:
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: no such file (kilt: needs a KILT .jsonl file)")
+    regular_file(path)
 
 
 def load_kilt(path: Path, corpus_file: Path | None = None, spec: str | None = None) -> Dataset:
