@@ -1094,7 +1094,7 @@ def test_bm25_query_over_the_lucene_clause_limit_names_the_query(bad) -> None:
     """A query with more distinct terms than Lucene's 1024 clauses is refused before Java
     searches (which would fail with 'queryCount = N is not equal to completedTaskCount')."""
     _java_or_skip()
-    words = " ".join(f"w{n}x" for n in range(3000))  # 3000 distinct terms, ~17 kB
+    words = " ".join(f"w{n}x" for n in range(3000))  # 3000 distinct terms, 19889 characters
     (bad / "good" / "queries.jsonl").write_text(
         json.dumps({"_id": "q1", "text": "alpha"}) + "\n"
         + json.dumps({"_id": "q2", "text": words}) + "\n"
@@ -1103,6 +1103,6 @@ def test_bm25_query_over_the_lucene_clause_limit_names_the_query(bad) -> None:
                  "o.trec"], bad)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1
-    assert "query 'q2': 3000 distinct terms" in done.stderr
+    assert "query 'q2': 3000 distinct terms (19889 characters)" in done.stderr
     assert "1024" in done.stderr
     assert not (bad / "o.trec").exists()
