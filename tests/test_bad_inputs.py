@@ -1038,6 +1038,8 @@ SPECIAL_CASES = [
     ("run_file /dev/zero", [*THEIRS, "zerorun.yaml"],
      ["zerorun.yaml: run_file 'theirs'", "/dev/zero: is a character device"]),
     ("--registry a FIFO", [*NOPE, "fifo.yaml"], ["fifo.yaml: is a FIFO"]),
+    ("recovery file a FIFO", ["import-recovery", "--store", "new.sqlite", "fifo.json"],
+     ["fifo.json: is a FIFO"]),
     ("reader config a FIFO", ["label", "--dataset", "beir:good", "--run", "run.trec",
      "--reader", "fifo.yaml", "--output", "l.parquet"], ["fifo.yaml: is a FIFO"]),
 ]  # fmt: skip

@@ -34,6 +34,7 @@ import polars as pl
 
 from erag_dagster.credentials import mask_credentials, mask_in
 from erag_dagster.errors import InputError, StorageError
+from erag_dagster.input_files import text_lines
 from erag_dagster.labels.audit import audit_rows
 from erag_dagster.labels.keys import generation_key, utc_now
 from erag_dagster.labels.label_value import bad_label_rows, checked_label
@@ -355,13 +356,12 @@ def read_recovery(path: str | Path) -> pl.DataFrame:
     """The generations of a recovery file, every line checked (rules:
     :meth:`LabelStoreBase.import_recovery`); :class:`InputError` at the first bad line."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: recovery file not found")
     rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                rows.append(_recovery_row(line, f"{path}:{number}"))
+    for number, line in text_lines(path):  # the input rule: a regular file, bounded, BOM stripped
+        if line.strip():
+            rows.append(_recovery_row(line, f"{path}:{number}"))
     if not rows:
         raise InputError(f"{path}: the recovery file holds no answers")
     return pl.DataFrame(rows, schema=GENERATIONS_SCHEMA)
