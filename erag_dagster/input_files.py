@@ -135,6 +135,12 @@ def regular_file_sha256(path: Path | str, limit: int | None = None) -> str:
         return sha256_stream(handle)
 
 
+def starts_with_bom(path: Path | str) -> bool:
+    """Whether a regular file (rule above) opens with a UTF-8 byte-order mark."""
+    with open_binary(path) as handle:
+        return handle.read(len(BOM)) == BOM
+
+
 def read_bytes(path: Path | str, limit: int | None = None) -> bytes:
     """The whole file's bytes (rule above), a leading BOM removed."""
     with open_binary(path, limit) as handle:

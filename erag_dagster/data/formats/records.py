@@ -17,7 +17,13 @@ from typing import Any
 import polars as pl
 
 from erag_dagster.errors import InputError, where
-from erag_dagster.input_files import open_binary, parse_json, read_bytes, text_lines
+from erag_dagster.input_files import (
+    parse_json,
+    read_bytes,
+    regular_file,
+    starts_with_bom,
+    text_lines,
+)
 from erag_dagster.input_numbers import is_grade
 
 
@@ -126,18 +132,20 @@ def read_table(path: Path, fmt: str, columns: list[Column]) -> pl.DataFrame:
     since it may mix strings and lists.
     """
     raw: pl.DataFrame | None = None
+    # the input rule first (a regular file within the limit; for JSON lines every line checked,
+    # so a bad one is named exactly), then polars reads the checked file by its path (mapped,
+    # not copied) unless a BOM must be stripped first
+    source: Path | io.BytesIO = regular_file(path)
     if fmt == "jsonl":
-        for _ in iter_jsonl(path):  # the input rule, line by line: bad lines named exactly
+        for _ in iter_jsonl(path):
             pass
-        data = read_bytes(path)
-    else:
-        with open_binary(path) as handle:
-            data = handle.read()
+        if starts_with_bom(path):
+            source = io.BytesIO(read_bytes(path))
     try:
         if fmt == "jsonl":
-            raw = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
+            raw = pl.read_ndjson(source, infer_schema_length=None)
         else:
-            raw = pl.read_parquet(io.BytesIO(data))
+            raw = pl.read_parquet(source)
     except (Exception, pl.exceptions.PanicException) as exc:
         if fmt != "jsonl":
             raise InputError(f"{path}: cannot read {fmt}: {str(exc).splitlines()[0]}") from exc
