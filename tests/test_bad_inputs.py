@@ -1108,3 +1108,19 @@ def test_bm25_query_over_the_lucene_clause_limit_names_the_query(bad) -> None:
     assert "query 'q2': 3000 distinct terms (19889 characters)" in done.stderr
     assert "1024" in done.stderr
     assert not (bad / "o.trec").exists()
+
+
+def test_number_grammar_accepts_what_trec_eval_and_python_agree_on() -> None:
+    """input_numbers: the accepted forms and their values; each refusal names the place."""
+    from erag_dagster.input_numbers import parse_grade, parse_score
+
+    for text, value in (("1", 1), ("+1", 1), ("-1", -1), ("007", 7), (" 2 ", 2)):
+        assert parse_grade(text, "f:1") == value
+    for text, value in (("1", 1.0), ("-0.5", -0.5), (".5", 0.5), ("1e-3", 0.001), ("+2.", 2.0)):
+        assert parse_score(text, "f:1") == value
+    for text in ("+-1", "1.0", "1e20", "1_000", "¹", "١", "0x1", "", "1 2"):
+        with pytest.raises(InputError, match=r"^f:1: relevance"):
+            parse_grade(text, "f:1")
+    for text in ("1_000", "١", "0x1p3", "inf", "nan", "1e400", "--1", "1e"):
+        with pytest.raises(InputError, match=r"^f:1: score"):
+            parse_score(text, "f:1")

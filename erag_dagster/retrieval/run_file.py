@@ -24,14 +24,13 @@ Policies:
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.input_files import open_binary, regular_file_sha256, text_lines
+from erag_dagster.input_files import regular_file, regular_file_sha256, text_lines
 from erag_dagster.retrieval.runs import rank_by_score, read_trec_run, top_k, validate_run
 
 
@@ -57,10 +56,9 @@ class RunFileRun:
 
 def read_parquet_run(path: Path) -> pl.DataFrame:
     """A parquet run's ``query_id, doc_id, score`` (ids cast to text), ranked by score."""
-    with open_binary(path) as handle:
-        data = handle.read()
+    regular_file(path)  # the input rule; then polars maps the file
     try:
-        frame = pl.read_parquet(io.BytesIO(data))
+        frame = pl.read_parquet(path)
     except Exception as exc:  # polars raises several types for a file that is not parquet
         raise InputError(f"{path}: unreadable parquet run ({str(exc).splitlines()[0]})") from None
     missing = [c for c in ("query_id", "doc_id", "score") if c not in frame.columns]
@@ -91,8 +89,8 @@ def _first_unknown(
         rows = ((f"{path}:{n}", line.split()) for n, line in text_lines(path))
         pairs = ((where, f[0], f[2]) for where, f in rows if f)
         return _first_bad(pairs, queries, docs, skip_other_queries)
-    with open_binary(path) as handle:
-        frame = pl.read_parquet(handle, columns=["query_id", "doc_id"]).cast(pl.String)
+    columns = ["query_id", "doc_id"]
+    frame = pl.read_parquet(regular_file(path), columns=columns).cast(pl.String)
     pairs = ((f"{path} (row {n})", q, d) for n, (q, d) in enumerate(frame.iter_rows(), start=1))
     return _first_bad(pairs, queries, docs, skip_other_queries)
 
