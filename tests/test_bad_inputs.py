@@ -830,6 +830,7 @@ def reading(bad: Path) -> Path:
         f"retrievers:\n  bm25:\n    kind: bm25\n{_MINI_REGISTRY}evaluation:\n  lol:\n"
         + "".join(f"    {line}\n" for line in _ALIAS_BOMB.splitlines())
     )
+    (bad / "deep.yaml").write_text("retrievers: " + "[" * 5000 + "]" * 5000 + "\n")
     (bad / "anchor.yaml").write_text(f"retrievers:\n  bm25: &b\n    kind: bm25\n{_MINI_REGISTRY}")
     (bad / "bomregistry.yaml").write_bytes(
         f"\ufeffretrievers:\n  bm25:\n    kind: bm25\n{_MINI_REGISTRY}".encode()
@@ -894,6 +895,8 @@ READING_CASES = [
     ("registry alias bomb", [*NOPE, "bomb.yaml"], {}, 2,
      ["bomb.yaml:9", "&a", "anchors and aliases are not accepted"]),
     ("registry anchor", [*NOPE, "anchor.yaml"], {}, 2, ["anchor.yaml:2", "&b"]),
+    ("deeply nested registry YAML", [*NOPE, "deep.yaml"], {}, 2,
+     ["deep.yaml", "YAML nested too deeply"]),
     ("registry with a BOM is read", [*NOPE, "bomregistry.yaml"], {}, 2,
      ["unknown retriever 'nope'", "known: bm25"]),
     ("SQuAD spec that is a folder", [*SQUAD_EVAL, "squad:."], {}, 2,
