@@ -74,12 +74,14 @@ def _not_regular(path: Path | str, mode: int) -> InputError:
     return InputError(f"{path}: is {kind}, not a regular file; give a file")
 
 
-def _too_large(path: Path | str, size: int, limit: int) -> InputError:
-    if limit == MAX_CONFIG_BYTES:
-        hint = "a config file cannot be that large"
+def _size_limit(path: Path | str, size: int, limit: int | None) -> None:
+    """Refuse ``size`` over ``limit`` (None: :func:`max_input_bytes`, which the user can raise)."""
+    if limit is None:
+        limit, hint = max_input_bytes(), f"set {MAX_INPUT_BYTES_ENV} to read larger files"
     else:
-        hint = f"set {MAX_INPUT_BYTES_ENV} to read larger files"
-    return InputError(f"{path}: {size} bytes is over the input limit of {limit} bytes ({hint})")
+        hint = "the most this kind of file may hold"
+    if size > limit:
+        raise InputError(f"{path}: {size} bytes is over the input limit of {limit} bytes ({hint})")
 
 
 def regular_file(path: Path | str, limit: int | None = None) -> Path:
@@ -94,9 +96,7 @@ def regular_file(path: Path | str, limit: int | None = None) -> Path:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(info.st_mode):
         raise _not_regular(path, info.st_mode)
-    limit = max_input_bytes() if limit is None else limit
-    if info.st_size > limit:
-        raise _too_large(path, info.st_size, limit)
+    _size_limit(path, info.st_size, limit)
     return Path(path)
 
 
@@ -118,9 +118,7 @@ def open_binary(path: Path | str, limit: int | None = None) -> IO[bytes]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise _not_regular(path, info.st_mode)
-        limit = max_input_bytes() if limit is None else limit
-        if info.st_size > limit:
-            raise _too_large(path, info.st_size, limit)
+        _size_limit(path, info.st_size, limit)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

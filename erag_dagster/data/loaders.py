@@ -24,7 +24,8 @@ file and 1-based line (``path:line``), or the offending id where a line does not
 question id, a parquet row). A missing file, an unknown kind or option, malformed JSON, duplicate
 ids, a judgment naming an unknown document or query, a query without gold answers (SQuAD, KILT)
 and an empty corpus are all errors; nothing is silently dropped except what a kind's docstring
-says it drops.
+says it drops. Every file is opened under the one input rule of :mod:`erag_dagster.input_files`
+(regular files only, bounded, a leading BOM stripped, duplicate keys refused; docs/inputs.md).
 """
 
 from __future__ import annotations

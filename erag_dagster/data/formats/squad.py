@@ -31,9 +31,11 @@ def load_squad(path: Path, spec: str | None = None) -> Dataset:
       every non-empty gold answer text (exact-string duplicates removed, first-seen order).
     * qrels: ``(question id, its paragraph's doc_id, 1)``.
 
-    A question without any non-empty answer (e.g. a SQuAD v2 unanswerable one), a repeated
-    question id or article title, or a structure that is not SQuAD's is an :class:`InputError`
-    naming the file and the question id or article.
+    A question without any non-empty answer (e.g. a SQuAD v2 unanswerable one), an answer whose
+    ``text`` is not a string (``42``), a repeated question id or article title, or a structure
+    that is not SQuAD's is an :class:`InputError` naming the file and the question id or
+    article. The file is read under the input rule (:mod:`erag_dagster.input_files`: a regular
+    file, bounded also once decompressed, BOM stripped, duplicate keys refused at ``file:line``).
     """
     label, data = _read_squad_json(path)
     articles = data.get("data") if isinstance(data, dict) else None
