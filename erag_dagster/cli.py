@@ -108,7 +108,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.paths import check_output
     from erag_dagster.retrieval.runs import write_trec_run
-    from erag_dagster.retrieval.service import run_retriever
+    from erag_dagster.retrievers import run_retriever
 
     check_output(args.output)
     registry = _registry(args.registry)
@@ -364,13 +364,9 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.paths import check_output
-    from erag_dagster.retrieval.rerank import (
-        CrossEncoderScorer,
-        default_scorer,
-        lift_report,
-        rerank,
-    )
+    from erag_dagster.retrieval.rerank import CrossEncoderScorer, lift_report, rerank
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
+    from erag_dagster.retrievers import default_scorer
 
     metrics = _metrics_arg(args.metrics)
     check_output(args.output)

@@ -29,7 +29,6 @@ import polars as pl
 from erag_dagster.errors import InputError, StorageError
 from erag_dagster.labels.audit import audit_rows
 from erag_dagster.labels.keys import utc_now
-from erag_dagster.labels.label_value import bad_label_rows, checked_label
 from erag_dagster.labels.tables import (
     GENERATIONS,
     GENERATIONS_SCHEMA,
@@ -39,6 +38,7 @@ from erag_dagster.labels.tables import (
     SCORES,
     Table,
 )
+from erag_dagster.metrics.label_value import bad_label_rows, checked_label
 
 __all__ = ["BUSY_TIMEOUT_S", "COPY_ORDER", "LabelStoreBase", "StoreLocked", "complete_frame"]
 
