@@ -1,7 +1,8 @@
 # The README's two commands:
 #   make run    set up .venv if needed, materialise every asset on the embedded sample, print the report
-#   make test   set up .venv if needed, lint (ruff check + ruff format --check + the quoted
-#               figures = reproductions/*.yaml + a strict build of the docs site), run every test
+#   make test   set up .venv if needed, lint (ruff check + ruff format --check + import
+#               contracts + the quoted figures = reproductions/*.yaml + a strict build of the
+#               docs site), run every test (the 25 slowest listed at the end)
 # and for the edit loop / measurements:
 #   make test-quick  lint, then the tests not marked slow (pytest -m "not slow")
 #   make bench       the benchmarks; tables on stdout, JSON rows in $(BENCH_OUT)/<bench>.json
@@ -31,7 +32,7 @@ test: setup lint
 	@scripts/ensure-llama-server.sh
 	@mkdir -p $(TEST_RUN_HOME) && cp deploy/local/dagster.yaml $(TEST_RUN_HOME)/dagster.yaml
 	DAGSTER_HOME=$(TEST_RUN_HOME) .venv/bin/erag-dagster run > $(TEST_RUN_HOME)/run.out
-	ERAG_REPRO_STORAGE=$(TEST_RUN_HOME)/storage/erag .venv/bin/python -m pytest -q $(PYTEST_ARGS)
+	ERAG_REPRO_STORAGE=$(TEST_RUN_HOME)/storage/erag .venv/bin/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 test-quick: setup lint
 	@scripts/ensure-postgres.sh
@@ -45,6 +46,7 @@ LINT_PATHS := erag_dagster tests bench scripts
 lint: setup
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/ruff format --check $(LINT_PATHS)
+	.venv/bin/lint-imports
 	.venv/bin/python scripts/check_readme_figures.py
 	.venv/bin/mkdocs build --strict --quiet --site-dir site
 

@@ -79,8 +79,9 @@ def child(model: str, n: int) -> dict:
     """One profile: logit errors, answers per layout (guard on / off), guard counts, seconds."""
     import torch
 
+    from erag_dagster.readers.prefix_sharing import decoder_inputs
     from erag_dagster.readers.spec import ReaderSpec
-    from erag_dagster.readers.transformers_reader import TransformersReader, _decoder_inputs
+    from erag_dagster.readers.transformers_reader import TransformersReader
 
     pairs = sample_pairs(n)
 
@@ -144,7 +145,7 @@ def child(model: str, n: int) -> dict:
                     ids[i, width - len(row) :] = torch.tensor(row)
                     mask[i, width - len(row) :] = 1
                 accepts = {"position_ids": None}
-                kw = {"attention_mask": mask, **_decoder_inputs(loaded, ids, mask, None, accepts)}
+                kw = {"attention_mask": mask, **decoder_inputs(loaded, ids, mask, None, accepts)}
                 l32 = loaded.model(**kw).logits.double()
                 l64 = twin(**kw).logits
                 for i, (_prompt, a) in enumerate(chunk):

@@ -56,8 +56,9 @@ from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.likelihood import likelihood_labels
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.metrics.downstream import get_downstream_metric
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.prompts import reader_passage
-from erag_dagster.readers.transformers_reader import TransformersReader, reader_from_config
+from erag_dagster.readers.transformers_reader import TransformersReader
 from erag_dagster.reports.tables import format_table
 
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad-v1.1-dev"

@@ -54,9 +54,9 @@ from labels import SQUAD, load_squad
 from erag_dagster.labels.cached import CommitPolicy
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.labeller import label_run
-from erag_dagster.labels.ray_pool import import_ray
+from erag_dagster.labels.ray_session import import_ray
 from erag_dagster.labels.store import LabelStore
-from erag_dagster.readers.transformers_reader import reader_from_config
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.reports.tables import format_table
 
 #: vllm-project/vllm PR #7117: Meta-Llama-3-8B, 1x H100, benchmark_throughput.py, 256 in/256 out.

@@ -28,8 +28,8 @@ from benchjson import add_json_argument, text_stream, write_json
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.registry import load_registry
 from erag_dagster.reports.tables import format_table
-from erag_dagster.retrieval.rerank import default_scorer, lift_report, rerank
-from erag_dagster.retrieval.service import run_retriever
+from erag_dagster.retrieval.rerank import lift_report, rerank
+from erag_dagster.retrievers import default_scorer, run_retriever
 
 
 def main() -> None:

@@ -128,7 +128,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.output_guard import guard_output
     from erag_dagster.retrieval.runs import check_trec_ids, write_trec_run
-    from erag_dagster.retrieval.service import run_retriever
+    from erag_dagster.retrievers import run_retriever
 
     registry = _registry(args.registry)
     entry = registry.retriever(args.retriever)
@@ -192,7 +192,8 @@ def _reader_from_arg(value: str | None, registry):
 def cmd_label(args: argparse.Namespace) -> int:
     from erag_dagster.labels.labeller import label_run
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.output_guard import guard_output, store_files, writing_output
+    from erag_dagster.labels.store_url import store_files
+    from erag_dagster.output_guard import guard_output, writing_output
     from erag_dagster.retrieval.runs import read_trec_run, top_k
 
     registry = _registry(args.registry)
@@ -387,13 +388,9 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.output_guard import guard_output
-    from erag_dagster.retrieval.rerank import (
-        CrossEncoderScorer,
-        default_scorer,
-        lift_report,
-        rerank,
-    )
+    from erag_dagster.retrieval.rerank import CrossEncoderScorer, lift_report, rerank
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
+    from erag_dagster.retrievers import default_scorer
 
     metrics = _metrics_arg(args.metrics)
     registry = None if args.cross_encoder else _registry(args.registry)

@@ -40,26 +40,13 @@ from erag_dagster.errors import InputError, StorageError
 from erag_dagster.hashing import sha256_file
 from erag_dagster.paths import atomic_path, atomic_write_text, check_output, storage_root
 
-__all__ = ["LEDGER_NAME", "guard_output", "store_files", "writing_output"]
+__all__ = ["LEDGER_NAME", "Input", "guard_output", "writing_output"]
 
 LEDGER_NAME = "written-outputs.json"
 """The ledger of files written by commands, in the storage root (see the module docstring)."""
 
 Input = tuple[str, "Path | str | None"]
 """``(what, path)``: what the run reads, in words (``"the label store"``), and where."""
-
-
-def store_files(store: str | Path) -> list[Input]:
-    """An SQLite label store's file and the files SQLite keeps beside it (WAL, shared memory,
-    rollback journal), as inputs; a PostgreSQL store has none."""
-    from erag_dagster.labels.store_url import parse_store
-
-    kind, where = parse_store(store if isinstance(store, Path) else str(store))
-    if kind != "sqlite":
-        return []
-    path = Path(where)
-    siblings = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
-    return [("the label store", path), *(("the label store's journal", p) for p in siblings)]
 
 
 def _written_name(target: Path) -> Path:

@@ -376,10 +376,8 @@ def print_reports(
             continue
         print(f"\n== {title} ==")
         if key in across and frame.height:
-            from erag_dagster.reports.cross_dataset import (
-                format_cross_leaderboard,
-                format_table1_across,
-            )
+            from erag_dagster.reports.cross_leaderboard import format_cross_leaderboard
+            from erag_dagster.reports.cross_table1 import format_table1_across
 
             text = format_table1_across if key == "table1_across" else format_cross_leaderboard
             print(text(frame, markdown=False))

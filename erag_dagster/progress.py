@@ -13,10 +13,11 @@ until two steps have finished there is none (``ETA ?``: the first step, observin
 says nothing about the rest), and it is ``0:00`` once every step has finished.
 
 Notes: a library step can put a line on the terminal while the job runs by logging an INFO
-record to :data:`NOTES` (the labeller's estimate before it generates, issue #11: nobody starts a
-10-hour labelling run by accident). Within :func:`relaying_notes` each record is written as
-``<running step's label>: <message>`` on its own line, before the step's progress line; outside
-it (``erag-dagster label``, tests, the UI) :data:`NOTES` has no handler and drops them.
+record to :data:`~erag_dagster.callbacks.NOTES` (the labeller's estimate before it generates,
+issue #11: nobody starts a 10-hour labelling run by accident). Within :func:`relaying_notes`
+each record is written as ``<running step's label>: <message>`` on its own line, before the
+step's progress line; outside it (``erag-dagster label``, tests, the UI) ``NOTES`` has no
+handler and drops them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 from typing import TextIO
 
+from erag_dagster.callbacks import NOTES
+
 BAR_WIDTH = 20
-#: Lines for the terminal from inside a step (INFO records); see the module docstring.
-NOTES = logging.getLogger("erag_dagster.progress")
 
 
 def clock(seconds: float) -> str:

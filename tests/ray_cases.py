@@ -37,7 +37,7 @@ from erag_dagster.labels.cached import CommitPolicy
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
-from erag_dagster.readers.transformers_reader import reader_from_config
+from erag_dagster.readers.factory import reader_from_config
 
 # Ray 2.60 clusters use token authentication: every cluster here (the local one, the external
 # head) and this driver share the user's token (Ray's default file, created as Ray would if
@@ -189,11 +189,11 @@ def test_executor_spec_refuses_bad_values_in_one_line() -> None:
 def test_without_ray_the_error_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from erag_dagster.labels import ray_pool
+    from erag_dagster.labels import ray_session
 
     monkeypatch.setitem(sys.modules, "ray", None)  # what an absent package looks like to import
     with pytest.raises(EnvironmentFault) as info:
-        ray_pool.import_ray()
+        ray_session.import_ray()
     assert "\n" not in str(info.value) and "pip install" in str(info.value)
 
 
@@ -266,7 +266,7 @@ def test_end_to_end_and_baseline_labels_on_ray_equal_in_process(ray_cluster, sam
     tasks."""
     from erag_dagster.meta.system_outputs import baseline_label_set, end_to_end_at_depths
     from erag_dagster.registry import load_registry
-    from erag_dagster.retrieval.service import encoder_from_config
+    from erag_dagster.retrieval.encoder import encoder_from_config
 
     corpus, queries, run = sample
     first = run.get_column("query_id").unique(maintain_order=True).head(4)

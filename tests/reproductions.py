@@ -200,7 +200,7 @@ class Conditions:
         ``run_retriever`` (index under the current storage root), scored by ``evaluate_run``."""
         from erag_dagster.metrics.human import evaluate_run
         from erag_dagster.registry import load_registry
-        from erag_dagster.retrieval.service import run_retriever
+        from erag_dagster.retrievers import run_retriever
 
         cond = entry.condition
         ds = self.dataset(entry.dataset)
@@ -275,7 +275,7 @@ class Conditions:
         ``end_to_end.parquet`` in the folder ``data`` (written by
         ``scripts/measure_label_methods.py``) through ``label_methods_table``; the ``column``
         (``kendall_tau``, ``kendall_low``, ...) of the row ``method`` x ``list_metric``."""
-        from erag_dagster.meta.label_methods import label_methods_table
+        from erag_dagster.meta.correlation_report import label_methods_table
 
         cond = entry.condition
         folder = REPO_ROOT / cond["data"]

@@ -19,20 +19,19 @@ import yaml
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.errors import InputError
-from erag_dagster.meta.label_methods import label_methods_table
+from erag_dagster.meta.correlation_report import label_methods_table
 from erag_dagster.meta.per_query import erag_per_query, erag_summary
 from erag_dagster.registry import default_registry_path, load_registry
-from erag_dagster.reports.cross_dataset import (
+from erag_dagster.reports.cross_leaderboard import (
     MEAN_OVER_DATASETS,
     DatasetRuns,
     beir_leaderboard,
     erag_leaderboard,
     format_cross_leaderboard,
-    format_table1_across,
-    table1_across,
 )
+from erag_dagster.reports.cross_table1 import format_table1_across, table1_across
 from erag_dagster.reports.leaderboard import evaluate_runs, leaderboard, metric_scores
-from erag_dagster.retrieval.service import run_retriever
+from erag_dagster.retrievers import run_retriever
 from erag_dagster.stats.significance import (
     bootstrap_mean_ci,
     holm,

@@ -244,7 +244,7 @@ def test_run_prints_every_datasets_reports(world, capsys) -> None:
 @pytest.mark.slow
 def test_reports_across_datasets_hold_each_datasets_own_figures(world) -> None:
     """Every cell of the cross-dataset tables is the figure of that dataset's own report."""
-    from erag_dagster.reports.cross_dataset import MEAN_OVER_DATASETS
+    from erag_dagster.reports.cross_leaderboard import MEAN_OVER_DATASETS
 
     load = lambda key: load_asset_value(key, world["instance"], str(world["registry"]))  # noqa: E731
     beir = load("beir_leaderboard")

@@ -19,7 +19,7 @@ from erag_dagster.errors import InputError
 from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.ann import parse_index, recall_against_exact
 from erag_dagster.retrieval.encoder import TextEncoder, packaged_encoder_path
-from erag_dagster.retrieval.service import RetrievalTiming, run_retriever
+from erag_dagster.retrievers import RetrievalTiming, run_retriever
 from tests.pipeline_fixtures import scoped_env
 
 DENSE = {"kind": "dense", "encoder": "packaged:all-minilm-l6-v2", "dtype": "float32"}

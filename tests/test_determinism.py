@@ -27,9 +27,9 @@ from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.readers import exact_greedy
 from erag_dagster.readers import hardware as hw
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.fingerprint import fingerprint_of
 from erag_dagster.readers.prompts import reader_passage
-from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.registry import load_registry
 
 ANSWERS = Path(__file__).resolve().parents[1] / "reproductions" / "answers" / "reader_answers.yaml"
@@ -128,7 +128,7 @@ def test_guard_sends_near_ties_to_float64_and_keeps_the_answer(monkeypatch) -> N
     normal = reader.answer(items)
     assert reader.guard_counts["rows"] == len(items)
     monkeypatch.setattr(
-        "erag_dagster.readers.transformers_reader.MARGIN_FLOOR", float("inf"), raising=True
+        "erag_dagster.readers.transformers_generate.MARGIN_FLOOR", float("inf"), raising=True
     )
     again = default_reader()
     assert again.answer(items) == normal

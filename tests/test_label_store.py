@@ -36,7 +36,8 @@ from erag_dagster.labels.store import (
     score_key,
 )
 from erag_dagster.labels.tables import GENERATIONS
-from erag_dagster.readers.transformers_reader import TransformersReader, reader_from_config
+from erag_dagster.readers.factory import reader_from_config
+from erag_dagster.readers.transformers_reader import TransformersReader
 from tests.store_rows import _generations, _scores
 
 READER_CONFIG = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 4}
@@ -208,7 +209,7 @@ LABELLER = textwrap.dedent(
     from erag_dagster.labels.cached import CommitPolicy
     from erag_dagster.labels.labeller import label_run
     from erag_dagster.labels.store import open_store
-    from erag_dagster.readers.transformers_reader import reader_from_config
+    from erag_dagster.readers.factory import reader_from_config
 
     class Logged:
         # the real reader; each model batch's end time and size go to a log before the

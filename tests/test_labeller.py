@@ -19,7 +19,8 @@ from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.labels import labeller
 from erag_dagster.labels.labeller import LABEL_COLUMNS, label_run
 from erag_dagster.labels.store import LabelStore
-from erag_dagster.readers.transformers_reader import TransformersReader, reader_from_config
+from erag_dagster.readers.factory import reader_from_config
+from erag_dagster.readers.transformers_reader import TransformersReader
 
 CORPUS = pl.DataFrame(
     {

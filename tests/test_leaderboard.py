@@ -17,7 +17,7 @@ from erag_dagster.reports.leaderboard import (
     leaderboard,
     leaderboard_metrics,
 )
-from erag_dagster.retrieval.service import run_retriever
+from erag_dagster.retrievers import run_retriever
 
 HAND_METRICS = ["R@5", "P@5", "Success@1", "RR", "AP", "nDCG@5"]
 

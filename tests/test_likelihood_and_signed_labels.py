@@ -23,8 +23,8 @@ from erag_dagster.meta.end_to_end import evaluate_end_to_end
 from erag_dagster.meta.label_methods import extra_labels
 from erag_dagster.meta.per_query import correlation_inputs
 from erag_dagster.metrics.downstream import token_f1
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.passages import run_with_passages
-from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.registry import load_registry
 
 pytestmark = pytest.mark.slow  # loads the reader (~20 s) and runs it

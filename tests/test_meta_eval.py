@@ -16,10 +16,10 @@ from erag_dagster.meta.baselines import (
 )
 from erag_dagster.meta.efficiency import MODES, measure_efficiency, round_orders, summarise_rounds
 from erag_dagster.meta.end_to_end import context_lists, evaluate_end_to_end
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.prompts import reader_passage
-from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.registry import load_registry
-from erag_dagster.retrieval.service import run_retriever
+from erag_dagster.retrievers import run_retriever
 
 
 @pytest.fixture(scope="module")

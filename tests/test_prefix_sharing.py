@@ -17,10 +17,10 @@ import torch
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.readers.batching import pad_batch, until_eos
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.loading import eos_ids, generation_config
 from erag_dagster.readers.prefix_sharing import MIN_SHARED_TOKENS, shared_prefix
 from erag_dagster.readers.prompts import first_line_complete, postprocess_answer
-from erag_dagster.readers.transformers_reader import reader_from_config
 from erag_dagster.registry import load_registry
 
 FP32 = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 8}

@@ -14,7 +14,8 @@ import pytest
 
 from erag_dagster.errors import InputError
 from erag_dagster.readers import models
-from erag_dagster.readers.batching import length_batches
+from erag_dagster.readers.batching import CPU_PAD_SLACK, length_batches
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.fingerprint import reader_fingerprint
 from erag_dagster.readers.prompts import (
     build_context_prompt,
@@ -23,11 +24,7 @@ from erag_dagster.readers.prompts import (
     render_template,
 )
 from erag_dagster.readers.spec import PACKAGED_DEFAULT, ReaderSpec
-from erag_dagster.readers.transformers_reader import (
-    CPU_PAD_SLACK,
-    TransformersReader,
-    reader_from_config,
-)
+from erag_dagster.readers.transformers_reader import TransformersReader
 
 # (question, passage, gold answers): easy items the 135M model answers in fp32.
 EASY = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from erag_dagster.readers.transformers_reader import reader_from_config
+from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import ReaderResource
 

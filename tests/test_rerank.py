@@ -21,12 +21,12 @@ from erag_dagster.retrieval.rerank import (
     LIFT_SCHEMA,
     ReaderScorer,
     RerankResult,
-    default_scorer,
     lift_report,
     rerank,
     separate_ties,
 )
 from erag_dagster.retrieval.runs import rank_by_score
+from erag_dagster.retrievers import default_scorer
 
 CORPUS = pl.DataFrame(
     {

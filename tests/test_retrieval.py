@@ -16,7 +16,7 @@ from erag_dagster.retrieval.dense import build_dense_index, passage_texts
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.hybrid import reciprocal_rank_fusion
 from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
-from erag_dagster.retrieval.service import run_retriever
+from erag_dagster.retrievers import run_retriever
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from erag_dagster.callbacks import NOTES
 from erag_dagster.errors import InputError
 from erag_dagster.pipeline import StepFailed, _failure, _run_config
-from erag_dagster.progress import NOTES, Progress, relaying_notes
+from erag_dagster.progress import Progress, relaying_notes
 from tests.pipeline_fixtures import small_registry, write_instance_yaml
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")

@@ -20,7 +20,7 @@ from erag_dagster.meta.semantic import (
 )
 from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.encoder import TextEncoder
-from erag_dagster.retrieval.service import run_retriever
+from erag_dagster.retrievers import run_retriever
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,8 @@ from erag_dagster.labels.store import COPY_ORDER, open_store
 from erag_dagster.labels.store_url import parse_store, redact_url
 from erag_dagster.labels.tables import GENERATIONS
 from erag_dagster.pipeline import DEFAULT_STAGES, materialize_all
-from erag_dagster.readers.transformers_reader import TransformersReader, reader_from_config
+from erag_dagster.readers.factory import reader_from_config
+from erag_dagster.readers.transformers_reader import TransformersReader
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource
 from tests.pipeline_fixtures import scoped_env, small_registry

@@ -11,7 +11,8 @@ each reads the same asset of every dataset that has it, as inputs named ``<datas
 
 A report needs two datasets that have its input; with fewer it is not built (one dataset's
 report is that dataset's own). The tables and their statistics (CIs, Holm-adjusted paired
-tests) are :mod:`erag_dagster.reports.cross_dataset`'s.
+tests) are :mod:`erag_dagster.reports.cross_leaderboard`'s and
+:mod:`erag_dagster.reports.cross_table1`'s.
 """
 
 from collections.abc import Callable
@@ -22,18 +23,18 @@ import polars as pl
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, frame_version
 from erag_dagster.registry import Registry
-from erag_dagster.reports.cross_dataset import (
+from erag_dagster.reports.cross_leaderboard import (
     DatasetRuns,
     format_cross_leaderboard,
-    format_table1_across,
 )
-from erag_dagster.reports.cross_dataset import (
+from erag_dagster.reports.cross_leaderboard import (
     beir_leaderboard as beir_table,
 )
-from erag_dagster.reports.cross_dataset import (
+from erag_dagster.reports.cross_leaderboard import (
     erag_leaderboard as erag_table,
 )
-from erag_dagster.reports.cross_dataset import (
+from erag_dagster.reports.cross_table1 import format_table1_across
+from erag_dagster.reports.cross_table1 import (
     table1_across as table1_table,
 )
 from erag_dagster.resources import EvalSettings

@@ -32,8 +32,8 @@ from erag_dagster.meta.system_outputs import baseline_label_set, end_to_end_at_d
 from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.retrieval.encoder import encoder_from_config
 from erag_dagster.retrieval.runs import top_k
-from erag_dagster.retrieval.service import encoder_from_config
 
 
 def _end_to_end(

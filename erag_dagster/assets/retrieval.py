@@ -23,7 +23,7 @@ from erag_dagster.reports.leaderboard import format_leaderboard, leaderboard
 from erag_dagster.resources import EvalSettings
 from erag_dagster.retrieval.ann import approximate_index, parse_index
 from erag_dagster.retrieval.rerank import LIFT_SCHEMA, lift_report
-from erag_dagster.retrieval.service import (
+from erag_dagster.retrievers import (
     RetrievalTiming,
     bm25_index_for,
     dense_index_for,

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
+from erag_dagster.callbacks import NOTES, Log
 from erag_dagster.data.schema import require_answers, require_questions
 from erag_dagster.errors import InputError
 from erag_dagster.labels.cached import (
@@ -40,11 +40,10 @@ from erag_dagster.labels.cached import (
     generate_stored,
 )
 from erag_dagster.labels.executor import ExecutorSpec
-from erag_dagster.labels.label_value import checked_label
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls, spec_dict
 from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
 from erag_dagster.metrics.downstream import get_downstream_metric
-from erag_dagster.progress import NOTES
+from erag_dagster.metrics.label_value import checked_label
 from erag_dagster.readers.accounting import (
     estimate_line,
     estimate_summary,

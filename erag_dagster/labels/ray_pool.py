@@ -5,15 +5,17 @@ when the ``generation`` executor is ``ray`` (:mod:`erag_dagster.labels.executor`
 its commit policy (by count or time), its store and its ``None`` policy are the in-process ones;
 only where the reader runs changes.
 
-* **Replicas.** Each actor builds its reader from the driver reader's spec through the same
-  loading path as in-process (:func:`build_reader`), reserving ``num_cpus`` CPUs (also its torch
+* **Replicas** (:mod:`.ray_actor`). Each actor builds its reader from the driver reader's spec
+  through the same loading path as in-process
+  (:func:`~erag_dagster.labels.ray_actor.build_reader`), reserving ``num_cpus`` CPUs (also its torch
   threads) and ``num_gpus`` GPUs. Before it loads any weights every actor reports its reader
   fingerprint; one that differs from the driver's (e.g. ``dtype: auto`` resolving to bf16 on a
   GPU actor and float32 here, or a model path naming another file on the cluster's machines) is
   refused with one line, since its outputs would be stored under the wrong key.
-* **Methods.** A pool runs any of the reader's batch methods (:data:`METHODS`): eRAG answers,
-  end-to-end and closed-book answers (``answer_with_contexts``), P(yes) and teacher-forced
-  log-probabilities; :mod:`erag_dagster.labels.reader_calls` chooses it for every task.
+* **Methods.** A pool runs any of the reader's batch methods
+  (:data:`~erag_dagster.labels.ray_actor.METHODS`): eRAG answers, end-to-end and closed-book
+  answers (``answer_with_contexts``), P(yes) and teacher-forced log-probabilities;
+  :mod:`erag_dagster.labels.reader_calls` chooses it for every task.
 * **Sharding.** The pairs are cut into chunks of ``chunk`` pairs in the order the engine gives
   them (the chunks of an in-process run, so model batches are the same); an idle actor takes the
   next chunk. Answers stream back per model batch (a Ray streaming generator) and go straight to
@@ -28,7 +30,8 @@ only where the reader runs changes.
   or :class:`~erag_dagster.errors.EnvironmentFault`) is re-raised as itself; anything else
   stays a bug with Ray's traceback.
 
-Ray is imported only here, when a pool starts; without it the error is one line.
+Connecting to Ray (and importing it: only there, when a pool starts) is
+:mod:`.ray_session`'s job; this module schedules chunks on the actors and handles their loss.
 """
 
 from __future__ import annotations
@@ -36,9 +39,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import queue
-import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -48,104 +48,13 @@ from typing import Any
 from erag_dagster.callbacks import Log, OnBatch
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.labels.ray_actor import ReaderActor, actor_cause, load_error
+from erag_dagster.labels.ray_session import NAMESPACE, connect, import_ray, is_client
 
-__all__ = ["METHODS", "RayReaderPool", "build_reader", "import_ray"]
+__all__ = ["PoolStats", "RayReaderPool"]
 
 #: Seconds to wait for the actors to start and load their readers (GPUs may need scaling up).
 START_TIMEOUT_S = float(os.environ.get("ERAG_RAY_START_TIMEOUT", "900"))
-#: What a remote Ray worker must not do: reach a model hub (local clusters inherit these anyway).
-_WORKER_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
-NAMESPACE = "erag-dagster"
-#: Tries of a Ray Client (``ray://``) connection whose session the server failed to start.
-CLIENT_ATTEMPTS = 3
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or one :class:`EnvironmentFault` line saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise EnvironmentFault(
-            "generation executor 'ray' needs the ray package, which is not installed: "
-            "pip install 'ray==2.60.0' (or the project's [ray] extra)"
-        ) from None
-    return ray
-
-
-def build_reader(name: str, config: Mapping[str, Any]) -> Any:
-    """A reader from its registry spec, through the factory in-process readers use (any
-    backend: transformers, openai, vllm)."""
-    from erag_dagster.readers.factory import reader_from_config
-
-    return reader_from_config(name, dict(config))
-
-
-#: The reader methods a pool runs (each takes a list of items; ``on_batch`` where it streams).
-METHODS = ("answer", "answer_with_contexts", "yes_probability", "continuation_log_probs")
-
-
-class _ReaderActor:
-    """One reader replica (the class Ray wraps; its methods run in the actor process).
-
-    The reader is built (identity only) when the actor starts and loaded by :meth:`load`, so a
-    replica whose fingerprint differs from the driver's is refused before it loads any weights.
-    """
-
-    def __init__(self, name: str, config: dict[str, Any]) -> None:
-        self.reader = build_reader(name, config)
-
-    def fingerprint(self) -> tuple[str, int]:
-        return self.reader.fingerprint, os.getpid()
-
-    def load(self) -> None:
-        load = getattr(self.reader, "load", None)
-        if callable(load):
-            load()
-
-    def answer_whole(self, items: list[tuple[Any, ...]], method: str = "answer") -> list[Any]:
-        """:meth:`answer`'s batches as one list (for Ray Client, which cannot stream)."""
-        return list(self.answer(items, method))
-
-    def answer(self, items: list[tuple[Any, ...]], method: str = "answer") -> Any:
-        """Yields ``(positions in items, outputs)`` of ``reader.<method>(items)`` per model
-        batch (one yield if the method cannot stream), then ends; a reader error is raised to
-        the driver. ``method`` is one of :data:`METHODS`."""
-        from erag_dagster.labels.cached import accepts_on_batch
-
-        if method not in METHODS:
-            raise ValueError(f"reader method {method!r} is not one a pool runs: {METHODS}")
-        call = getattr(self.reader, method)
-        if not accepts_on_batch(call):
-            yield list(range(len(items))), list(call(items))
-            return
-        inbox: queue.SimpleQueue[tuple[str, Any, Any]] = queue.SimpleQueue()
-
-        def work() -> None:
-            try:
-                outputs = call(
-                    items, on_batch=lambda pos, outs: inbox.put(("batch", list(pos), list(outs)))
-                )
-                inbox.put(("done", outputs, None))
-            except BaseException as exc:  # handed to the driver below
-                inbox.put(("error", exc, None))
-
-        threading.Thread(target=work, daemon=True).start()
-        sent: set[int] = set()
-        while True:
-            kind, first, second = inbox.get()
-            if kind == "error":
-                raise first
-            if kind == "done":
-                rest = [p for p in range(len(items)) if p not in sent]
-                if rest:
-                    yield rest, [first[p] for p in rest]
-                return
-            sent.update(first)
-            yield first, second
 
 
 @dataclass
@@ -209,8 +118,8 @@ class RayReaderPool:
         if self.actors:
             return
         ray = self._ray = import_ray()
-        self._connect(ray)
-        self._client = _is_client(ray)
+        self._started_cluster = connect(ray, self.spec, self.log)
+        self._client = is_client(ray)
         try:
             self._start_actors(ray)
         except BaseException:
@@ -220,50 +129,13 @@ class RayReaderPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _connect(self, ray: Any) -> None:
-        if ray.is_initialized():
-            return
-        env = {k: os.environ.get(k, v) for k, v in _WORKER_ENV.items()}
-        kwargs: dict[str, Any] = {
-            "include_dashboard": False,
-            "log_to_driver": False,
-            "runtime_env": {"env_vars": env},
-            "namespace": NAMESPACE,
-        }
-        address = kwargs["address"] = self.spec.address  # Ray's "local": always a new cluster
-        if address == "local":
-            cpus = max(os.cpu_count() or 1, math.ceil(self.spec.actors * self.spec.num_cpus))
-            kwargs.update(num_cpus=cpus, object_store_memory=256 * 1024**2)
-        else:
-            kwargs.pop("include_dashboard")
-        # Ray Client's proxy starts one server per session; on a loaded head that start can
-        # fail (ConnectionAbortedError "Initialization failure from server"): tried 3 times.
-        attempts = CLIENT_ATTEMPTS if address.startswith("ray://") else 1
-        for attempt in range(1, attempts + 1):
-            try:
-                ray.init(**kwargs)
-                break
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                lines = [line for line in str(exc).splitlines() if line.strip()]
-                lines = lines or [type(exc).__name__]
-                reason = lines[0].strip() + (f" ... {lines[-1].strip()}" if len(lines) > 1 else "")
-                with contextlib.suppress(Exception):
-                    ray.shutdown()
-                if attempt < attempts and isinstance(exc, ConnectionAbortedError):
-                    self.log(f"Ray: {address} refused the session ({reason}); trying again")
-                    time.sleep(2.0 * attempt)
-                    continue
-                raise EnvironmentFault(f"cannot connect to Ray at {address!r}: {reason}") from None
-        self._started_cluster = True
-        self.log(f"Ray: connected ({address}; started here: {address == 'local'})")
-
     def _start_actors(self, ray: Any) -> None:
         remote = ray.remote(
             num_cpus=self.spec.num_cpus,
             num_gpus=self.spec.num_gpus,
             max_restarts=0,
             max_task_retries=0,
-        )(_ReaderActor)
+        )(ReaderActor)
         tag = uuid.uuid4().hex[:8]
         for i in range(self.spec.actors):
             actor_name = f"erag-reader-{tag}-{i}"
@@ -285,7 +157,7 @@ class RayReaderPool:
             try:
                 fingerprint, pid = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                raise _load_error(exc, refs[ref], self.name) from None
+                raise load_error(exc, refs[ref], self.name) from None
             if fingerprint != self.fingerprint:
                 raise EnvironmentFault(
                     f"Ray actor {refs[ref]} resolves reader {self.name!r} to fingerprint "
@@ -312,7 +184,7 @@ class RayReaderPool:
             try:
                 ray.get(ref)
             except ray.exceptions.RayError as exc:
-                raise _load_error(exc, refs[ref], self.name) from None
+                raise load_error(exc, refs[ref], self.name) from None
 
     def close(self) -> None:
         """Kill this pool's actors; shut Ray down if this pool started it. Idempotent."""
@@ -339,7 +211,8 @@ class RayReaderPool:
         method: str = "answer",
     ) -> list[Any]:
         """One output of ``reader.<method>`` per item, in input order, computed on the actors
-        (``answer``: items are ``(question, passage)``; any of :data:`METHODS`).
+        (``answer``: items are ``(question, passage)``; any of
+        :data:`~erag_dagster.labels.ray_actor.METHODS`).
 
         ``on_batch(positions in items, outputs)`` receives every output exactly once, as it
         streams back; ``progress(done, total)`` runs after each finished chunk.
@@ -392,7 +265,7 @@ class RayReaderPool:
                 self._lost(task, todo, exc)
                 continue
             except ray.exceptions.RayTaskError as exc:
-                cause = _cause(exc)
+                cause = actor_cause(exc)
                 if isinstance(cause, InputError | EnvironmentFault):
                     raise cause from None
                 raise
@@ -432,26 +305,3 @@ class RayReaderPool:
         )
         if rest:
             todo.appendleft((rest, task.attempt + 1))
-
-
-def _load_error(exc: BaseException, actor: str, reader: str) -> Exception:
-    """What a failed actor start or load raises: the reader's own one-line error, else one
-    :class:`EnvironmentFault` line."""
-    cause = _cause(exc)
-    if isinstance(cause, InputError | EnvironmentFault):
-        return cause
-    first = (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
-    return EnvironmentFault(f"Ray reader actor {actor} could not load reader {reader!r}: {first}")
-
-
-def _is_client(ray: Any) -> bool:
-    """Whether this process talks to Ray through Ray Client (``ray://``)."""
-    try:
-        return bool(ray.util.client.ray.is_connected())
-    except AttributeError:  # pragma: no cover - Ray without the client module
-        return False
-
-
-def _cause(exc: BaseException) -> BaseException:
-    """The exception a Ray task raised inside the actor (Ray wraps it), else ``exc``."""
-    return getattr(exc, "cause", None) or exc

@@ -37,7 +37,6 @@ from erag_dagster.errors import InputError, StorageError
 from erag_dagster.input_files import text_lines
 from erag_dagster.labels.audit import audit_rows
 from erag_dagster.labels.keys import generation_key, utc_now
-from erag_dagster.labels.label_value import bad_label_rows, checked_label
 from erag_dagster.labels.tables import (
     GENERATIONS,
     GENERATIONS_SCHEMA,
@@ -47,6 +46,7 @@ from erag_dagster.labels.tables import (
     SCORES,
     Table,
 )
+from erag_dagster.metrics.label_value import bad_label_rows, checked_label
 
 __all__ = [
     "BUSY_TIMEOUT_S",

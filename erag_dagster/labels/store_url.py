@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 from erag_dagster.credentials import mask_credentials
 from erag_dagster.errors import InputError
 
-__all__ = ["STORE_ENV", "StoreTarget", "parse_store", "redact_url"]
+__all__ = ["STORE_ENV", "StoreTarget", "parse_store", "redact_url", "store_files"]
 
 STORE_ENV = "ERAG_LABEL_STORE"
 """Environment variable naming the label store when no ``--store``/resource value is given."""
@@ -99,3 +99,15 @@ def redact_url(url: str) -> str:
 def default_store(storage_root: Path) -> str:
     """``$ERAG_LABEL_STORE``, else ``<storage root>/labels.sqlite``."""
     return os.environ.get(STORE_ENV) or str(storage_root / "labels.sqlite")
+
+
+def store_files(store: str | Path) -> list[tuple[str, Path]]:
+    """An SQLite label store's file and the files SQLite keeps beside it (WAL, shared memory,
+    rollback journal), as ``(what, path)`` inputs of
+    :func:`erag_dagster.output_guard.guard_output`; a PostgreSQL store has none."""
+    kind, where = parse_store(store if isinstance(store, Path) else str(store))
+    if kind != "sqlite":
+        return []
+    path = Path(where)
+    siblings = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
+    return [("the label store", path), *(("the label store's journal", p) for p in siblings)]

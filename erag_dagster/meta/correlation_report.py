@@ -62,3 +62,30 @@ def correlation_report(
         with atomic_path(folder / f"{name}.parquet") as tmp:
             frame.write_parquet(tmp)
     return CorrelationReport(table, by_k, plot)
+
+
+#: The list metrics of :func:`label_methods_table` at depth ``k``.
+TABLE_METRICS = ("P@{k}", "Success@{k}", "RR", "AP", "nDCG(ideal=list)@{k}",
+                 "nDCG(ideal=max)@{k}", "UDCG@{k}")  # fmt: skip
+
+
+def label_methods_table(
+    labels: pl.DataFrame,
+    end_to_end: pl.DataFrame,
+    k: int,
+    dataset: str,
+    n_resamples: int = 1000,
+) -> pl.DataFrame:
+    """Table 1 (:func:`~erag_dagster.meta.correlation.correlation_table`, seed 0) of every
+    ``method`` of ``labels`` (the label methods of :mod:`erag_dagster.meta.label_methods`;
+    ``method, query_id, doc_id, rank, label``; the ``eRAG`` rows are the eRAG labels) against
+    ``end_to_end`` (``query_id, k, score``) at depth ``k``, for :data:`TABLE_METRICS`, through
+    :func:`~erag_dagster.meta.per_query.correlation_inputs` (one system, ``bm25 / reader``)."""
+    system = ("reader", "bm25")
+    erag = labels.filter(pl.col("method") == "eRAG").drop("method")
+    others = labels.filter(pl.col("method") != "eRAG")
+    per_query, e2e = correlation_inputs(
+        {system: erag}, {system: others}, {system: end_to_end},
+        [m.format(k=k) for m in TABLE_METRICS], dataset, k,
+    )  # fmt: skip
+    return correlation_table(per_query, e2e, n_resamples=n_resamples)

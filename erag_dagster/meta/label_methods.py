@@ -15,6 +15,9 @@ Costs per system (reader × retriever) beyond eRAG: ``likelihood`` one forward p
 (pair, distinct gold) — or per (pair, label) for label outputs — and no decoding; ``signed``
 one closed-book generation per query (shared by every retriever of the reader: it is stored
 per query), its eRAG term comes from the store. Both are kept in the label store.
+
+Their Table 1 (:func:`~erag_dagster.meta.correlation_report.label_methods_table`) is built with
+the other correlation tables; this module only names the methods and computes their labels.
 """
 
 from __future__ import annotations
@@ -84,33 +87,3 @@ def extra_labels(
             )
         out[LABEL_METHODS[name]] = frame.select("query_id", "doc_id", "rank", "label")
     return out
-
-
-#: The list metrics of :func:`label_methods_table` at depth ``k``.
-TABLE_METRICS = ("P@{k}", "Success@{k}", "RR", "AP", "nDCG(ideal=list)@{k}",
-                 "nDCG(ideal=max)@{k}", "UDCG@{k}")  # fmt: skip
-
-
-def label_methods_table(
-    labels: pl.DataFrame,
-    end_to_end: pl.DataFrame,
-    k: int,
-    dataset: str,
-    n_resamples: int = 1000,
-) -> pl.DataFrame:
-    """Table 1 (:func:`~erag_dagster.meta.correlation.correlation_table`, seed 0) of every
-    ``method`` of ``labels`` (``method, query_id, doc_id, rank, label``; the ``eRAG`` rows are
-    the eRAG labels) against ``end_to_end`` (``query_id, k, score``) at depth ``k``, for
-    :data:`TABLE_METRICS`, through :func:`~erag_dagster.meta.per_query.correlation_inputs` (one
-    system, ``bm25 / reader``)."""
-    from erag_dagster.meta.correlation import correlation_table
-    from erag_dagster.meta.per_query import correlation_inputs
-
-    system = ("reader", "bm25")
-    erag = labels.filter(pl.col("method") == "eRAG").drop("method")
-    others = labels.filter(pl.col("method") != "eRAG")
-    per_query, e2e = correlation_inputs(
-        {system: erag}, {system: others}, {system: end_to_end},
-        [m.format(k=k) for m in TABLE_METRICS], dataset, k,
-    )  # fmt: skip
-    return correlation_table(per_query, e2e, n_resamples=n_resamples)

@@ -78,8 +78,8 @@ import polars as pl
 import pytrec_eval
 
 from erag_dagster.errors import InputError
-from erag_dagster.labels.label_value import checked_label
 from erag_dagster.metrics.erag_compat import erag_eval_labels
+from erag_dagster.metrics.label_value import checked_label
 from erag_dagster.metrics.names import (
     LIST_FAMILIES,
     NDCG_IDEALS,
@@ -247,7 +247,7 @@ def _pytrec_binary(
 
 def check_label(query_id: str, rank: int, label: object, signed: bool = False) -> float:
     """``label`` as a float in ``[0, 1]`` (``[-1, 1]`` when ``signed``), or :class:`InputError`
-    naming the query and rank (the rule: :func:`erag_dagster.labels.label_value.checked_label`)."""
+    naming the query and rank (the rule: :func:`erag_dagster.metrics.label_value.checked_label`)."""
     return checked_label(label, f"query {query_id!r} rank {rank}", low=-1.0 if signed else 0.0)
 
 

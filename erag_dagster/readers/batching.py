@@ -15,7 +15,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["BatchTiming", "length_batches", "pad_batch", "until_eos", "word_ids"]
+__all__ = ["CPU_PAD_SLACK", "BatchTiming", "length_batches", "pad_batch", "until_eos", "word_ids"]
+
+#: On CPU, a batch's padded positions stay within (1 + this) x its real prompt tokens (the
+#: ``slack`` of :func:`length_batches` the transformers reader passes on CPU).
+CPU_PAD_SLACK = 0.25
 
 
 @dataclass(frozen=True)

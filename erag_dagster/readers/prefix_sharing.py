@@ -27,12 +27,19 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["MIN_SHARED_TOKENS", "cache_for_batch", "cache_kwarg", "prefill", "shared_prefix"]
+__all__ = [
+    "MIN_SHARED_TOKENS",
+    "cache_for_batch",
+    "cache_kwarg",
+    "decoder_inputs",
+    "prefill",
+    "shared_prefix",
+]
 
 #: Below this many shared tokens the extra forward pass is not worth it.
 MIN_SHARED_TOKENS = 8
@@ -79,3 +86,27 @@ def cache_for_batch(cache: Any, rows: int) -> Any:
     if rows > 1:
         grown.batch_repeat_interleave(rows)
     return grown
+
+
+def decoder_inputs(
+    loaded: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    cache: Any,
+    accepts: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A decoder-only forward's ``input_ids`` and ``position_ids`` (from the mask, so padding
+    does not shift positions), after a cached prefix (``cache``: only the uncached columns are
+    fed, the mask stays whole) or without one. ``loaded``: the
+    :class:`~erag_dagster.readers.loading.LoadedModel`; ``accepts``: its forward's parameters
+    (``position_ids`` is passed only where accepted)."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    if cache is None:
+        out: dict[str, Any] = {"input_ids": ids}
+    else:
+        cached = cache.get_seq_length()
+        out = {"input_ids": ids[:, cached:], cache_kwarg(loaded.model): cache}
+        positions = positions[:, cached:]
+    if "position_ids" in accepts:
+        out["position_ids"] = positions
+    return out

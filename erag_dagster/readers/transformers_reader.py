@@ -1,7 +1,10 @@
 """TransformersReader: the RAG reader as a plain object (a Dagster resource wraps it).
 
-(About 460 lines: one class whose methods share the loaded model; what stands alone lives in
-:mod:`.batching`, :mod:`.loading`, :mod:`.prompts` and :mod:`.fingerprint`.)
+This module holds the reader's identity, model loading, prompt fitting, the one batch loop and
+its accounting; generation lives in :mod:`.transformers_generate` (:class:`GenerationMixin`),
+the prefill-only scores in :mod:`.transformers_scoring` (:class:`ScoringMixin`), the
+process-wide model cache in :mod:`.model_cache`; what stands alone in :mod:`.batching`,
+:mod:`.loading`, :mod:`.prompts` and :mod:`.fingerprint`.
 
 * :meth:`TransformersReader.answer` — eRAG's per-document call: one answer per
   ``(question, passage)`` pair, greedy, post-processed (:mod:`erag_dagster.readers.prompts`).
@@ -15,8 +18,9 @@ The model loads lazily on first use and once per process: loaded models are cach
 (fingerprint, device), so readers that differ only in batch size or threads share one copy.
 Prompts are tokenised once, sorted by length and batched (left padding for decoder-only models)
 so padding stays small; on CPU a batch is closed early rather than pad more than
-:data:`CPU_PAD_SLACK`. Results come back in input order. Causal LMs and encoder-decoder models
-(T5, BART: ``config.is_encoder_decoder``) are supported; remote code is never trusted.
+:data:`~.batching.CPU_PAD_SLACK`. Results come back in input order. Causal LMs and
+encoder-decoder models (T5, BART: ``config.is_encoder_decoder``) are supported; remote code is
+never trusted.
 
 Every batch appends a :class:`BatchTiming` to :attr:`TransformersReader.timings` (prompt and
 generated tokens, seconds), so a benchmark can compute ``2 × num_parameters × tokens / seconds``.
@@ -24,12 +28,8 @@ generated tokens, seconds), so a benchmark can compute ``2 × num_parameters × 
 
 from __future__ import annotations
 
-import gc
-import inspect
-import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -38,83 +38,32 @@ import torch
 from erag_dagster.callbacks import OnBatch
 from erag_dagster.devices import resolve_device
 from erag_dagster.errors import InputError
-from erag_dagster.readers.batching import (
-    BatchTiming,
-    length_batches,
-    pad_batch,
-    until_eos,
-    word_ids,
-)
-from erag_dagster.readers.exact_greedy import (
-    MARGIN_FLOOR,
-    GapRecorder,
-    decided_steps,
-    reference_model,
-)
+from erag_dagster.readers.batching import CPU_PAD_SLACK, BatchTiming, length_batches, pad_batch
 from erag_dagster.readers.fingerprint import (
     fingerprint_of,
     reader_identity,
     resolve_reader_dtype,
     short,
 )
-from erag_dagster.readers.loading import (
-    LoadedModel,
-    eos_ids,
-    generation_config,
-    load_model,
-    torch_threads,
-)
+from erag_dagster.readers.loading import LoadedModel, load_model, torch_threads
+from erag_dagster.readers.model_cache import drop_model, shared_model
 from erag_dagster.readers.models import ModelSource, resolve_model
-from erag_dagster.readers.prefix_sharing import cache_for_batch, cache_kwarg, prefill, shared_prefix
+from erag_dagster.readers.prefix_sharing import cache_for_batch, prefill, shared_prefix
 from erag_dagster.readers.prompts import (
     RELEVANCE_SYSTEM_PROMPT,
     RELEVANCE_TEMPLATE,
     build_context_prompt,
     build_messages,
     plain_prompt,
-    postprocess_answer,
 )
 from erag_dagster.readers.spec import ReaderSpec
+from erag_dagster.readers.transformers_generate import GenerationMixin
+from erag_dagster.readers.transformers_scoring import ScoringMixin
 
-__all__ = [
-    "BatchTiming",
-    "TransformersReader",
-    "close_all_readers",
-    "reader_from_config",
-]
-
-#: On CPU, a batch's padded positions stay within (1 + this) x its real prompt tokens.
-CPU_PAD_SLACK = 0.25
-"""Called after each model batch with the item positions it answered and their answers."""
-_YES_WORDS = ("yes", "Yes", " yes", " Yes", "YES")
-_NO_WORDS = ("no", "No", " no", " No", "NO")
+__all__ = ["TransformersReader"]
 
 
-_LOADED: dict[tuple[str, str], LoadedModel] = {}
-_LOADED_LOCK = threading.Lock()
-_READERS: weakref.WeakSet[TransformersReader] = weakref.WeakSet()
-
-
-def reader_from_config(name: str, config: Mapping[str, Any]) -> Any:
-    """A reader for one registry entry, any backend (:func:`.factory.reader_from_config`)."""
-    from erag_dagster.readers.factory import reader_from_config as build
-
-    return build(name, config)
-
-
-def close_all_readers() -> None:
-    """Drop every model this process loaded (frees memory; a later call reloads)."""
-    with _LOADED_LOCK:
-        cuda = any(entry.device.type == "cuda" for entry in _LOADED.values())
-        _LOADED.clear()
-        for reader in list(_READERS):
-            reader._loaded = None
-    gc.collect()
-    if cuda and torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-class TransformersReader:
+class TransformersReader(GenerationMixin, ScoringMixin):
     """A Hugging Face transformers reader described by a :class:`ReaderSpec`."""
 
     def __init__(self, spec: ReaderSpec) -> None:
@@ -177,17 +126,13 @@ class TransformersReader:
         return self
 
     def _ensure(self) -> LoadedModel:
-        if self._loaded is not None:
-            return self._loaded
-        key = (self.fingerprint, str(self.device))
-        with _LOADED_LOCK:
-            loaded = _LOADED.get(key)
-            if loaded is None:
-                loaded = load_model(self.spec, self.source, self.dtype, self.device)
-                _LOADED[key] = loaded
-            _READERS.add(self)
-        self._loaded = loaded
-        return loaded
+        if self._loaded is None:
+            self._loaded = shared_model(
+                (self.fingerprint, str(self.device)),
+                lambda: load_model(self.spec, self.source, self.dtype, self.device),
+                self,
+            )
+        return self._loaded
 
     @property
     def num_parameters(self) -> int:
@@ -202,17 +147,8 @@ class TransformersReader:
     def close(self) -> None:
         """Free the model (a later call reloads it). Other readers sharing it keep their copy."""
         loaded, self._loaded = self._loaded, None
-        if loaded is None:
-            return
-        with _LOADED_LOCK:
-            for key, entry in list(_LOADED.items()):
-                if entry is loaded:
-                    del _LOADED[key]
-        on_cuda = loaded.device.type == "cuda"
-        del loaded
-        gc.collect()
-        if on_cuda and torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        if loaded is not None:
+            drop_model(loaded)
 
     # -- prompts -------------------------------------------------------------------------------
 
@@ -401,230 +337,6 @@ class TransformersReader:
         prompts = [self._fitted_ids(q, list(ps), limit) for q, ps in items]
         return self._generate(prompts, on_batch)
 
-    def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
-        """Greedy answers to ``prompts``: the shared prefix prefilled once
-        (:mod:`.prefix_sharing`, per ``share_prefix``), each row stopped once its first line is
-        complete (:mod:`.stopping`, unless ``stop_at_line_end`` is false), post-processed
-        (:func:`postprocess_answer`)."""
-        from transformers import LogitsProcessorList, StoppingCriteriaList
-
-        from erag_dagster.readers.stopping import FirstLineStop
-
-        loaded = self._ensure()
-        eos = eos_ids(loaded)
-        config = generation_config(self.spec.max_new_tokens, loaded.tokenizer.pad_token_id, eos)
-
-        def forward(
-            loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
-        ) -> tuple[torch.Tensor, list[int | None]]:
-            start = 1 if loaded.is_seq2seq else ids.shape[1]
-            stop = FirstLineStop(loaded.tokenizer, start, ids.shape[0])
-            kwargs = {} if cache is None else {cache_kwarg(loaded.model): cache}
-            gaps = GapRecorder() if guarded else None
-            out = loaded.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                generation_config=config,
-                stopping_criteria=StoppingCriteriaList(
-                    [stop] if self.spec.stop_at_line_end else []
-                ),
-                logits_processor=LogitsProcessorList([gaps] if gaps is not None else []),
-                **kwargs,
-            )
-            if loaded.device.type == "cuda":
-                torch.cuda.synchronize(loaded.device)
-            return out, stop.stopped, gaps, mask
-
-        def collect(
-            loaded: LoadedModel, raw: tuple[Any, ...], ids: torch.Tensor
-        ) -> tuple[list[str], int]:
-            out, stopped, gaps, mask = raw
-            new = out[:, 1:] if loaded.is_seq2seq else out[:, ids.shape[1] :]
-            generated = new.tolist()
-            if gaps is not None:
-                steps = [
-                    decided_steps(row, at, eos) for row, at in zip(generated, stopped, strict=True)
-                ]
-                for r, gap in enumerate(gaps.smallest(steps)):
-                    if gap < MARGIN_FLOOR:  # near a tie: float32 may not decide it the same
-                        prompt = ids[r][mask[r].bool()].tolist()
-                        generated[r], stopped[r] = self._reference_tokens(prompt, config)
-                        self.guard_counts["reference"] += 1
-                self.guard_counts["rows"] += len(generated)
-            rows = [
-                until_eos(row if at is None else row[:at], eos)
-                for row, at in zip(generated, stopped, strict=True)
-            ]
-            decode = loaded.tokenizer.decode
-            answers = [postprocess_answer(decode(row, skip_special_tokens=True)) for row in rows]
-            return answers, sum(len(row) for row in rows)
-
-        guarded = self.guarded
-        shared = self._shared(prompts)
-        return self._run_batches(prompts, "generate", forward, collect, on_batch, shared)
-
-    @property
-    def guarded(self) -> bool:
-        """Whether answers go through the margin guard (:mod:`.exact_greedy`): float32 readers."""
-        return self.guard and self.dtype == torch.float32
-
-    def _reference_tokens(self, prompt: list[int], config: Any) -> tuple[list[int], int | None]:
-        """The greedy tokens of ``prompt`` decoded alone by the float64 twin of the model
-        (:func:`.exact_greedy.reference_model`, made on first need), and where the first-line
-        stop ended them (``None``: not stopped)."""
-        from transformers import StoppingCriteriaList
-
-        from erag_dagster.readers.stopping import FirstLineStop
-
-        loaded = self._ensure()
-        if loaded.reference is None:
-            loaded.reference = reference_model(loaded.model)
-        ids = torch.tensor([prompt], dtype=torch.long, device=loaded.device)
-        start = 1 if loaded.is_seq2seq else ids.shape[1]
-        stop = FirstLineStop(loaded.tokenizer, start, 1)
-        out = loaded.reference.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            generation_config=config,
-            stopping_criteria=StoppingCriteriaList([stop] if self.spec.stop_at_line_end else []),
-        )
-        new = out[0, 1:] if loaded.is_seq2seq else out[0, start:]
-        return new.tolist(), stop.stopped[0]
-
-    # -- relevance -----------------------------------------------------------------------------
-
-    def yes_probability(self, items: Sequence[tuple[str, str]]) -> list[float]:
-        """P(yes) for "is this passage relevant to / does it answer the question?" per pair.
-
-        From the logits of the first answer token: the probability mass of the "yes" spellings
-        (``yes``, ``Yes``, …) divided by that of "yes" + "no" spellings, so each value is in
-        [0, 1] and ignores other tokens. Input order kept; ``[]`` for no items.
-        """
-        if not items:
-            return []
-        loaded = self._ensure()
-        yes_ids = word_ids(loaded.tokenizer, _YES_WORDS)
-        no_ids = word_ids(loaded.tokenizer, _NO_WORDS)
-        if not yes_ids or not no_ids:
-            raise InputError(f"reader {self.spec.name!r}: tokenizer has no single 'yes'/'no' token")
-        limit = self._input_limit(None, new_tokens=0)  # scores one forward pass
-        prompts = [self._fitted_ids(q, [p], limit, relevance=True) for q, p in items]
-        accepts = inspect.signature(loaded.model.forward).parameters
-        shared = self._shared(prompts)
-
-        def forward(
-            loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
-        ) -> list[float]:
-            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-            if loaded.is_seq2seq:
-                start_id = loaded.model.config.decoder_start_token_id
-                kwargs["decoder_input_ids"] = torch.full(
-                    (ids.shape[0], 1), start_id, dtype=torch.long, device=loaded.device
-                )
-            else:
-                kwargs.update(_decoder_inputs(loaded, ids, mask, cache, accepts))
-                if "logits_to_keep" in accepts:
-                    kwargs["logits_to_keep"] = 1
-            logits = loaded.model(**kwargs).logits[:, -1, :].float()
-            probs = torch.softmax(logits, dim=-1)
-            p_yes = probs[:, yes_ids].sum(-1)
-            p_no = probs[:, no_ids].sum(-1)
-            return (p_yes / (p_yes + p_no).clamp(min=1e-30)).tolist()
-
-        def collect(
-            loaded: LoadedModel, ratio: list[float], ids: torch.Tensor
-        ) -> tuple[list[float], int]:
-            return [float(value) for value in ratio], 0
-
-        return self._run_batches(prompts, "score", forward, collect, shared=shared)
-
-    def continuation_log_probs(self, items: Sequence[tuple[str, str, str]]) -> list[list[float]]:
-        """Teacher-forced ``log p(c_t | prompt, c_<t)`` (natural log) of each continuation token,
-        per ``(question, passage, continuation)``: the prompt is exactly :meth:`answer`'s (so
-        the continuation follows the answer prefix; pass it with its leading space, e.g.
-        ``" Denver Broncos"``), the passage cut so prompt + continuation fit the context.
-        Prefill only, no decoding: the
-        prompt is read once per distinct prompt (its KV cache shared by that pair's
-        continuations, :mod:`.prefix_sharing`); a continuation whose tokens start a longer one
-        of the same pair is read off that longer pass (the same causal values; the passage
-        budget is then the longer one's). Input order kept; ``[]`` for no items.
-        Decoder-only models only (an encoder-decoder reader is an :class:`InputError`).
-        """
-        if not items:
-            return []
-        loaded = self._ensure()
-        if loaded.is_seq2seq:
-            raise InputError(
-                f"reader {self.spec.name!r}: continuation likelihoods need a decoder-only model"
-            )
-        conts = [loaded.tokenizer(c, add_special_tokens=False)["input_ids"] for _, _, c in items]
-        # A continuation whose tokens start another one's of the same (question, passage) reads
-        # its log-probs off that longer sequence (causal: the same values), so it costs nothing.
-        longest: dict[tuple[str, str], list[int]] = {}
-        for i, (question, passage, _) in enumerate(items):
-            longest.setdefault((question, passage), []).append(i)
-        source: list[int] = list(range(len(items)))
-        for group in longest.values():
-            for i in group:
-                for j in group:
-                    if (
-                        len(conts[j]) > len(conts[source[i]])
-                        and conts[j][: len(conts[i])] == conts[i]
-                    ):
-                        source[i] = j
-        scored = sorted(set(source))
-        rows, ends = [], []
-        for j in scored:
-            question, passage, _ = items[j]
-            limit = self._input_limit(None, new_tokens=len(conts[j]))
-            prompt = self._fitted_ids(question, [passage], limit)
-            rows.append(prompt + conts[j])
-            ends.append(len(prompt))
-        accepts = inspect.signature(loaded.model.forward).parameters
-
-        def forward(
-            loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
-        ) -> torch.Tensor:
-            kwargs: dict[str, Any] = {"attention_mask": mask}
-            kwargs.update(_decoder_inputs(loaded, ids, mask, cache, accepts))
-            logits = loaded.model(**kwargs).logits[:, :-1, :].float()
-            # log p(ids[t+1] | ids[<=t]) at every position fed (after a cached prefix: from
-            # its end on); left padding keeps the ends aligned
-            fed = ids[:, ids.shape[1] - kwargs["input_ids"].shape[1] :]
-            return torch.log_softmax(logits, dim=-1).gather(-1, fed[:, 1:, None])[..., 0].cpu()
-
-        def collect(
-            loaded: LoadedModel, logp: torch.Tensor, ids: torch.Tensor
-        ) -> tuple[list[list[float]], int]:
-            return [row.tolist() for row in logp], 0
-
-        # Rows with the same prompt (a pair's several golds, a label set's labels) read it once:
-        # one call per such group, its prompt the shared prefix; the other rows share the
-        # template's head. A prefix ends before every prompt's last token, whose logits score
-        # the first continuation token.
-        by_prompt: dict[tuple[int, ...], list[int]] = {}
-        for k, (row, end) in enumerate(zip(rows, ends, strict=True)):
-            by_prompt.setdefault(tuple(row[:end]), []).append(k)
-        singles = [group[0] for group in by_prompt.values() if len(group) == 1]
-        calls = [singles] if singles else []
-        calls += [group for group in by_prompt.values() if len(group) > 1]
-        if not self._sharing():  # one call: nothing to share, batches as full as they can be
-            calls = [list(range(len(rows)))]
-        values: list[list[float]] = [[] for _ in rows]
-        for call in calls:
-            sub = [rows[k] for k in call]
-            shared = self._shared(sub, [ends[k] for k in call])
-            got = self._run_batches(sub, "score", forward, collect, shared=shared)
-            for k, value in zip(call, got, strict=True):
-                values[k] = value
-        every = dict(zip(scored, values, strict=True))
-        out = []
-        for i, cont in enumerate(conts):
-            j = source[i]
-            tail = every[j][len(every[j]) - len(conts[j]) :]
-            out.append(tail[: len(cont)])
-        return out
-
     # -- accounting ----------------------------------------------------------------------------
 
     def usage(self) -> dict[str, int]:
@@ -661,31 +373,6 @@ class TransformersReader:
             "pairs": float(pairs),
             "gflops": gflops,
         }
-
-
-# -- helpers -------------------------------------------------------------------------------------
-
-
-def _decoder_inputs(
-    loaded: LoadedModel,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    cache: Any,
-    accepts: Mapping[str, Any],
-) -> dict[str, Any]:
-    """A decoder-only forward's ``input_ids`` and ``position_ids`` (from the mask, so padding
-    does not shift positions), after a cached prefix (``cache``: only the uncached columns are
-    fed, the mask stays whole) or without one."""
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    if cache is None:
-        out: dict[str, Any] = {"input_ids": ids}
-    else:
-        cached = cache.get_seq_length()
-        out = {"input_ids": ids[:, cached:], cache_kwarg(loaded.model): cache}
-        positions = positions[:, cached:]
-    if "position_ids" in accepts:
-        out["position_ids"] = positions
-    return out
 
 
 def _deep_copy(value: Any) -> Any:

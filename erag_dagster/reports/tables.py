@@ -35,6 +35,30 @@ MISSING = "–"
 _TABLE1_INDEX = ("dataset", "retriever", "method")
 
 
+def ci_bounds(low: float | None, high: float | None, ci_digits: int = 2) -> str:
+    """``0.47, 0.55``: the bounds of a CI with ``ci_digits`` decimals (``nan`` for a missing or
+    undefined bound)."""
+    return ", ".join(
+        "nan" if b is None or math.isnan(b) else f"{b:.{ci_digits}f}" for b in (low, high)
+    )
+
+
+def ci_text(
+    value: float | None,
+    low: float | None,
+    high: float | None,
+    digits: int = 3,
+    ci_digits: int = 2,
+) -> str:
+    """``0.512 [0.47, 0.55]`` (:func:`ci_bounds`); :data:`MISSING` when ``value`` is missing,
+    ``nan`` when it is undefined (no interval then)."""
+    if value is None:
+        return MISSING
+    if math.isnan(value):
+        return "nan"
+    return f"{value:.{digits}f} [{ci_bounds(low, high, ci_digits)}]"
+
+
 def format_cell(value: object, floatfmt: str = ".4f") -> str:
     """Render one value following the module's cell policy."""
     if value is None:
@@ -177,9 +201,7 @@ def format_table1(
             else:
                 mark = star if best[m][i] else ""
                 share = shares[m][i] if shares is not None else None
-                bounds = ci_notes.get((*index, m)) or ", ".join(
-                    "nan" if b is None or math.isnan(b) else f"{b:.{ci_digits}f}" for b in (lo, hi)
-                )
+                bounds = ci_notes.get((*index, m)) or ci_bounds(lo, hi, ci_digits)
                 cell = f"{mark}{v:.{digits}f} [{bounds}]"
                 if share and not bounds.startswith("no CI"):
                     cell += f" ({share:.1%} undef.)"

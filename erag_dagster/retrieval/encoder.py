@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -186,3 +187,19 @@ class TextEncoder:
             "dtype": str(self.dtype).removeprefix("torch."),
             **{k: v for k, v in optional.items() if v is not None},
         }
+
+
+def encoder_from_config(config: dict[str, Any], device: str | None = None) -> TextEncoder:
+    """A :class:`TextEncoder` from a dense retriever's config."""
+    return TextEncoder(
+        model=config.get("encoder"),
+        device=device or config.get("device", "auto"),
+        dtype=config.get("dtype", "auto"),
+        batch_size=int(config.get("batch_size", 64)),
+        max_length=config.get("max_length"),
+        pooling=config.get("pooling"),
+        normalize=bool(config.get("normalize", True)),
+        query_prefix=str(config.get("query_prefix", "")),
+        passage_prefix=str(config.get("passage_prefix", "")),
+        num_threads=config.get("threads") or config.get("num_threads"),
+    )

@@ -11,7 +11,8 @@ clock starts so model loading is not counted as latency):
 - :class:`ReaderScorer` (default) — the offline reader LLM's ``P("yes")`` for "is this passage
   relevant to the question / does it contain the answer?"
   (:meth:`~erag_dagster.readers.transformers_reader.TransformersReader.yes_probability`),
-  batched by the reader's ``batch_size``; built from the registry by :func:`default_scorer`.
+  batched by the reader's ``batch_size``; built from the registry by
+  :func:`erag_dagster.retrievers.default_scorer`.
 - :class:`CrossEncoderScorer` — any Hugging Face cross-encoder on disk
   (``AutoModelForSequenceClassification``, ``local_files_only=True``, remote code never
   trusted): ``sigmoid(logit)`` for one output, ``softmax[..., 1]`` for two.
@@ -29,7 +30,8 @@ exactly its rank order.
 Reproducibility: in bfloat16 the reader's ``P("yes")`` depends slightly on which prompts share
 a padded batch (up to ~0.03 for SmolLM2-135M on CPU, as large as its typical margin between an
 answering and an off-topic passage); float32 scores do not depend on batching. Pass
-``overrides={"dtype": "float32"}`` to :func:`default_scorer` when rankings must be reproducible.
+``overrides={"dtype": "float32"}`` to :func:`erag_dagster.retrievers.default_scorer` when
+rankings must be reproducible.
 
 Cost: ``seconds_per_query`` = wall time of scoring + reordering / queries, ``docs_per_second``
 = scored pairs / that time (model loading excluded).
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -83,52 +85,6 @@ class ReaderScorer:
 
     def __repr__(self) -> str:
         return f"ReaderScorer({self.reader!r})"
-
-
-def default_scorer(
-    registry: Any | None = None,
-    reader: str | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> ReaderScorer:
-    """:class:`ReaderScorer` over a registry reader.
-
-    ``reader`` is a name or partition key (the registry's first reader when None); ``registry``
-    defaults to the packaged one; ``overrides`` replace keys of the reader's config (e.g.
-    ``{"dtype": "float32", "device": "cpu"}``).
-    """
-    from erag_dagster.readers.factory import reader_from_config
-    from erag_dagster.registry import load_registry
-
-    registry = registry or load_registry()
-    entry = registry.reader(reader) if reader else next(iter(registry.readers.values()))
-    return ReaderScorer(reader_from_config(entry.name, {**entry.config, **(overrides or {})}))
-
-
-def scorer_from_config(registry: Any, config: Mapping[str, Any]) -> Scorer:
-    """The scorer of a registry ``kind: rerank`` config: ``scorer: reader:<name>`` gives a
-    :class:`ReaderScorer` over that reader (the rerank's ``dtype``/``device``/``batch_size``/
-    ``threads`` override the reader's), any other value a :class:`CrossEncoderScorer` over that
-    folder (``dtype`` default float32, ``max_length`` default 512)."""
-    from erag_dagster.registry import READER_SCORER
-
-    scorer = str(config["scorer"])
-    if scorer.startswith(READER_SCORER):
-        overrides = {
-            key: config[source]
-            for key, source in (
-                ("dtype", "dtype"), ("device", "device"), ("batch_size", "batch_size"),
-                ("num_threads", "threads"), ("num_threads", "num_threads"),
-            )
-            if source in config
-        }  # fmt: skip
-        return default_scorer(registry, scorer.removeprefix(READER_SCORER), overrides)
-    return CrossEncoderScorer(
-        scorer,
-        device=str(config.get("device", "auto")),
-        dtype=str(config.get("dtype", "float32")),
-        batch_size=int(config.get("batch_size", 32)),
-        max_length=int(config.get("max_length") or 512),
-    )
 
 
 class CrossEncoderScorer:

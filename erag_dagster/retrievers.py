@@ -1,6 +1,10 @@
 """Run a registry retriever over a dataset: build (or reuse) its index, search, return a run.
 
-This is the one code path the CLI and the Dagster assets share. Indexes live under
+This is the one code path the CLI and the Dagster assets share. It sits above the registry
+(:mod:`erag_dagster.registry`) because a registry entry drives it: a fused or reranked
+retriever names other entries, a ``reader:<name>`` rerank scorer names a registry reader
+(:func:`scorer_from_config`, :func:`default_scorer`); the engines it calls
+(:mod:`erag_dagster.retrieval`) know nothing of the registry. Indexes live under
 ``<storage root>/indexes`` and are named by the corpus content (and encoder), so they are built
 once per corpus and reused by every later call.
 """
@@ -8,6 +12,7 @@ once per corpus and reused by every later call.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +22,8 @@ import polars as pl
 from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
 from erag_dagster.paths import storage_dir
-from erag_dagster.registry import Entry, Registry
+from erag_dagster.readers.factory import reader_from_config
+from erag_dagster.registry import READER_SCORER, Entry, Registry, load_registry
 from erag_dagster.retrieval.ann import (
     IndexSpec,
     approximate_index,
@@ -26,31 +32,15 @@ from erag_dagster.retrieval.ann import (
 )
 from erag_dagster.retrieval.bm25 import BM25Index, build_bm25_index
 from erag_dagster.retrieval.dense import DenseIndex, build_dense_index, search_vectors
-from erag_dagster.retrieval.encoder import TextEncoder
+from erag_dagster.retrieval.encoder import TextEncoder, encoder_from_config
 from erag_dagster.retrieval.hybrid import reciprocal_rank_fusion
-from erag_dagster.retrieval.rerank import rerank, scorer_from_config
+from erag_dagster.retrieval.rerank import CrossEncoderScorer, ReaderScorer, Scorer, rerank
 from erag_dagster.retrieval.run_file import load_run_file
 
 
 def index_root() -> Path:
     """``<storage root>/indexes``."""
     return storage_dir("indexes")
-
-
-def encoder_from_config(config: dict[str, Any], device: str | None = None) -> TextEncoder:
-    """A :class:`TextEncoder` from a dense retriever's config."""
-    return TextEncoder(
-        model=config.get("encoder"),
-        device=device or config.get("device", "auto"),
-        dtype=config.get("dtype", "auto"),
-        batch_size=int(config.get("batch_size", 64)),
-        max_length=config.get("max_length"),
-        pooling=config.get("pooling"),
-        normalize=bool(config.get("normalize", True)),
-        query_prefix=str(config.get("query_prefix", "")),
-        passage_prefix=str(config.get("passage_prefix", "")),
-        num_threads=config.get("threads") or config.get("num_threads"),
-    )
 
 
 @dataclass
@@ -211,3 +201,44 @@ def _approximate_search(
         }
     )
     return run
+
+
+def default_scorer(
+    registry: Registry | None = None,
+    reader: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ReaderScorer:
+    """:class:`ReaderScorer` over a registry reader.
+
+    ``reader`` is a name or partition key (the registry's first reader when None); ``registry``
+    defaults to the packaged one; ``overrides`` replace keys of the reader's config (e.g.
+    ``{"dtype": "float32", "device": "cpu"}``).
+    """
+    registry = registry or load_registry()
+    entry = registry.reader(reader) if reader else next(iter(registry.readers.values()))
+    return ReaderScorer(reader_from_config(entry.name, {**entry.config, **(overrides or {})}))
+
+
+def scorer_from_config(registry: Registry, config: Mapping[str, Any]) -> Scorer:
+    """The scorer of a registry ``kind: rerank`` config: ``scorer: reader:<name>`` gives a
+    :class:`ReaderScorer` over that reader (the rerank's ``dtype``/``device``/``batch_size``/
+    ``threads`` override the reader's), any other value a :class:`CrossEncoderScorer` over that
+    folder (``dtype`` default float32, ``max_length`` default 512)."""
+    scorer = str(config["scorer"])
+    if scorer.startswith(READER_SCORER):
+        overrides = {
+            key: config[source]
+            for key, source in (
+                ("dtype", "dtype"), ("device", "device"), ("batch_size", "batch_size"),
+                ("num_threads", "threads"), ("num_threads", "num_threads"),
+            )
+            if source in config
+        }  # fmt: skip
+        return default_scorer(registry, scorer.removeprefix(READER_SCORER), overrides)
+    return CrossEncoderScorer(
+        scorer,
+        device=str(config.get("device", "auto")),
+        dtype=str(config.get("dtype", "float32")),
+        batch_size=int(config.get("batch_size", 32)),
+        max_length=int(config.get("max_length") or 512),
+    )

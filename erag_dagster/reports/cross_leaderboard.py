@@ -1,10 +1,9 @@
-"""Reports across datasets: the BEIR-style leaderboard, the eRAG leaderboard and Table 1 with
-one column group per dataset.
+"""Leaderboards across datasets: the BEIR-style one on human judgments and the eRAG one, and
+their rendering (Table 1 across datasets: :mod:`.cross_table1`).
 
 Every per-dataset cell is the single-dataset report's own number: the leaderboards call
 :func:`~erag_dagster.reports.leaderboard.leaderboard_from_reports` once per dataset (same
-seed, same draws), so a cell equals the ``retrieval_report`` of that dataset exactly; Table 1
-takes each dataset's :func:`~erag_dagster.meta.correlation.correlation_table` as it is.
+seed, same draws), so a cell equals the ``retrieval_report`` of that dataset exactly.
 
 Leaderboards are *long* frames, one row per ``(retriever, dataset, metric)`` (eRAG: per
 ``(reader, retriever, dataset, metric)``) with :data:`LEADERBOARD_SCHEMA`:
@@ -40,7 +39,6 @@ import numpy as np
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.correlation import CI_COLUMNS, GROUP_COLUMNS
 from erag_dagster.meta.per_query import erag_summary
 from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.reports.leaderboard import (
@@ -48,13 +46,23 @@ from erag_dagster.reports.leaderboard import (
     leaderboard_from_reports,
     metric_scores,
 )
-from erag_dagster.reports.tables import MISSING, render_cells
+from erag_dagster.reports.tables import MISSING, ci_text, render_cells
 from erag_dagster.stats.significance import (
     align,
     holm,
     stratified_bootstrap_mean_ci,
     stratified_randomisation_test,
 )
+
+__all__ = [
+    "LEADERBOARD_SCHEMA",
+    "MEAN_OVER_DATASETS",
+    "P_HOLM_TEST",
+    "DatasetRuns",
+    "beir_leaderboard",
+    "erag_leaderboard",
+    "format_cross_leaderboard",
+]
 
 #: The ``dataset`` value of the rows that average over datasets.
 MEAN_OVER_DATASETS = "mean over datasets"
@@ -303,89 +311,6 @@ def _with_holm(board: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-# --- Table 1 across datasets ------------------------------------------------------------------
-
-
-def table1_across(
-    per_dataset: Mapping[str, pl.DataFrame], statistic: str = "kendall_tau"
-) -> pl.DataFrame:
-    """Paper Table 1 across datasets: rows ``retriever, method, metric`` (a system is
-    ``"<retriever> / <reader>"`` as in the single-dataset table), one column group per dataset
-    (input order): ``"<dataset> <statistic>"``, ``"<dataset> low"``, ``"<dataset> high"`` (the
-    percentile bootstrap CI over that dataset's queries) and ``"<dataset> n_queries"``.
-
-    ``per_dataset`` maps a dataset name to its
-    :func:`~erag_dagster.meta.correlation.correlation_table` (the ``correlation_report`` asset);
-    the name, not the table's ``dataset`` column, labels the group. Rows appear in order of first
-    appearance over the datasets; a system/method/metric a dataset lacks is null there.
-
-    Uncertainty: the correlation tables carry no p-values (Table 1 compares methods by their
-    correlation, not by a test), so there is nothing to Holm-correct: the per-dataset bootstrap
-    CIs are the uncertainty, and they are not adjusted for the number of cells.
-    """
-    if statistic not in CI_COLUMNS:
-        raise InputError(
-            f"unknown statistic {statistic!r}; expected one of {', '.join(CI_COLUMNS)}"
-        )
-    low, high = CI_COLUMNS[statistic]
-    index = ["retriever", "method", "metric"]
-    wide: pl.DataFrame | None = None
-    for name, table in per_dataset.items():
-        missing = [c for c in (*GROUP_COLUMNS, statistic, low, high, "n_queries") if
-                   c not in table.columns]  # fmt: skip
-        if missing:
-            raise InputError(
-                f"correlation table of {name!r}: missing column(s) {', '.join(missing)}"
-            )
-        dup = table.filter(pl.struct(index).is_duplicated())
-        if dup.height:
-            row = dup.row(0, named=True)
-            where = ", ".join(f"{c}={row[c]!r}" for c in index)
-            raise InputError(f"correlation table of {name!r}: more than one row for {where}")
-        part = table.select(
-            *index,
-            pl.col(statistic).cast(pl.Float64).alias(f"{name} {statistic}"),
-            pl.col(low).cast(pl.Float64).alias(f"{name} low"),
-            pl.col(high).cast(pl.Float64).alias(f"{name} high"),
-            pl.col("n_queries").cast(pl.Int64).alias(f"{name} n_queries"),
-        )
-        wide = part if wide is None else wide.join(part, on=index, how="full", coalesce=True,
-                                                   maintain_order="left_right")  # fmt: skip
-    if wide is None:
-        raise InputError("Table 1 across datasets needs at least one correlation table")
-    return wide
-
-
-def format_table1_across(
-    wide: pl.DataFrame, statistic: str = "kendall_tau", markdown: bool = True, digits: int = 3,
-    ci_digits: int = 2,
-) -> str:  # fmt: skip
-    """Render :func:`table1_across`: rows ``retriever, method, metric``, one column per dataset
-    whose cell reads ``0.412 [0.30, 0.52]`` (``nan`` undefined, ``–`` missing), and a note
-    saying what the brackets are and that no test (hence no Holm correction) is involved."""
-    index = ["retriever", "method", "metric"]
-    suffix = f" {statistic}"
-    datasets = [c[: -len(suffix)] for c in wide.columns if c.endswith(suffix)]
-    rows = []
-    for row in wide.iter_rows(named=True):
-        cells = [str(row[c]) for c in index]
-        for d in datasets:
-            cells.append(_ci_text(row[f"{d}{suffix}"], row[f"{d} low"], row[f"{d} high"],
-                                  digits, ci_digits))  # fmt: skip
-        rows.append(cells)
-    notes = [
-        f"Cells: {statistic} over queries with end-to-end quality [95% percentile bootstrap CI "
-        "over that dataset's queries]; – not measured on that dataset; nan undefined.",
-        "No significance test here, hence no multiple-comparison correction: the CIs are the "
-        "uncertainty (not adjusted for the number of cells).",
-    ]
-    table = render_cells([*index, *datasets], rows, [False] * 3 + [True] * len(datasets), markdown)
-    return table + "\n\n" + ("\n\n" if markdown else "\n").join(notes)
-
-
-# --- formatting the leaderboards ---------------------------------------------------------------
-
-
 def format_cross_leaderboard(
     board: pl.DataFrame,
     markdown: bool = True,
@@ -419,7 +344,7 @@ def format_cross_leaderboard(
             if row is None or row["mean"] is None:
                 out.append(MISSING)
                 continue
-            text = _ci_text(row["mean"], row["low"], row["high"], digits, ci_digits)
+            text = ci_text(row["mean"], row["low"], row["high"], digits, ci_digits)
             p = row["p_holm"]
             out.append(text + (star if p is not None and p < alpha else ""))
         rows.append(out)
@@ -437,17 +362,3 @@ def format_cross_leaderboard(
     headers = [*keys, *datasets]
     table = render_cells(headers, rows, [False] * len(keys) + [True] * len(datasets), markdown)
     return table + "\n\n" + ("\n\n" if markdown else "\n").join(notes)
-
-
-def _ci_text(
-    value: float | None, low: float | None, high: float | None, digits: int, ci_digits: int
-) -> str:
-    """``0.512 [0.47, 0.55]``; ``–`` when missing, ``nan`` when undefined."""
-    if value is None:
-        return MISSING
-    if math.isnan(value):
-        return "nan"
-    bounds = ", ".join(
-        "nan" if b is None or math.isnan(b) else f"{b:.{ci_digits}f}" for b in (low, high)
-    )
-    return f"{value:.{digits}f} [{bounds}]"

@@ -1,0 +1,129 @@
+"""Greedy answers of the transformers reader: prompts in, post-processed answers out.
+
+:class:`GenerationMixin` is the generation half of
+:class:`~erag_dagster.readers.transformers_reader.TransformersReader` (which owns the loaded
+model, the prompt fitting and the one batch loop, ``_run_batches``): the shared prefix is
+prefilled once (:mod:`.prefix_sharing`, per ``share_prefix``), each row stops once its first
+line is complete (:mod:`.stopping`, unless ``stop_at_line_end`` is false), and in float32 every
+answer goes through the margin guard (:mod:`.exact_greedy`): a row whose greedy choice came
+within :data:`~.exact_greedy.MARGIN_FLOOR` of a tie is decoded again alone by the model's
+float64 twin, so answers do not depend on the batch layout. Answers are post-processed by
+:func:`~erag_dagster.readers.prompts.postprocess_answer`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from erag_dagster.callbacks import OnBatch
+from erag_dagster.readers.batching import until_eos
+from erag_dagster.readers.exact_greedy import (
+    MARGIN_FLOOR,
+    GapRecorder,
+    decided_steps,
+    reference_model,
+)
+from erag_dagster.readers.loading import LoadedModel, eos_ids, generation_config
+from erag_dagster.readers.prefix_sharing import cache_kwarg
+from erag_dagster.readers.prompts import postprocess_answer
+
+__all__ = ["GenerationMixin"]
+
+
+class GenerationMixin:
+    """Greedy generation for a reader that provides ``spec``, ``dtype``, ``guard``,
+    ``guard_counts``, ``_ensure()`` (the loaded model), ``_shared(prompts)`` and
+    ``_run_batches(...)`` (:class:`~erag_dagster.readers.transformers_reader.TransformersReader`).
+    """
+
+    def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
+        """Greedy answers to ``prompts``: the shared prefix prefilled once
+        (:mod:`.prefix_sharing`, per ``share_prefix``), each row stopped once its first line is
+        complete (:mod:`.stopping`, unless ``stop_at_line_end`` is false), post-processed
+        (:func:`postprocess_answer`)."""
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        from erag_dagster.readers.stopping import FirstLineStop
+
+        loaded = self._ensure()
+        eos = eos_ids(loaded)
+        config = generation_config(self.spec.max_new_tokens, loaded.tokenizer.pad_token_id, eos)
+
+        def forward(
+            loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+        ) -> tuple[torch.Tensor, list[int | None]]:
+            start = 1 if loaded.is_seq2seq else ids.shape[1]
+            stop = FirstLineStop(loaded.tokenizer, start, ids.shape[0])
+            kwargs = {} if cache is None else {cache_kwarg(loaded.model): cache}
+            gaps = GapRecorder() if guarded else None
+            out = loaded.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=config,
+                stopping_criteria=StoppingCriteriaList(
+                    [stop] if self.spec.stop_at_line_end else []
+                ),
+                logits_processor=LogitsProcessorList([gaps] if gaps is not None else []),
+                **kwargs,
+            )
+            if loaded.device.type == "cuda":
+                torch.cuda.synchronize(loaded.device)
+            return out, stop.stopped, gaps, mask
+
+        def collect(
+            loaded: LoadedModel, raw: tuple[Any, ...], ids: torch.Tensor
+        ) -> tuple[list[str], int]:
+            out, stopped, gaps, mask = raw
+            new = out[:, 1:] if loaded.is_seq2seq else out[:, ids.shape[1] :]
+            generated = new.tolist()
+            if gaps is not None:
+                steps = [
+                    decided_steps(row, at, eos) for row, at in zip(generated, stopped, strict=True)
+                ]
+                for r, gap in enumerate(gaps.smallest(steps)):
+                    if gap < MARGIN_FLOOR:  # near a tie: float32 may not decide it the same
+                        prompt = ids[r][mask[r].bool()].tolist()
+                        generated[r], stopped[r] = self._reference_tokens(prompt, config)
+                        self.guard_counts["reference"] += 1
+                self.guard_counts["rows"] += len(generated)
+            rows = [
+                until_eos(row if at is None else row[:at], eos)
+                for row, at in zip(generated, stopped, strict=True)
+            ]
+            decode = loaded.tokenizer.decode
+            answers = [postprocess_answer(decode(row, skip_special_tokens=True)) for row in rows]
+            return answers, sum(len(row) for row in rows)
+
+        guarded = self.guarded
+        shared = self._shared(prompts)
+        return self._run_batches(prompts, "generate", forward, collect, on_batch, shared)
+
+    @property
+    def guarded(self) -> bool:
+        """Whether answers go through the margin guard (:mod:`.exact_greedy`): float32 readers."""
+        return self.guard and self.dtype == torch.float32
+
+    def _reference_tokens(self, prompt: list[int], config: Any) -> tuple[list[int], int | None]:
+        """The greedy tokens of ``prompt`` decoded alone by the float64 twin of the model
+        (:func:`.exact_greedy.reference_model`, made on first need), and where the first-line
+        stop ended them (``None``: not stopped)."""
+        from transformers import StoppingCriteriaList
+
+        from erag_dagster.readers.stopping import FirstLineStop
+
+        loaded = self._ensure()
+        if loaded.reference is None:
+            loaded.reference = reference_model(loaded.model)
+        ids = torch.tensor([prompt], dtype=torch.long, device=loaded.device)
+        start = 1 if loaded.is_seq2seq else ids.shape[1]
+        stop = FirstLineStop(loaded.tokenizer, start, 1)
+        out = loaded.reference.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([stop] if self.spec.stop_at_line_end else []),
+        )
+        new = out[0, 1:] if loaded.is_seq2seq else out[0, start:]
+        return new.tolist(), stop.stopped[0]
