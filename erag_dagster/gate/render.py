@@ -88,9 +88,9 @@ def to_markdown(result: GateResult) -> str:
         f"Identity: {_identity_line(result)}.",
         "",
         f"Rule: *worse* when the whole {r.confidence:.0%} paired-bootstrap interval of "
-        f"candidate − baseline lies below {-r.margin or 0.0:g} and the Holm-corrected randomisation "
-        f"p < {r.alpha:g}; *better* when it lies above {r.margin:g} with the same p; else "
-        "*indistinguishable*.",
+        f"candidate − baseline lies below {-r.margin or 0.0:g} and the Holm-corrected "
+        f"randomisation p < {r.alpha:g}; *better* when it lies above {r.margin:g} with the "
+        "same p; else *indistinguishable*.",
         "",
         f"Reader cost: baseline — {_cost(result.baseline)}; candidate — {_cost(result.candidate)}.",
         *(f"\nNote: {n}." for n in result.notes),
