@@ -489,6 +489,68 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
     return target
 
 
+def _gate_settings(args: argparse.Namespace):
+    from erag_dagster.gate import GateSettings
+
+    return GateSettings(
+        dataset=args.dataset or "",
+        reader=args.reader or "",
+        downstream_metric=args.metric or "",
+        metrics=tuple(_metrics_arg(args.metrics)) if args.metrics else (),
+        k=args.k or 0,
+        store=args.store or "",
+        registry=args.registry or "",
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """The regression gate (docs/gate.md): exit 3 when ``--fail-if`` matches the verdict."""
+    from erag_dagster.gate import EXIT_GATE_FAILED, FAIL_RULES, GateRule, compare, save_baseline
+    from erag_dagster.gate.render import to_json, to_markdown, to_text
+    from erag_dagster.paths import check_output
+
+    for option, target in (("--save-candidate", args.save_candidate), ("--output", args.output)):
+        if target:
+            check_output(target, option)
+    rule = GateRule(margin=args.margin, alpha=args.alpha)
+    log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
+    result = compare(args.baseline, args.candidate, _gate_settings(args), rule, log=log)
+    text = to_json(result) if args.json else to_markdown(result) if args.markdown else None
+    text = text if text is not None else to_text(result)
+    print(text)
+    if args.output:
+        from erag_dagster.paths import atomic_write_text
+
+        atomic_write_text(args.output, text + "\n")
+    if args.save_candidate:
+        save_baseline(result.candidate, args.save_candidate)
+        print(f"saved the candidate as a baseline: {args.save_candidate}", file=sys.stderr)
+    if args.fail_if and result.verdict in FAIL_RULES[args.fail_if]:
+        print(
+            f"erag-dagster: gate failed: the candidate is {result.verdict} "
+            f"(--fail-if {args.fail_if})",
+            file=sys.stderr,
+        )
+        return EXIT_GATE_FAILED
+    return 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    """Evaluate one ref and store it, with its identity, as a gate baseline file."""
+    from erag_dagster.gate import make_baseline
+
+    log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
+    found = make_baseline(args.retriever, args.output, _gate_settings(args), log=log)
+    means = ", ".join(f"{m} {v:.4f}" for m, v in found.aggregate.items())
+    print(
+        f"wrote baseline {args.output} ({found.retriever.label}, {len(found.query_ids)} queries, "
+        f"k={found.identity.k}; {means}; {found.judged_now} pairs answered by the reader, "
+        f"{found.from_store} from the store)",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="erag-dagster",
@@ -614,6 +676,54 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", dest="target", required=True, help="target store (created if absent)")
     p.add_argument("--chunk", type=_count, default=10_000, help="rows per transaction")
     p.set_defaults(func=cmd_store_copy)
+
+    def gate_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--dataset", help="dataset spec (default: registry evaluation.dataset)")
+        p.add_argument("--reader", help="registry reader (default: the registry's first)")
+        p.add_argument("--metric", help="downstream metric (default: registry evaluation.metric)")
+        p.add_argument(
+            "--metrics", help="list metrics, e.g. nDCG@5,RR (default: evaluation.list_metrics)"
+        )
+        p.add_argument(
+            "--k", type=_count, help="documents labelled per query (default: evaluation.label_k)"
+        )
+        p.add_argument("--store", help=_STORE_HELP)
+        p.add_argument("--registry")
+        p.add_argument("--verbose", action="store_true", help="labelling progress on stderr")
+
+    p = sub.add_parser(
+        "compare",
+        parents=[common],
+        help="regression gate: is a candidate retriever worse than a baseline? (docs/gate.md)",
+    )
+    p.add_argument("--baseline", required=True, help=_REF_HELP)
+    p.add_argument("--candidate", required=True, help=_REF_HELP)
+    gate_options(p)
+    p.add_argument(
+        "--margin", type=float, default=0.0, help="smallest difference that counts (default 0)"
+    )
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help="level of the Holm-corrected p (default 0.05)"
+    )
+    p.add_argument(
+        "--fail-if",
+        choices=["worse", "worse-or-indistinguishable"],
+        help="exit 3 when the overall verdict is this",
+    )
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the result as JSON")
+    fmt.add_argument("--markdown", action="store_true", help="print a GitHub markdown summary")
+    p.add_argument("--output", help="also write what is printed to this file")
+    p.add_argument("--save-candidate", help="write the candidate as a baseline file")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "baseline", parents=[common], help="evaluate a retriever and store it as a gate baseline"
+    )
+    p.add_argument("--retriever", required=True, help="a run file or a registry retriever")
+    p.add_argument("--output", required=True, help="the baseline JSON file")
+    gate_options(p)
+    p.set_defaults(func=cmd_baseline)
     return parser
 
 
@@ -625,6 +735,10 @@ _DEBUG_HELP = "on an error, print the traceback too (or set ERAG_DEBUG=1)"
 _STORE_HELP = (
     "label store: SQLite file, sqlite:///FILE or postgresql://USER@HOST/DB (password from "
     "PGPASSWORD, never in the URL); default $ERAG_LABEL_STORE, else <storage root>/labels.sqlite"
+)
+_REF_HELP = (
+    "a baseline .json (erag-dagster baseline), a TREC or .parquet run file, or a registry "
+    "retriever name"
 )
 _VERBOSE_RUN_HELP = "show Dagster's own log on the terminal too (always in the run's event log)"
 

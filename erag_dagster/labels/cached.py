@@ -3,7 +3,8 @@
 eRAG answers (``labels/labeller.py``), end-to-end answers (``meta/end_to_end.py``) and LLM
 relevance annotations (``meta/baselines.py``) are all reader outputs kept in the
 :class:`~erag_dagster.labels.store.LabelStore` ``generations`` table, keyed by
-``(fingerprint, query id, question hash, subject id, text hash)``; the other tasks use a *task
+``(fingerprint, query id, question hash, text hash)`` (the subject id — a doc id — is stored
+beside the answer for audits, but is not part of the key); the other tasks use a *task
 fingerprint* (the reader's fingerprint combined with a task version) so they never collide with
 eRAG answers. A re-run, or a pair shared by two retrievers, is generated once.
 
@@ -66,8 +67,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Subject:
-    """What one output is about: ``subject_id`` is a doc id (or a ranked list of doc ids) and
-    ``text`` exactly what the reader saw of it (its sha256 is part of the key)."""
+    """What one output is about: ``subject_id`` is a doc id (or a ranked list of doc ids),
+    recorded for audits, and ``text`` exactly what the reader saw of it (its sha256, not the id,
+    is part of the key)."""
 
     query_id: str
     question: str
@@ -233,7 +235,7 @@ class _Pending:
         self.question_hashes = [sha256_text(s.question) for s in subjects]
         self.text_hashes = [sha256_text(s.text) for s in subjects]
         self.keys = [
-            generation_key(fingerprint, s.query_id, qh, s.subject_id, th)
+            generation_key(fingerprint, s.query_id, qh, th)
             for s, qh, th in zip(subjects, self.question_hashes, self.text_hashes, strict=True)
         ]
         self.outputs: dict[str, str] = {}

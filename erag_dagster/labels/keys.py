@@ -11,10 +11,15 @@ __all__ = ["generation_key", "gold_hash", "score_key", "utc_now"]
 
 
 def generation_key(
-    reader_fingerprint: str, query_id: str, question_hash: str, doc_id: str, text_hash: str
+    reader_fingerprint: str, query_id: str, question_hash: str, text_hash: str
 ) -> str:
-    """Key of one reader answer (formula: :mod:`erag_dagster.labels.store`)."""
-    return sha256_json([reader_fingerprint, query_id, question_hash, doc_id, text_hash])
+    """Key of one reader answer (formula: :mod:`erag_dagster.labels.store`).
+
+    The document is named by its text only (``text_hash``), never by its id: the reader sees
+    the text, so re-ingesting or re-chunking the same corpus under new doc ids reuses every
+    stored answer.
+    """
+    return sha256_json([reader_fingerprint, query_id, question_hash, text_hash])
 
 
 def gold_hash(answers: Iterable[str]) -> str:

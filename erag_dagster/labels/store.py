@@ -10,7 +10,13 @@ Two layers, so that a new downstream metric re-scores stored answers without run
 ``generations`` — one reader answer per (reader, question, document text)::
 
     generation_key = sha256(canonical JSON [reader_fingerprint, query_id,
-                                            sha256(question), doc_id, sha256(doc text)])
+                                            sha256(question), sha256(doc text)])
+
+A document is keyed by its text, not its id (the ``doc_id`` column records the id the answer
+was first stored under, for audits): re-ingesting or re-chunking a corpus under new doc ids
+reuses every stored answer whose text is unchanged. (Stores written before this rule keyed by
+``[..., doc_id, sha256(doc text)]``: their rows stay, readable and auditable, but lookups no
+longer find them, so each such pair is generated once more under its text key.)
 
 ``scores`` — one score per (generation, gold answers, metric)::
 

@@ -166,8 +166,7 @@ def _erag_answers(store, reader, subjects: list[Subject], rows: list[dict]) -> d
     ``answer``, so the answer is the same generation."""
     keys = {
         i: generation_key(
-            reader.fingerprint, s.query_id, sha256_text(s.question), s.subject_id,
-            sha256_text(s.text),
+            reader.fingerprint, s.query_id, sha256_text(s.question), sha256_text(s.text)
         )
         for i, (s, row) in enumerate(zip(subjects, rows, strict=True))
         if len(row["passages"]) == 1

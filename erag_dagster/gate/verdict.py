@@ -1,0 +1,135 @@
+"""The gate's verdict: per metric, candidate minus baseline with its uncertainty, and a rule.
+
+For each metric ``m`` and query ``q`` let ``d_q = candidate_q - baseline_q`` (per-query metric
+values on the same queries). :func:`erag_dagster.stats.significance.compare_paired` gives
+
+- ``difference = mean(d)``;
+- ``ci = [low, high]``: its percentile paired bootstrap interval at ``confidence`` (queries
+  resampled with replacement, ``n_resamples`` times, seeded);
+- ``p``: the two-sided paired randomisation (sign-flip) test of ``mean(d) = 0``.
+
+The p-values of the metrics are adjusted together with :func:`~erag_dagster.stats.significance.
+holm` (family-wise error rate over the metrics), giving ``p_holm``. With the margin ``δ >= 0``
+(in the metric's own units, e.g. 0.02 = two points of nDCG) and level ``alpha``:
+
+- **worse** when ``high < -δ`` and ``p_holm < alpha``: the whole interval lies below ``-δ``;
+- **better** when ``low > δ`` and ``p_holm < alpha``;
+- **indistinguishable** otherwise (including identical systems: ``d = 0``, ``p = 1``).
+
+The overall verdict is ``worse`` if any metric is worse, else ``better`` if any is better,
+else ``indistinguishable``. Every draw is seeded (``seed``): the same labels give the same
+verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from erag_dagster.errors import InputError
+from erag_dagster.stats.significance import compare_paired, holm
+
+VERDICTS = ("better", "worse", "indistinguishable")
+FAIL_RULES = {"worse": ("worse",), "worse-or-indistinguishable": ("worse", "indistinguishable")}
+"""``--fail-if`` choices and the overall verdicts each one fails on."""
+EXIT_GATE_FAILED = 3
+"""Exit status of ``erag-dagster compare --fail-if ...`` when the gate fails (2 stays bad input,
+1 the environment)."""
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One metric's comparison (module docstring); ``n`` queries compared."""
+
+    metric: str
+    baseline: float
+    candidate: float
+    difference: float
+    ci_low: float
+    ci_high: float
+    p: float
+    p_holm: float
+    verdict: str
+    n: int
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """The verdict's parameters: ``margin`` δ >= 0 (metric units), ``alpha`` in (0, 1),
+    ``confidence`` of the interval in (0, 1), resamples, permutations and the seed."""
+
+    margin: float = 0.0
+    alpha: float = 0.05
+    confidence: float = 0.95
+    n_resamples: int = 1000
+    n_permutations: int = 10_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.margin >= 0:
+            raise InputError(f"--margin must be >= 0 (metric units), got {self.margin}")
+        if not 0 < self.alpha < 1:
+            raise InputError(f"--alpha must lie in (0, 1), got {self.alpha}")
+
+
+def metric_verdicts(
+    baseline: Mapping[str, Mapping[str, float]],
+    candidate: Mapping[str, Mapping[str, float]],
+    metrics: Sequence[str],
+    rule: GateRule,
+) -> list[MetricVerdict]:
+    """Per-metric verdicts of ``candidate`` against ``baseline`` (``query -> metric -> value``
+    on the same queries; a query one side lacks is an error, never silently dropped)."""
+    if set(baseline) != set(candidate):
+        only = sorted(set(baseline) ^ set(candidate))
+        raise InputError(
+            f"baseline and candidate scored different queries ({len(only)} differ, "
+            f"e.g. {only[0]!r})"
+        )
+    compared = []
+    for metric in metrics:
+        base = {q: values[metric] for q, values in baseline.items()}
+        cand = {q: values[metric] for q, values in candidate.items()}
+        compared.append(
+            compare_paired(
+                cand,
+                base,
+                n_permutations=rule.n_permutations,
+                n_resamples=rule.n_resamples,
+                confidence=rule.confidence,
+                seed=rule.seed,
+            )
+        )
+    adjusted = holm([c.p_perm for c in compared])
+    out = []
+    for metric, c, p_holm in zip(metrics, compared, adjusted, strict=True):
+        low, high = c.ci
+        significant = bool(p_holm < rule.alpha)
+        if significant and high < -rule.margin:
+            verdict = "worse"
+        elif significant and low > rule.margin:
+            verdict = "better"
+        else:
+            verdict = "indistinguishable"
+        out.append(
+            MetricVerdict(
+                metric,
+                c.mean_b,
+                c.mean_a,
+                c.difference,
+                low,
+                high,
+                c.p_perm,
+                float(p_holm),
+                verdict,
+                c.n,
+            )
+        )
+    return out
+
+
+def overall_verdict(verdicts: Sequence[MetricVerdict]) -> str:
+    """``worse`` if any metric is worse, else ``better`` if any is better, else
+    ``indistinguishable``."""
+    found = {v.verdict for v in verdicts}
+    return "worse" if "worse" in found else "better" if "better" in found else "indistinguishable"

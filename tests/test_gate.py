@@ -1,0 +1,397 @@
+"""The regression gate (erag_dagster/gate, ``erag-dagster compare`` / ``baseline``).
+
+Real parts throughout: BM25 (pyserini) on the embedded sample (20 questions spread over it),
+eRAG labels from the packaged SmolLM2 reader (the registry's first reader) with the
+``contains`` downstream metric, the real label store. One store is shared by the module, so
+each (question, document text) pair is answered once: the baseline's 60 pairs; every other
+case (the changes below, the renamed doc ids, the workflow) reuses them — which is itself what
+the gate promises (and keeps this module to one labelling pass).
+
+Changes built to be judged:
+
+- *worse*: BM25's top 3 without the documents whose text contains a gold answer (a retriever
+  that lost the answer-bearing passages; a query left with none is an empty list);
+- *the same*: the candidate is BM25's own top 3 as a run file (every difference 0);
+- *reversed*: BM25's top 3 in reverse order (the same pairs: Success@3 unchanged, RR lower).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from erag_dagster.cli import main
+from erag_dagster.errors import InputError
+from erag_dagster.gate import (
+    EXIT_GATE_FAILED,
+    GateRule,
+    GateSettings,
+    compare,
+    make_baseline,
+)
+from erag_dagster.gate.render import to_json, to_markdown, to_text
+from erag_dagster.labels.store import open_store
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = REPO_ROOT / "docs" / "examples" / "erag-gate.yml"
+DATASET = "sample?spread_questions=20"
+K = 3
+METRICS = ("nDCG@3", "RR", "Success@3")
+GATE_ARGS = ["--dataset", DATASET, "--metric", "contains", "--k", str(K)]
+GATE_ARGS += ["--metrics", ",".join(METRICS)]
+
+
+class Gate:
+    """The module's shared files: the label store, the runs and the stored baseline."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.store = root / "labels.sqlite"
+        self.baseline = root / "baseline.json"
+        self.same = root / "bm25-top3.trec"
+        self.reversed = root / "bm25-reversed.trec"
+        self.worse = root / "bm25-without-answers.trec"
+
+    def settings(self, **changes) -> GateSettings:
+        base = {
+            "dataset": DATASET,
+            "downstream_metric": "contains",
+            "metrics": METRICS,
+            "k": K,
+            "store": str(self.store),
+        }
+        return GateSettings(**(base | changes))
+
+    def cli(self, *args: str) -> list[str]:
+        return [*args, *GATE_ARGS, "--store", str(self.store)]
+
+
+def _write_run(frame: pl.DataFrame, path: Path) -> None:
+    from erag_dagster.retrieval.runs import write_trec_run
+
+    write_trec_run(frame, path, tag=path.stem)
+
+
+def _without_answers(run: pl.DataFrame, ds) -> pl.DataFrame:
+    """``run`` without the rows whose document text contains one of the query's gold answers
+    (case-insensitive)."""
+    rows = run.join(ds.corpus.select("doc_id", "text"), on="doc_id").join(
+        ds.queries.select("query_id", "answers"), on="query_id"
+    )
+    keep = [
+        not any(a.lower() in text.lower() for a in answers)
+        for text, answers in rows.select("text", "answers").iter_rows()
+    ]
+    kept = rows.filter(pl.Series(keep)).select(run.columns)
+    assert 0 < kept.height < run.height
+    return kept
+
+
+@pytest.fixture(scope="module")
+def reader():
+    from erag_dagster.readers.factory import reader_from_config
+    from erag_dagster.registry import load_registry
+
+    entry = next(iter(load_registry().readers.values()))
+    return reader_from_config(entry.name, entry.config)
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory, reader) -> Gate:
+    """Runs built from BM25's top 3, and the baseline (that top 3) stored."""
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.registry import load_registry
+    from erag_dagster.retrieval.service import run_retriever
+
+    root = tmp_path_factory.mktemp("gate")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ERAG_STORAGE", str(root / "storage"))
+        found = Gate(root)
+        ds = load_dataset(DATASET)
+        top = run_retriever(load_registry(), "bm25", ds.corpus, ds.queries, K,
+                            question_subset=True)  # fmt: skip
+        _write_run(top, found.same)
+        _write_run(top.with_columns(pl.col("score") * -1), found.reversed)
+        _write_run(_without_answers(top, ds), found.worse)
+        made = make_baseline("bm25", found.baseline, found.settings(), reader=reader)
+        assert made.judged_now == 20 * K and made.from_store == 0
+        yield found
+
+
+@pytest.fixture()
+def storage_env(gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ERAG_STORAGE", str(gate.root / "storage"))
+
+
+def test_a_change_built_to_be_worse_is_worse(gate: Gate, reader, storage_env) -> None:
+    result = compare(str(gate.baseline), str(gate.worse), gate.settings(), reader=reader)
+    assert result.verdict == "worse"
+    assert [v.metric for v in result.metrics] == list(METRICS)
+    for v in result.metrics:
+        assert v.verdict == "worse" and v.n == 20
+        assert v.difference == pytest.approx(v.candidate - v.baseline)
+        assert v.ci_low <= v.difference <= v.ci_high < 0
+        assert v.p <= v.p_holm < 0.05
+    # the stored baseline is used as stored (no reader call); the candidate's pairs are its
+    assert result.baseline.stored and result.baseline.judged_now == 0
+    assert result.candidate.judged_now == 0 and 0 < result.candidate.from_store < 20 * K
+    # a margin wider than the whole drop turns "worse" into "indistinguishable"
+    wide = compare(str(gate.baseline), str(gate.worse), gate.settings(),
+                   GateRule(margin=1.0), reader=reader)  # fmt: skip
+    assert wide.verdict == "indistinguishable" and wide.candidate.judged_now == 0
+    # swapped, the same change is "better"
+    back = compare(str(gate.worse), str(gate.baseline), gate.settings(), reader=reader)
+    assert back.verdict == "better"
+
+
+def test_the_same_ranking_is_indistinguishable(gate: Gate, reader, storage_env) -> None:
+    result = compare(str(gate.baseline), str(gate.same), gate.settings(), reader=reader)
+    assert result.verdict == "indistinguishable"
+    for v in result.metrics:
+        assert (v.difference, v.ci_low, v.ci_high, v.p_holm) == (0.0, 0.0, 0.0, 1.0)
+    assert result.candidate.judged_now == 0 and result.candidate.from_store == 20 * K
+    # the stored baseline's numbers are those of BM25 evaluated now
+    now = compare("bm25", str(gate.same), gate.settings(), reader=reader)
+    assert now.baseline.aggregate == result.baseline.aggregate
+    assert now.notes == [] and now.baseline.judged_now == 0
+
+
+def test_reversed_ranking_changes_rank_metrics_only(gate: Gate, reader, storage_env) -> None:
+    result = compare(str(gate.baseline), str(gate.reversed), gate.settings(), reader=reader)
+    by = {v.metric: v for v in result.metrics}
+    assert by["Success@3"].difference == 0.0 and by["Success@3"].verdict == "indistinguishable"
+    assert by["RR"].difference < 0 and by["nDCG@3"].difference < 0
+    assert result.candidate.judged_now == 0  # the same pairs, all in the store
+
+
+def test_cli_exit_codes_and_formats(gate: Gate, storage_env, capsys) -> None:
+    worse = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", str(gate.worse))
+    assert main([*worse, "--fail-if", "worse", "--json"]) == EXIT_GATE_FAILED == 3
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["verdict"] == "worse"
+    assert [m["verdict"] for m in data["metrics"]] == ["worse"] * 3
+    assert data["baseline"]["identity"] == data["candidate"]["identity"]
+    assert "gate failed: the candidate is worse" in err
+    summary = gate.root / "summary.md"
+    assert main([*worse, "--markdown", "--output", str(summary)]) == 0  # no --fail-if: 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("### eRAG retrieval gate: ❌ worse")
+    assert "| metric" in out and "| RR " in out and out.count("❌ worse") == 4
+    assert summary.read_text(encoding="utf-8") == out
+    same = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", str(gate.same))
+    assert main([*same, "--fail-if", "worse"]) == 0
+    out, _ = capsys.readouterr()
+    assert ": INDISTINGUISHABLE (margin 0," in out.splitlines()[0]
+    assert main([*same, "--fail-if", "worse-or-indistinguishable"]) == EXIT_GATE_FAILED
+
+
+def test_renderers_carry_the_verdict(gate: Gate, reader, storage_env) -> None:
+    result = compare(str(gate.baseline), str(gate.reversed), gate.settings(), reader=reader)
+    assert json.loads(to_json(result))["verdict"] == result.verdict
+    assert result.verdict.upper() in to_text(result).splitlines()[0]
+    assert f"**{result.verdict}**" in to_markdown(result)
+
+
+def test_other_identity_is_refused_in_one_line(gate: Gate, reader, storage_env, capsys) -> None:
+    with pytest.raises(InputError, match=r"\(k 3 vs 2\); only the retriever may differ") as info:
+        compare(str(gate.baseline), str(gate.same), gate.settings(k=2), reader=reader)
+    assert "\n" not in str(info.value)
+    with pytest.raises(InputError, match=r"downstream_metric contains vs em"):
+        compare(str(gate.baseline), "bm25", gate.settings(downstream_metric="em"), reader=reader)
+    other = ["--dataset", "sample?spread_questions=12", "--metrics", "RR"]
+    args = ["compare", "--baseline", str(gate.baseline), "--candidate", str(gate.same)]
+    assert main([*gate.cli(*args), *other]) == 2
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert (
+        len(lines) == 1
+        and "dataset_digest" in lines[0]
+        and "metrics nDCG@3,RR,Success@3 vs RR" in lines[0]
+    )
+
+
+def test_bad_refs_are_one_line(gate: Gate, storage_env, capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}', encoding="utf-8")
+    for ref, expected in [
+        ("no-such-retriever", "unknown retriever 'no-such-retriever'"),
+        (str(tmp_path / "missing.trec"), "no such file"),
+        (str(bad), "not an erag-dagster gate baseline"),
+    ]:
+        args = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", ref)
+        assert main(args) == 2
+        _, err = capsys.readouterr()
+        assert len(err.strip().splitlines()) == 1 and expected in err
+
+
+def test_renamed_doc_ids_reuse_every_label(gate: Gate, reader, storage_env, tmp_path) -> None:
+    """A copy of the sample with every doc id renamed, re-indexed and retrieved again: the
+    reader answers nothing new and the store gains no row."""
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.labels.labeller import label_run
+    from erag_dagster.registry import load_registry
+    from erag_dagster.retrieval.service import run_retriever
+
+    ds = load_dataset(DATASET)
+    folder = tmp_path / "renamed"
+    folder.mkdir()
+    renamed = pl.col("doc_id").map_elements(lambda d: f"re-ingested/{d[::-1]}", pl.String)
+    ds.corpus.with_columns(renamed).write_parquet(folder / "corpus.parquet")
+    ds.queries.write_parquet(folder / "queries.parquet")
+    ds.qrels.with_columns(renamed).write_parquet(folder / "qrels.parquet")
+    copy = load_dataset(f"parquet:{folder}")
+    assert set(copy.corpus["doc_id"]).isdisjoint(ds.corpus["doc_id"])
+    run = run_retriever(load_registry(), "bm25", copy.corpus, copy.queries, K)
+    store = open_store(gate.store)
+    rows = store.count_generations()
+    result = label_run(run, copy.queries, copy.corpus, reader, "contains", store)
+    assert result.judged_now == 0 and result.from_store == 20 * K
+    assert store.count_generations() == rows
+    original = compare(str(gate.baseline), str(gate.same), gate.settings(), reader=reader)
+    assert sorted(result.labels["label"]) == sorted(original.candidate.labels["label"])
+
+
+# -- the documented GitHub Actions workflow, run on the sample --------------------------------
+
+
+def _workflow_steps() -> tuple[dict[str, str], list[dict]]:
+    workflow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    (job,) = workflow["jobs"].values()
+    env = {**workflow.get("env", {}), **job.get("env", {})}
+    return {k: str(v) for k, v in env.items()}, job["steps"]
+
+
+def _run_workflow(repo: Path, summary: Path) -> list[tuple[str, int]]:
+    """Every ``run:`` step in order (``uses:`` steps and the ``install`` step skipped: this
+    environment is installed); after a failure only ``if: always()`` steps run, as on GitHub."""
+    env, steps = _workflow_steps()
+    bin_dir = str(Path(sys.executable).parent)
+    proc_env = {
+        **os.environ,
+        **env,
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    done: list[tuple[str, int]] = []
+    failed = False
+    for step in steps:
+        if "uses" in step or step.get("id") == "install":
+            continue
+        if failed and "always()" not in str(step.get("if", "")):
+            continue
+        proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=repo, env=proc_env,
+                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        done.append((step.get("name", step["run"][:20]), proc.returncode))
+        failed = failed or proc.returncode != 0
+        if proc.returncode not in (0, EXIT_GATE_FAILED):
+            pytest.fail(f"step {step.get('name')!r} exited {proc.returncode}: {proc.stderr}")
+    return done
+
+
+def _repo(gate: Gate, root: Path, candidate_run: Path) -> Path:
+    """A repository as the workflow expects it, with the label store the cache restored."""
+    from erag_dagster.registry import default_registry_path
+
+    packaged = yaml.safe_load(Path(default_registry_path()).read_text(encoding="utf-8"))
+    first = next(iter(packaged["readers"]))
+    (root / "eval").mkdir(parents=True)
+    shutil.copy(candidate_run, root / "eval" / "candidate.trec")
+    registry = {
+        "retrievers": {"candidate": {"kind": "run_file", "path": "candidate.trec"}},
+        "readers": {first: packaged["readers"][first]},
+        "evaluation": packaged["evaluation"],
+    }
+    (root / "eval" / "registry.yaml").write_text(yaml.safe_dump(registry), encoding="utf-8")
+    shutil.copy(gate.baseline, root / "eval" / "baseline.json")
+    (root / ".erag" / "labels").mkdir(parents=True)
+    # what actions/cache restores: the store as the last run left it (SQLite's backup API, so
+    # what this process's open connections keep in the -wal file is included)
+    with (
+        sqlite3.connect(gate.store) as source,
+        sqlite3.connect(root / ".erag/labels/labels.sqlite") as copy,
+    ):
+        source.backup(copy)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("change", "gate_rc", "verdict"),
+    [("worse", EXIT_GATE_FAILED, "❌ worse"), ("same", 0, "➖ indistinguishable")],
+)
+def test_the_documented_workflow_gates_a_pull_request(
+    gate: Gate, tmp_path: Path, change: str, gate_rc: int, verdict: str
+) -> None:
+    run = gate.worse if change == "worse" else gate.same
+    repo = _repo(gate, tmp_path / "repo", run)
+    summary = tmp_path / "step-summary.md"
+    steps = _run_workflow(repo, summary)
+    assert steps == [("Gate the retriever change", gate_rc), ("Summary for the pull request", 0)]
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith(f"### eRAG retrieval gate: {verdict}")
+    assert "0 pairs answered by the reader" in text  # every label came from the cached store
+
+
+def test_the_documented_workflow_is_the_example_file() -> None:
+    doc = (REPO_ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
+    block = doc.split("```yaml\n")[-1].split("```")[0]
+    assert block == WORKFLOW.read_text(encoding="utf-8")
+    _env, steps = _workflow_steps()
+    cached = [s for s in steps if str(s.get("uses", "")).startswith("actions/cache")]
+    assert cached and ".erag/labels\n" in cached[0]["with"]["path"]
+    assert _env["ERAG_LABEL_STORE"] == ".erag/labels/labels.sqlite"
+
+
+# -- the verdict rule on per-query scores (no reader) ------------------------------------------
+
+
+def _per_query(values: list[float]) -> dict[str, dict[str, float]]:
+    return {f"q{i:02d}": {"RR": v} for i, v in enumerate(values)}
+
+
+def test_verdict_rule_margin_and_determinism() -> None:
+    from erag_dagster.gate.verdict import metric_verdicts, overall_verdict
+
+    base = _per_query([1.0] * 12 + [0.0] * 8)
+    drop = _per_query([0.5] * 12 + [0.0] * 8)  # -0.5 on 12 of 20 queries: mean -0.3
+    (v,) = metric_verdicts(base, drop, ["RR"], GateRule())
+    assert v.difference == pytest.approx(-0.3) and v.ci_high < 0 and v.verdict == "worse"
+    assert metric_verdicts(base, drop, ["RR"], GateRule()) == [v]  # seeded: the same
+    # the margin is compared with the interval's bound, in the metric's units
+    (tolerant,) = metric_verdicts(base, drop, ["RR"], GateRule(margin=-v.ci_high + 1e-9))
+    assert tolerant.verdict == "indistinguishable" and tolerant.p_holm == v.p_holm
+    (strict,) = metric_verdicts(base, drop, ["RR"], GateRule(margin=-v.ci_high - 1e-9))
+    assert strict.verdict == "worse"
+    (up,) = metric_verdicts(drop, base, ["RR"], GateRule())
+    assert up.verdict == "better" and up.difference == pytest.approx(0.3)
+    assert overall_verdict([v, up]) == "worse" and overall_verdict([up]) == "better"
+    with pytest.raises(InputError, match="--margin must be >= 0"):
+        GateRule(margin=-0.1)
+    with pytest.raises(InputError, match="different queries"):
+        metric_verdicts(base, _per_query([1.0] * 19), ["RR"], GateRule())
+
+
+def test_identity_differences_name_each_field() -> None:
+    from erag_dagster.gate.identity import EvalIdentity, refuse_other_identity
+
+    a = EvalIdentity("d" * 16, "f" * 64, "erag", "em", ("RR",), 3)
+    b = EvalIdentity("d" * 16, "e" * 64, "erag", "f1", ("RR",), 3)
+    assert a.differences(a) == []
+    assert a.differences(b) == [
+        f"reader_fingerprint {'f' * 12} vs {'e' * 12}",
+        "downstream_metric em vs f1",
+    ]
+    refuse_other_identity(a, a, "x", "y")
+    with pytest.raises(InputError, match=r"^cannot compare y with baseline x: .*em vs f1\); only"):
+        refuse_other_identity(a, b, "x", "y")
