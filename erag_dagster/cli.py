@@ -335,6 +335,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             load_dataset=_dataset,
         )
     print_reports(registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose)
+    from erag_dagster.assets.html_report import page_path
+
+    print(f"\nHTML report: {page_path()}")  # written by this run's html_report step
     return 0
 
 

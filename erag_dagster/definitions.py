@@ -15,7 +15,15 @@ deploy/README.md).
 
 import dagster as dg
 
-from erag_dagster.assets import automation, cross_dataset, data, labels, meta, retrieval
+from erag_dagster.assets import (
+    automation,
+    cross_dataset,
+    data,
+    html_report,
+    labels,
+    meta,
+    retrieval,
+)
 from erag_dagster.assets.common import prefixed
 from erag_dagster.deployment import deployment as current_deployment
 from erag_dagster.deployment import step_executor
@@ -66,13 +74,18 @@ def dataset_assets(registry: Registry) -> list[dg.AssetsDefinition]:
 def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     """Every materialisable asset: :func:`dataset_assets` once per registry dataset, its keys
     prefixed by the dataset's name (none without a ``datasets`` section), then the reports
-    across datasets (:mod:`erag_dagster.assets.cross_dataset`; two or more datasets)."""
+    across datasets (:mod:`erag_dagster.assets.cross_dataset`; two or more datasets) and the
+    run's HTML page (:mod:`erag_dagster.assets.html_report`)."""
     per_dataset = [
         asset
         for name in registry.dataset_names
         for asset in prefixed(dataset_assets(registry.for_dataset(name)), name)
     ]
-    return [*per_dataset, *cross_dataset.build_cross_dataset_assets(registry)]
+    return [
+        *per_dataset,
+        *cross_dataset.build_cross_dataset_assets(registry),
+        html_report.build_html_report(registry),
+    ]
 
 
 def build_resources(

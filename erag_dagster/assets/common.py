@@ -1,6 +1,7 @@
 """Helpers shared by the asset modules: partitions from the registry, data versions, metadata."""
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TypeVar
 
 import dagster as dg
@@ -8,6 +9,7 @@ import polars as pl
 
 from erag_dagster.hashing import sha256_frame
 from erag_dagster.meta.per_query import System
+from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Registry
 from erag_dagster.reports.tables import to_markdown
 
@@ -20,6 +22,13 @@ def dataset_of(context: dg.AssetExecutionContext) -> str | None:
     ``scifact``); ``None`` for an unprefixed asset (a registry without ``datasets``)."""
     key = next(iter(context.assets_def.keys))
     return key.path[0] if len(key.path) > 1 else None
+
+
+def report_folder(dataset: str | None) -> Path:
+    """The folder of a dataset's report side files (Figure 1's png, Table 1 as parquet):
+    ``reports/`` under the storage root, ``reports/<dataset>/`` for a registry dataset (two
+    datasets' figures must not overwrite each other). Created if missing."""
+    return storage_dir("reports", dataset) if dataset else storage_dir("reports")
 
 
 def prefixed(assets: list[dg.AssetsDefinition], dataset: str | None) -> list[dg.AssetsDefinition]:

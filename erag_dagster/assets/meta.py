@@ -20,6 +20,7 @@ from erag_dagster.assets.common import (
     dataset_of,
     frame_version,
     reader_retriever_partitions,
+    report_folder,
     table_md,
 )
 from erag_dagster.assets.labels import GPU_OP_TAGS, GPU_POOL, RUN_BY_RETRIEVER
@@ -29,7 +30,6 @@ from erag_dagster.meta.correlation import table1
 from erag_dagster.meta.correlation_report import correlation_report as build_correlation_report
 from erag_dagster.meta.efficiency import efficiency_report as measure_efficiency_report
 from erag_dagster.meta.system_outputs import baseline_label_set, end_to_end_at_depths
-from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.retrieval.encoder import encoder_from_config
@@ -131,7 +131,7 @@ def correlation_report(
         dataset=dataset_of(context) or parse_spec(params.dataset).name, metrics=params.list_metrics,
         label_k=params.label_k,
         e2e_ks=params.e2e_ks, n_resamples=params.bootstrap_resamples,
-        folder=storage_dir("reports"),
+        folder=report_folder(dataset_of(context)),
     )  # fmt: skip
     image = base64.b64encode(report.plot.read_bytes()).decode()
     results, extra = asset_checks.report_results(

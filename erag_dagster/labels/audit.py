@@ -10,7 +10,7 @@ import polars as pl
 
 from erag_dagster.hashing import sha256_json
 
-__all__ = ["AUDIT_COLUMNS", "audit_rows"]
+__all__ = ["AUDIT_COLUMNS", "IDENTITY_COLUMNS", "audit_rows", "identity_columns"]
 
 
 Query = Callable[[str, Sequence[Any]], tuple[list[str], list[tuple[Any, ...]]]]
@@ -44,26 +44,46 @@ def audit_rows(query: Query, run_column: str, query_id: str, doc_id: str) -> pl.
     out = []
     for values in rows:
         row = dict(zip(names, values, strict=True))
-        identity = json.loads(row.pop("identity_json") or "{}")
-        # a task's identity (LLM annotation, end-to-end) wraps its reader's: {"task", "reader"}
-        identity = identity.get("reader", identity)
-        model = identity.get("model")
-        row |= {
-            "model": json.dumps(model, sort_keys=True),
-            "model_hash": _model_hash(model),
-            "dtype": identity.get("dtype"),
-            # only settings whose answers depend on the machine name it (readers/hardware.py)
-            "hardware": json.dumps(identity.get("hardware", "any"), sort_keys=True),
-            "libraries": json.dumps(identity.get("libraries"), sort_keys=True),
-            "prompt_template_hash": _json_hash(identity.get("prompt")),
-            "decoding": json.dumps(identity.get("decoding"), sort_keys=True),
-        }
+        row |= identity_columns(json.loads(row.pop("identity_json") or "{}"))
         out.append(row)
     schema = {k: pl.String for k in AUDIT_COLUMNS} | {
         "score": pl.Float64,
         "gen_seconds": pl.Float64,
     }
     return pl.DataFrame(out, schema=schema).select(AUDIT_COLUMNS)
+
+
+#: The columns of :func:`identity_columns`, in :data:`AUDIT_COLUMNS` order.
+IDENTITY_COLUMNS = (
+    "model",
+    "model_hash",
+    "dtype",
+    "hardware",
+    "libraries",
+    "prompt_template_hash",
+    "decoding",
+)
+
+
+def identity_columns(identity: dict[str, Any]) -> dict[str, str | None]:
+    """The :data:`IDENTITY_COLUMNS` of a registered reader identity (the label store's
+    ``readers.identity_json``; ``{}`` for an unregistered fingerprint): ``model``, ``libraries``
+    and ``decoding`` as canonical JSON, ``model_hash`` (:func:`_model_hash`), the resolved
+    ``dtype``, ``hardware`` (JSON; ``"any"`` where the answers do not depend on the machine) and
+    ``prompt_template_hash``. A task's identity (LLM annotation, end-to-end) wraps its reader's
+    as ``{"task", "reader"}``: the reader's is described."""
+    identity = identity.get("reader", identity)
+    model = identity.get("model")
+    return {
+        "model": json.dumps(model, sort_keys=True),
+        "model_hash": _model_hash(model),
+        "dtype": identity.get("dtype"),
+        # only settings whose answers depend on the machine name it (readers/hardware.py)
+        "hardware": json.dumps(identity.get("hardware", "any"), sort_keys=True),
+        "libraries": json.dumps(identity.get("libraries"), sort_keys=True),
+        "prompt_template_hash": _json_hash(identity.get("prompt")),
+        "decoding": json.dumps(identity.get("decoding"), sort_keys=True),
+    }
 
 
 AUDIT_COLUMNS = (

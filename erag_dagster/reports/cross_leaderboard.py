@@ -124,7 +124,7 @@ def beir_leaderboard(
         ds = DatasetRuns(*value)
         boards[name] = evaluate_runs(ds.qrels, ds.runs, metrics, relevance_level=ds.relevance_level)
     rows = _rows(boards, metrics, baseline, n_resamples, n_permutations, confidence, seed)
-    return _with_holm(pl.DataFrame(rows, schema=LEADERBOARD_SCHEMA, orient="row"))
+    return with_holm(pl.DataFrame(rows, schema=LEADERBOARD_SCHEMA, orient="row"))
 
 
 def erag_leaderboard(
@@ -188,7 +188,7 @@ def erag_leaderboard(
                 pl.lit(reader).alias("reader"), pl.all()
             )
         )
-    return _with_holm(pl.concat(frames))
+    return with_holm(pl.concat(frames))
 
 
 def _check_per_query(table: pl.DataFrame, metrics: Sequence[str], dataset: str) -> None:
@@ -298,7 +298,7 @@ def _mean_cells(
     return mean, low, high, diff, p_perm, None
 
 
-def _with_holm(board: pl.DataFrame) -> pl.DataFrame:
+def with_holm(board: pl.DataFrame) -> pl.DataFrame:
     """Fill ``p_holm`` and ``family``: Holm over every non-baseline, non-null ``p_perm``."""
     tested = (~pl.col("baseline") & pl.col("p_perm").is_not_null()).alias("tested")
     flags = board.select(tested)["tested"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import polars as pl
 
@@ -166,6 +167,33 @@ def format_table1(
     computed with undefined resamples gets their share (``0.41 [0.20, 0.60] (1.8% undef.)``).
     A footnote explains the marks; its ``nan`` and ``no CI`` lines appear only when needed.
     """
+    cells = table1_cells(frame, statistic, "\\*" if markdown else "*", digits, ci_digits)
+    render = _render_markdown if markdown else _render_text
+    # Markdown joins adjacent lines into one paragraph; a blank line keeps the notes apart.
+    table = render(cells.headers, cells.rows, cells.right)
+    return table + "\n\n" + ("\n\n" if markdown else "\n").join(cells.notes)
+
+
+class Table1Cells(NamedTuple):
+    """Table 1 as text cells (:func:`table1_cells`): ``right`` says which columns are numeric;
+    ``notes`` are the footnote lines."""
+
+    headers: list[str]
+    rows: list[list[str]]
+    right: list[bool]
+    notes: list[str]
+
+
+def table1_cells(
+    frame: pl.DataFrame,
+    statistic: str = "kendall_tau",
+    star: str = "*",
+    digits: int = 3,
+    ci_digits: int = 2,
+) -> Table1Cells:
+    """The cells and notes of :func:`format_table1` (its docstring states them), with
+    ``star`` marking the best cell, for renderers other than text and markdown (the HTML
+    report)."""
     if statistic not in CI_COLUMNS:
         raise InputError(
             f"unknown statistic {statistic!r}; expected one of {', '.join(CI_COLUMNS)}"
@@ -184,7 +212,6 @@ def format_table1(
         ci_notes = {r[:-1]: r[-1] for r in noted.select(*GROUP_COLUMNS, note_col).iter_rows()}
     best = best_per_column(values)
     metrics = [c for c in values.columns if c not in _TABLE1_INDEX]
-    star = "\\*" if markdown else "*"
 
     any_nan = any_undefined = False
     rows: list[list[str]] = []
@@ -210,7 +237,6 @@ def format_table1(
         rows.append(row)
     headers = [*_TABLE1_INDEX, *metrics]
     right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
-    render = _render_markdown if markdown else _render_text
     notes = [
         f"{star} best in its column within the dataset and retriever.",
         "[low, high]: percentile bootstrap CI over queries.",
@@ -223,5 +249,4 @@ def format_table1(
             " the CI counts them at -1 (low) and +1 (high), and is not reported when they reach"
             " (1 - confidence)/2 of the resamples or when it would exclude the estimate."
         )
-    # Markdown joins adjacent lines into one paragraph; a blank line keeps the notes apart.
-    return render(headers, rows, right) + "\n\n" + ("\n\n" if markdown else "\n").join(notes)
+    return Table1Cells(headers, rows, right, notes)

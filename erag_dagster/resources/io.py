@@ -42,6 +42,11 @@ class PolarsJsonIOManager(dg.UPathIOManager):
 
     extension = ""
 
+    @property
+    def base_path(self) -> UPath:
+        """The folder (or object-store URL) every value is stored under."""
+        return self._base_path
+
     def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:
         if isinstance(obj, pl.DataFrame):
             target, write = _with(path, ".parquet"), obj.write_parquet

@@ -1,0 +1,153 @@
+"""``html_report``: the run's reports as one self-contained HTML page (docs/html-report.md).
+
+One unprefixed asset downstream of every dataset's reports: ``retrieval_report`` of each
+dataset, and for a dataset with reader stages ``erag_per_query``, ``correlation_report``
+(Figure 1's png is its side file, :func:`~erag_dagster.assets.common.report_folder`),
+``label_agreement`` and ``doc_labels`` (whose fingerprints name the readers). Its inputs are
+named ``<dataset>__<asset>`` (the bare asset name without a ``datasets`` section). The page is
+written to :func:`page_path`, replacing the previous run's, because the parquet files it links
+to are replaced by each run too; the materialisation's metadata links to it. The page itself
+is :mod:`erag_dagster.reports.html`'s.
+
+Verdict: :func:`~erag_dagster.reports.html.render_html_report` shows a verdict section when
+given ``verdict=``; this asset passes none yet (the hook for ``erag_dagster.reports.verdict``).
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
+from erag_dagster.assets.common import CODE_VERSION, by_system, report_folder
+from erag_dagster.hashing import sha256_text
+from erag_dagster.registry import Registry
+from erag_dagster.reports.html import (
+    DatasetSection,
+    dataset_erag_leaderboard,
+    file_links,
+    reader_identities,
+    render_html_report,
+    write_html_report,
+)
+from erag_dagster.resources import EvalSettings, LabelStoreResource
+from erag_dagster.resources.io import PolarsJsonIOManager, local_path
+
+PAGE_NAME = "report.html"
+
+#: The reports a dataset with reader stages contributes (besides ``retrieval_report``).
+_READER_INPUTS = ("erag_per_query", "correlation_report", "label_agreement", "doc_labels")
+
+
+def page_path() -> Path:
+    """Where the page is written: ``reports/report.html`` under the storage root."""
+    return report_folder(None) / PAGE_NAME
+
+
+def _input_name(dataset: str | None, asset: str) -> str:
+    return f"{dataset}__{asset}" if dataset else asset
+
+
+def _inputs(registry: Registry) -> dict[str, dg.AssetIn]:
+    ins = {}
+    for name in registry.dataset_names:
+        prefix = [name] if name else []
+        assets = ("retrieval_report",)
+        if registry.for_dataset(name).reader_labels:
+            assets += _READER_INPUTS
+        for asset in assets:
+            ins[_input_name(name, asset)] = dg.AssetIn(key=dg.AssetKey([*prefix, asset]))
+    return ins
+
+
+def _partitions(context: dg.AssetExecutionContext, name: str, value: object) -> dict:
+    """A partitioned input as ``{partition key: frame}``: the IO manager hands a bare frame
+    when one partition maps to the input (``**inputs`` carries no annotation)."""
+    if isinstance(value, dict):
+        return value
+    (key,) = context.asset_partition_keys_for_input(name)
+    return {key: value}
+
+
+def _section(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    name: str | None,
+    inputs: dict[str, object],
+    reader_identity: Callable[[str], dict | None],
+    links: list[tuple[str, str | None]],
+) -> DatasetSection:
+    """One dataset's part of the page from its inputs (absent ones stay ``None``)."""
+    registry, params = settings.registry(), settings.resolve(name)
+    value = {
+        asset: inputs.get(_input_name(name, asset))
+        for asset in ("retrieval_report", *_READER_INPUTS)
+    }
+    per_query = value["erag_per_query"]
+    board = None
+    if isinstance(per_query, pl.DataFrame) and per_query.height:
+        board = dataset_erag_leaderboard(
+            per_query,
+            [m for m in params.list_metrics if m in per_query.columns],
+            registry.for_dataset(name).retriever_partitions[0],
+            n_resamples=params.bootstrap_resamples,
+        )
+    identities = figure = None
+    if value["doc_labels"] is not None:
+        labels = _partitions(context, _input_name(name, "doc_labels"), value["doc_labels"])
+        identities = reader_identities(by_system(labels), reader_identity)
+        png = report_folder(name) / "correlation_vs_k.png"
+        figure = png.read_bytes() if png.is_file() else None
+    return DatasetSection(
+        name=name or params.dataset,
+        erag_board=board,
+        ranking_metric=params.list_metrics[0],
+        retrieval_report=value["retrieval_report"],
+        correlation_report=value["correlation_report"],
+        figure_png=figure,
+        label_agreement=value["label_agreement"],
+        identities=identities,
+        files=links,
+    )
+
+
+def _html_report(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    label_store: LabelStoreResource,
+    io_manager: dg.ResourceParam[PolarsJsonIOManager],
+    **inputs: object,
+) -> dg.MaterializeResult:
+    """Render and write the page (module docstring); metadata: its path and ``file://`` URL."""
+    page = page_path()
+    base = local_path(io_manager.base_path)
+    stored = sorted(base.rglob("*.parquet")) if base is not None and base.is_dir() else []
+    store = label_store.open()
+    sections = []
+    for name in settings.registry().dataset_names:
+        own = [f for f in stored if name is None or f.is_relative_to(base / name)]
+        links = file_links(own, page.parent, base)
+        sections.append(_section(context, settings, name, inputs, store.reader_identity, links))
+    html = render_html_report(sections, run_id=context.run.run_id)
+    write_html_report(html, page)
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(sha256_text(html)[:16]),
+        metadata={
+            "report": dg.MetadataValue.path(str(page)),
+            "report_url": dg.MetadataValue.url(page.as_uri()),
+            "bytes": len(html.encode("utf-8")),
+            "datasets": [s.name for s in sections],
+        },
+    )
+
+
+def build_html_report(registry: Registry) -> dg.AssetsDefinition:
+    """The ``html_report`` asset over ``registry``'s datasets (module docstring)."""
+    return dg.asset(
+        name="html_report",
+        group_name="reports",
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        ins=_inputs(registry),
+    )(_html_report)
