@@ -9,6 +9,8 @@ with a run-file retriever (the BM25 run written by ``erag-dagster retrieve``) sc
 
 from __future__ import annotations
 
+import base64
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -98,9 +100,10 @@ def test_graph_has_one_prefixed_copy_per_dataset(tmp_path: Path, shared_data: Pa
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert {"sample/doc_labels", "sample/correlation_report", "scifact/retrieval_report"} <= keys
     assert "scifact/doc_labels" not in keys  # beir: human-judgment assets only
-    # shared by both datasets: the readers, and the one report two judged datasets can share
-    # (one dataset with reader stages: no eRAG leaderboard, no Table 1 across datasets)
-    assert {k for k in keys if "/" not in k} == {"reader_models", "beir_leaderboard"}
+    # shared by both datasets: the readers, the one report two judged datasets can share
+    # (one dataset with reader stages: no eRAG leaderboard, no Table 1 across datasets) and
+    # the run's HTML page
+    assert {k for k in keys if "/" not in k} == {"reader_models", "beir_leaderboard", "html_report"}
     assert (
         dg.AssetKey(["scifact", "dataset_files"])
         in graph.get(dg.AssetKey(["scifact", "corpus"])).parent_keys
@@ -281,3 +284,27 @@ def test_reports_across_datasets_hold_each_datasets_own_figures(world) -> None:
         .resolve_asset_graph()
         .get_all_asset_keys()
     )  # one labelled dataset: nothing to compare
+
+
+@pytest.mark.slow
+def test_html_page_has_each_dataset_with_its_own_figure_and_files(world) -> None:
+    """One page for the run: a section per dataset, each with its own Figure 1 (a dataset's
+    figure goes to ``reports/<dataset>/``: two datasets' figures do not overwrite each other)
+    and links to its own stored files; the judged-only dataset says it has no eRAG labels."""
+    records = world["instance"].fetch_materializations(dg.AssetKey("html_report"), limit=1)
+    meta = records.records[0].asset_materialization.metadata
+    page = Path(meta["report"].value)
+    assert page == world["root"] / "storage" / "reports" / "report.html"
+    assert meta["report_url"].value == page.as_uri()
+    text = page.read_text(encoding="utf-8")
+    sections = text.split('<section id="dataset-')[1:]
+    assert [s.split("</h2>")[0].split("Dataset ")[1] for s in sections] == [
+        "sample", "spread", "scifact"
+    ]  # fmt: skip
+    reports = world["root"] / "storage" / "reports"
+    for name, section in zip(("sample", "spread"), sections, strict=False):
+        (image,) = re.findall(r'src="data:image/png;base64,([^"]+)"', section)
+        assert base64.b64decode(image) == (reports / name / "correlation_vs_k.png").read_bytes()
+        assert f'href="../assets/{name}/erag_report.parquet"' in section
+    assert "no eRAG labels in this run" in sections[2] and "<img" not in sections[2]
+    assert 'href="../assets/scifact/retrieval_report.parquet"' in sections[2]

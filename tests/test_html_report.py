@@ -98,7 +98,7 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
     (assets / "doc_labels").mkdir(parents=True)
     for name in ("erag_per_query.parquet", HOSTILE_FILE):
         (assets / "doc_labels" / name).write_bytes(b"PAR1")
-    files = file_links(sorted(assets.rglob("*.parquet")), root / "reports", assets)
+    files = file_links(sorted(assets.rglob("*.parquet")), root / "reports")
     return DatasetSection(
         name=HOSTILE_DATASET,
         erag_board=dataset_erag_leaderboard(
@@ -201,8 +201,8 @@ def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
     assert "&lt;script&gt;/models" not in page  # the model JSON ...
     assert "/models/&lt;script&gt;" in page  # ... is shown, escaped
     assert "squad&lt;img src=x onerror=&#x27;window.__pwned=3&#x27;&gt;" in page  # dataset
-    assert "doc_labels/&lt;b&gt;run&lt;i&gt;.parquet" in page  # a file name (label and quoted href)
-    assert 'href="../assets/doc_labels/%3Cb%3Erun%3Ci%3E.parquet"' in page
+    assert ">assets/doc_labels/&lt;b&gt;run&lt;i&gt;.parquet<" in page  # a file name ...
+    assert 'href="../assets/doc_labels/%3Cb%3Erun%3Ci%3E.parquet"' in page  # ... and its link
     assert "&lt;script&gt;window.__pwned = 4&lt;/script&gt; wins" in page  # the verdict
     assert re.search(r'<section id="verdict">.*?</section>', page, re.S)
 

@@ -144,6 +144,17 @@ def test_run_prints_progress_lines_and_reports_only(quiet_and_verbose) -> None:
 
 
 @pytest.mark.slow
+def test_run_ends_with_the_path_of_its_html_report(quiet_and_verbose) -> None:
+    """The last line names the page the run's ``html_report`` step wrote (docs/html-report.md)."""
+    done = quiet_and_verbose["quiet"]
+    page = quiet_and_verbose["root"] / "storage" / "reports" / "report.html"
+    assert done.stdout.rstrip("\n").splitlines()[-1] == f"HTML report: {page}"
+    assert done.stdout.count("HTML report:") == 1
+    text = page.read_text(encoding="utf-8")
+    assert "<h3>eRAG leaderboard</h3>" in text and "data:image/png;base64," in text
+
+
+@pytest.mark.slow
 def test_run_report_names_the_dataset_briefly(quiet_and_verbose) -> None:
     table = quiet_and_verbose["quiet"].stdout.split("== Meta-evaluation")[1]
     assert "sample" in table and "max_questions" not in table

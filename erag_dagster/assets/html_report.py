@@ -126,8 +126,11 @@ def _html_report(
     store = label_store.open()
     sections = []
     for name in settings.registry().dataset_names:
-        own = [f for f in stored if name is None or f.is_relative_to(base / name)]
-        links = file_links(own, page.parent, base)
+        if base is None:  # an object store: named, not linked
+            links = [(f"{io_manager.base_path} (not on this disk: not linked)", None)]
+        else:
+            own = [f for f in stored if name is None or f.is_relative_to(base / name)]
+            links = file_links([*own, *sorted(report_folder(name).glob("*.parquet"))], page.parent)
         sections.append(_section(context, settings, name, inputs, store.reader_identity, links))
     html = render_html_report(sections, run_id=context.run.run_id)
     write_html_report(html, page)

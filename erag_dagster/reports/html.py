@@ -160,21 +160,18 @@ def reader_identities(
     return pl.concat([counts.select(*schema), details], how="horizontal")
 
 
-def file_links(
-    files: Sequence[Path | str], page_folder: Path, base: Path | None
-) -> list[tuple[str, str | None]]:
-    """``(label, href)`` for each stored file: the label is the path below ``base``; the href
-    the path relative to ``page_folder``, URL-quoted (``None`` for a file that is not local,
-    e.g. on an object store: shown, not linked)."""
-    out: list[tuple[str, str | None]] = []
-    for file in files:
-        if base is None:
-            out.append((str(file), None))
-            continue
-        path = Path(file)
-        label = path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
-        out.append((label, quote(Path(os.path.relpath(path, page_folder)).as_posix())))
-    return out
+def file_links(files: Sequence[Path | str], page_folder: Path) -> list[tuple[str, str | None]]:
+    """``(label, href)`` for each stored file: the label is the path below the folder that
+    holds the files and the page (``assets/doc_labels/r1/bm25.parquet``); the href the path
+    relative to ``page_folder``, URL-quoted."""
+    paths = [Path(f) for f in files]
+    if not paths:
+        return []
+    common = Path(os.path.commonpath([page_folder, *paths]))
+    return [
+        (p.relative_to(common).as_posix(), quote(Path(os.path.relpath(p, page_folder)).as_posix()))
+        for p in paths
+    ]
 
 
 def render_html_report(
