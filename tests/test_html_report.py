@@ -190,6 +190,7 @@ def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -
     assert image.startswith("data:image/png;base64,")
     assert base64.b64decode(image.split(",", 1)[1]) == section.figure_png
     assert "Verdict" not in page and 'id="verdict"' not in page
+    assert 'id="verdict"' not in render_html_report([section], verdict=[])
 
 
 def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:

@@ -184,8 +184,8 @@ def render_html_report(
     """The whole page (a ``str`` of UTF-8 HTML); see the module docstring.
 
     ``verdict``: the verdict text (lines; :mod:`erag_dagster.reports.verdict` once wired),
-    shown first in a section of its own; no section without one. ``run_id``: the Dagster run
-    the page was written by (shown, not linked).
+    shown first in a section of its own; no section without one (``None``, empty).
+    ``run_id``: the Dagster run the page was written by (shown, not linked).
     """
     body = [f"<h1>{esc(title)}</h1>"]
     if run_id:
@@ -195,7 +195,7 @@ def render_html_report(
             f'<a href="#dataset-{i}">{esc(s.name)}</a>' for i, s in enumerate(sections)
         )
         body.append(f"<nav>{links}</nav>")
-    if verdict is not None:
+    if verdict:  # None, "" or no lines: no section
         text = verdict if isinstance(verdict, str) else "\n".join(verdict)
         body.append(
             '<section id="verdict"><h2>Verdict</h2>'
