@@ -308,3 +308,6 @@ def test_html_page_has_each_dataset_with_its_own_figure_and_files(world) -> None
         assert f'href="../assets/{name}/erag_report.parquet"' in section
     assert "no eRAG labels in this run" in sections[2] and "<img" not in sections[2]
     assert 'href="../assets/scifact/retrieval_report.parquet"' in sections[2]
+    across = text.split('<section id="across">')[1]  # the reports across datasets, as printed
+    assert across.count("<pre") == 3 and "mean over datasets" in across
+    assert '<a href="#across">' in text

@@ -194,7 +194,11 @@ def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -
 
 
 def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
-    page = render_html_report([section], verdict=["<script>window.__pwned = 4</script> wins"])
+    page = render_html_report(
+        [section],
+        verdict=["<script>window.__pwned = 4</script> wins"],
+        across=[("<script>t</script>", "bm25 <script>x</script>  0.5 [0.4, 0.6]")],
+    )
     parsed = _parsed(page)
     assert parsed.scripts == 0
     assert "<script" not in page and "<img src=x" not in page and "<b>" not in page
@@ -206,6 +210,9 @@ def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
     assert 'href="../assets/doc_labels/%3Cb%3Erun%3Ci%3E.parquet"' in page  # ... and its link
     assert "&lt;script&gt;window.__pwned = 4&lt;/script&gt; wins" in page  # the verdict
     assert re.search(r'<section id="verdict">.*?</section>', page, re.S)
+    across = page.split('<section id="across">')[1]  # after the datasets, escaped as well
+    assert "<h3>&lt;script&gt;t&lt;/script&gt;</h3>" in across
+    assert "bm25 &lt;script&gt;x&lt;/script&gt;  0.5 [0.4, 0.6]</pre>" in across
 
 
 def test_sections_without_inputs_say_so() -> None:
@@ -213,6 +220,7 @@ def test_sections_without_inputs_say_so() -> None:
     assert "no eRAG labels in this run" in page
     assert "the dataset has no judgments" in page
     assert "no figure in this run" in page
+    assert 'id="across"' not in page  # no report across datasets given: no section
     assert "<img" not in page and "<table" not in page
 
 

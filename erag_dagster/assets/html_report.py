@@ -3,8 +3,10 @@
 One unprefixed asset downstream of every dataset's reports: ``retrieval_report`` of each
 dataset, and for a dataset with reader stages ``erag_per_query``, ``correlation_report``
 (Figure 1's png is its side file, :func:`~erag_dagster.assets.common.report_folder`),
-``label_agreement`` and ``doc_labels`` (whose fingerprints name the readers). Its inputs are
-named ``<dataset>__<asset>`` (the bare asset name without a ``datasets`` section). The page is
+``label_agreement`` and ``doc_labels`` (whose fingerprints name the readers); and the reports
+across datasets the registry builds (:mod:`erag_dagster.assets.cross_dataset`). Its inputs are
+named ``<dataset>__<asset>`` (the bare asset name without a ``datasets`` section; the reports
+across datasets by their own unprefixed names). The page is
 written to :func:`page_path`, replacing the previous run's, because the parquet files it links
 to are replaced by each run too; the materialisation's metadata links to it. The page itself
 is :mod:`erag_dagster.reports.html`'s.
@@ -21,8 +23,10 @@ import polars as pl
 
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, by_system, report_folder
+from erag_dagster.assets.cross_dataset import build_cross_dataset_assets
 from erag_dagster.hashing import sha256_text
 from erag_dagster.registry import Registry
+from erag_dagster.reports.cross_dataset import format_cross_leaderboard, format_table1_across
 from erag_dagster.reports.html import (
     DatasetSection,
     dataset_erag_leaderboard,
@@ -58,7 +62,26 @@ def _inputs(registry: Registry) -> dict[str, dg.AssetIn]:
             assets += _READER_INPUTS
         for asset in assets:
             ins[_input_name(name, asset)] = dg.AssetIn(key=dg.AssetKey([*prefix, asset]))
+    for built in build_cross_dataset_assets(registry):  # two or more datasets
+        ins |= {key.path[-1]: dg.AssetIn(key=key) for key in built.keys}
     return ins
+
+
+#: The reports across datasets the page shows (those the registry builds), with their text.
+_ACROSS: dict[str, tuple[str, Callable[[pl.DataFrame], str]]] = {
+    "beir_leaderboard": (
+        "Retrievers on the human judgments, per dataset and mean over datasets",
+        lambda t: format_cross_leaderboard(t, markdown=False),
+    ),
+    "erag_leaderboard": (
+        "eRAG list metrics, reader x retriever x dataset",
+        lambda t: format_cross_leaderboard(t, markdown=False),
+    ),
+    "table1_across": (
+        "Table 1 (Kendall tau-b), one column per dataset",
+        lambda t: format_table1_across(t, markdown=False),
+    ),
+}
 
 
 def _partitions(context: dg.AssetExecutionContext, name: str, value: object) -> dict:
@@ -133,7 +156,12 @@ def _html_report(
             links = file_links([*own, *sorted(report_folder(name).glob("*.parquet"))], page.parent)
         sections.append(_section(context, settings, name, inputs, store.reader_identity, links))
     # the verdict hook: text from erag_dagster.reports.verdict goes here once it exists
-    html = render_html_report(sections, run_id=context.run.run_id, verdict=None)
+    across = [
+        (title, text(inputs[key]))
+        for key, (title, text) in _ACROSS.items()
+        if isinstance(inputs.get(key), pl.DataFrame) and inputs[key].height
+    ]
+    html = render_html_report(sections, run_id=context.run.run_id, verdict=None, across=across)
     write_html_report(html, page)
     return dg.MaterializeResult(
         data_version=dg.DataVersion(sha256_text(html)[:16]),

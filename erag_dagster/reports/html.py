@@ -72,6 +72,7 @@ p.note { color: #555; font-size: .9em; margin: .2em 0; }
 pre.verdict { background: #f4f8f4; border-left: 4px solid #4a4; padding: .8em;
   white-space: pre-wrap; }
 img.figure { max-width: 100%; border: 1px solid #ccd; }
+pre.across { overflow-x: auto; font-size: .85em; }
 nav a { margin-right: 1em; }
 """
 
@@ -180,21 +181,26 @@ def render_html_report(
     title: str = "eRAG evaluation report",
     run_id: str | None = None,
     verdict: str | Sequence[str] | None = None,
+    across: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The whole page (a ``str`` of UTF-8 HTML); see the module docstring.
 
     ``verdict``: the verdict text (lines; :mod:`erag_dagster.reports.verdict` once wired),
     shown first in a section of its own; no section without one (``None``, empty).
-    ``run_id``: the Dagster run the page was written by (shown, not linked).
+    ``run_id``: the Dagster run the page was written by (shown, not linked). ``across``:
+    ``(title, text)`` of each report across datasets, the terminal's text table
+    (:func:`~erag_dagster.reports.cross_dataset.format_cross_leaderboard`,
+    :func:`~erag_dagster.reports.cross_dataset.format_table1_across`), shown preformatted
+    after the datasets.
     """
     body = [f"<h1>{esc(title)}</h1>"]
     if run_id:
         body.append(f'<p class="note">Written by Dagster run <code>{esc(run_id)}</code>.</p>')
     if len(sections) > 1:
-        links = " ".join(
-            f'<a href="#dataset-{i}">{esc(s.name)}</a>' for i, s in enumerate(sections)
-        )
-        body.append(f"<nav>{links}</nav>")
+        links = [f'<a href="#dataset-{i}">{esc(s.name)}</a>' for i, s in enumerate(sections)]
+        if across:
+            links.append('<a href="#across">Across datasets</a>')
+        body.append(f"<nav>{' '.join(links)}</nav>")
     if verdict:  # None, "" or no lines: no section
         text = verdict if isinstance(verdict, str) else "\n".join(verdict)
         body.append(
@@ -203,6 +209,12 @@ def render_html_report(
         )
     for index, section in enumerate(sections):
         body.append(_dataset_html(index, section))
+    if across:
+        parts = ['<section id="across"><h2>Across datasets</h2>']
+        for heading, text in across:
+            parts.append(f"<h3>{esc(heading)}</h3>")
+            parts.append(f'<pre class="across">{html.escape(text, quote=True)}</pre>')
+        body.append("\n".join(parts) + "</section>")
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
