@@ -26,7 +26,8 @@ from erag_dagster.assets.common import CODE_VERSION, by_system, report_folder
 from erag_dagster.assets.cross_dataset import build_cross_dataset_assets
 from erag_dagster.hashing import sha256_text
 from erag_dagster.registry import Registry
-from erag_dagster.reports.cross_dataset import format_cross_leaderboard, format_table1_across
+from erag_dagster.reports.cross_leaderboard import format_cross_leaderboard
+from erag_dagster.reports.cross_table1 import format_table1_across
 from erag_dagster.reports.html import (
     DatasetSection,
     dataset_erag_leaderboard,

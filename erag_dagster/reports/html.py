@@ -189,8 +189,8 @@ def render_html_report(
     shown first in a section of its own; no section without one (``None``, empty).
     ``run_id``: the Dagster run the page was written by (shown, not linked). ``across``:
     ``(title, text)`` of each report across datasets, the terminal's text table
-    (:func:`~erag_dagster.reports.cross_dataset.format_cross_leaderboard`,
-    :func:`~erag_dagster.reports.cross_dataset.format_table1_across`), shown preformatted
+    (:func:`~erag_dagster.reports.cross_leaderboard.format_cross_leaderboard`,
+    :func:`~erag_dagster.reports.cross_table1.format_table1_across`), shown preformatted
     after the datasets.
     """
     body = [f"<h1>{esc(title)}</h1>"]
