@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 # isort: off
 from erag_dagster import notices  # noqa: F401  (first: Dagster's beta notices filtered)
@@ -329,66 +330,64 @@ def load_asset_value(
         return loader.load_asset_value(dg.AssetKey.from_user_string(key))
 
 
-def print_reports(
+def load_run_report(
     instance: dg.DagsterInstance | None = None,
     registry_path: str = "",
     only: Sequence[str] | None = None,
     verbose: bool = False,
-) -> None:
-    """Print the report assets that exist, as terminal tables (``verbose``: with Dagster's
-    console log of the loads, see :func:`load_asset_value`)."""
-    from erag_dagster.reports.tables import format_table
-
-    titles = {
-        "retrieval_report": "Retrieval quality against human/provenance judgments (pytrec_eval)",
-        "erag_report": "eRAG: list metrics on per-document reader labels, per retriever",
-        "correlation_report": "Meta-evaluation: Kendall tau-b with end-to-end quality "
-        "(bootstrap 95% CI; * = best per column)",
-        "label_agreement": "Agreement of automatic labels with the human judgments (Cohen's kappa)",
-        "efficiency_report": "Efficiency: end-to-end vs eRAG (query- / document-level batching)",
-    }
+):
+    """The materialised reports as a :class:`~erag_dagster.reports.run_report.RunReport`:
+    every report in ``only`` (default: all) that exists, and where ``erag_report`` is wanted
+    each dataset's verdict (from its ``erag_per_query``, on the headline metric). A report not
+    materialised yet is a section "not available", not an error."""
     from erag_dagster.registry import load_registry
+    from erag_dagster.reports.run_report import RunReport, Section, headline_metric, sections_order
+    from erag_dagster.reports.verdict import verdict
 
     registry = load_registry(registry_path or None)
+    names = registry.dataset_names
+    readers = {name: bool(registry.for_dataset(name).reader_labels) for name in names}
+    many = len(registry.datasets) >= 2
     wanted = [
         (name, key)
-        for name in registry.dataset_names
-        for key in titles
-        if (only is None or key in only)
-        and (key == "retrieval_report" or registry.for_dataset(name).reader_labels)
+        for name, key in sections_order(names, readers, many)
+        if only is None or key in only
     ]
-    across = {
-        "beir_leaderboard": "Across datasets: retriever x dataset on the human judgments",
-        "erag_leaderboard": "Across datasets: eRAG list metrics, reader x retriever x dataset",
-        "table1_across": "Across datasets: Table 1 (Kendall tau-b), one column group per dataset",
-    }
-    if len(registry.datasets) >= 2:
-        wanted += [(None, key) for key in across if only is None or key in only]
-        titles |= across
-    for name, key in wanted:
-        title = titles[key] + (f" [dataset {name}]" if name else "")
+    report = RunReport(sections=[])
+
+    def load(name: str | None, key: str) -> Section:
         try:
             frame = load_asset_value(
                 f"{name}/{key}" if name else key, instance, registry_path, verbose
             )
         except Exception as exc:  # a report not materialised yet is not an error here
-            print(f"\n{title}: not available ({type(exc).__name__})")
-            continue
-        print(f"\n== {title} ==")
-        if key in across and frame.height:
-            from erag_dagster.reports.cross_leaderboard import format_cross_leaderboard
-            from erag_dagster.reports.cross_table1 import format_table1_across
+            return Section(key, name, None, type(exc).__name__)
+        section = Section(key, name, frame)
+        report.frames[section.name] = frame
+        return section
 
-            text = format_table1_across if key == "table1_across" else format_cross_leaderboard
-            print(text(frame, markdown=False))
-        elif key == "correlation_report" and frame.height:
-            from erag_dagster.reports.tables import format_table1
+    for name, key in wanted:
+        report.sections.append(load(name, key))
+        if key == "erag_report" and report.sections[-1].frame is not None:
+            per_query = load(name, "erag_per_query").frame
+            if per_query is not None and per_query.height:
+                report.verdicts.append(verdict(per_query, headline_metric(per_query), name))
+    return report
 
-            print(format_table1(frame, statistic="kendall_tau"))
-        elif key == "retrieval_report" and frame.height:
-            from erag_dagster.reports.leaderboard import format_leaderboard
 
-            print(format_table(format_leaderboard(frame)))
-            print("(mean [95% bootstrap CI]; vs the first retriever: difference, permutation p)")
-        else:
-            print(format_table(frame))
+def print_reports(
+    instance: dg.DagsterInstance | None = None,
+    registry_path: str = "",
+    only: Sequence[str] | None = None,
+    verbose: bool = False,
+    full: bool = True,
+    tables_dir: Path | None = None,
+) -> None:
+    """Print the report assets that exist (:func:`load_run_report`): the verdict first, then
+    each table, compact unless ``full`` (``verbose``: with Dagster's console log of the loads,
+    see :func:`load_asset_value`). With ``tables_dir`` every frame is first written there in
+    full as CSV and parquet, and the text ends saying where."""
+    report = load_run_report(instance, registry_path, only, verbose)
+    if tables_dir is not None:
+        report.write_tables(tables_dir)
+    print(report.text(full=full))

@@ -33,11 +33,13 @@ ESTIMATE = re.compile(
 )
 DAGSTER_LOG = " - dagster - "
 REPORT_TITLES = (
+    "== Verdict: ",
     "== Retrieval quality",
-    "== eRAG: list metrics",
     "== Meta-evaluation: Kendall tau-b",
     "== Agreement of automatic labels",
 )
+#: Printed with --full only (compact: the verdict is its headline column).
+FULL_ONLY_TITLE = "== eRAG: list metrics"
 
 
 def _tiny_registry(folder: Path, **changes) -> Path:
@@ -108,7 +110,7 @@ def quiet_and_verbose(tmp_path_factory) -> dict:
     registry = _tiny_registry(root / "reg")
     quiet = _run(root, "--registry", str(registry))
     runs_after_quiet = _runs(root)
-    verbose = _run(root, "--registry", str(registry), "--verbose")
+    verbose = _run(root, "--registry", str(registry), "--verbose", "--full")
     return {"root": root, "quiet": quiet, "verbose": verbose, "runs": runs_after_quiet}
 
 
@@ -137,8 +139,15 @@ def test_run_prints_progress_lines_and_reports_only(quiet_and_verbose) -> None:
     for text in (done.stdout, done.stderr):
         assert "Warning" not in text and DAGSTER_LOG not in text
     positions = [done.stdout.index(title) for title in REPORT_TITLES]
-    assert positions == sorted(positions)
+    assert positions == sorted(positions) and positions[0] == 0  # the verdict first
+    assert FULL_ONLY_TITLE not in done.stdout
     assert "Efficiency" not in done.stdout
+    # the full tables are written beside the reports, and the output says where
+    (said,) = [x for x in done.stdout.splitlines() if x.startswith("Full tables as CSV")]
+    tables = quiet_and_verbose["root"] / "storage" / "reports" / "tables"
+    assert said.startswith(f"Full tables as CSV and parquet: {tables} ")
+    for name in ("erag_report", "correlation_report", "verdict_pairs", "verdict_ranking"):
+        assert (tables / f"{name}.csv").is_file() and (tables / f"{name}.parquet").is_file()
     # Dagster's log went to the runs' event logs: one run per progress line, in the instance
     assert quiet_and_verbose["runs"] == total
 
@@ -169,7 +178,7 @@ def test_verbose_brings_the_dagster_log_back(quiet_and_verbose) -> None:
     # Every pair is in the label store after the first run: nothing to generate, no estimate.
     assert "pairs to generate" not in done.stderr
     assert "Warning" not in done.stderr
-    assert all(title in done.stdout for title in REPORT_TITLES)
+    assert all(title in done.stdout for title in (*REPORT_TITLES, FULL_ONLY_TITLE))
 
 
 def test_progress_lines_count_steps_and_estimate_the_rest() -> None:

@@ -11,8 +11,8 @@ written to :func:`page_path`, replacing the previous run's, because the parquet 
 to are replaced by each run too; the materialisation's metadata links to it. The page itself
 is :mod:`erag_dagster.reports.html`'s.
 
-Verdict: :func:`~erag_dagster.reports.html.render_html_report` shows a verdict section when
-given ``verdict=``; this asset passes none yet (the hook for ``erag_dagster.reports.verdict``).
+Verdict: the page opens with each dataset's :func:`~erag_dagster.reports.verdict.verdict` (from
+its ``erag_per_query``, on the headline metric: the same text ``erag-dagster run`` prints first).
 """
 
 from collections.abc import Callable
@@ -36,6 +36,8 @@ from erag_dagster.reports.html import (
     render_html_report,
     write_html_report,
 )
+from erag_dagster.reports.run_report import headline_metric
+from erag_dagster.reports.verdict import verdict
 from erag_dagster.resources import EvalSettings, LabelStoreResource
 from erag_dagster.resources.io import PolarsJsonIOManager, local_path
 
@@ -136,6 +138,23 @@ def _section(
     )
 
 
+def _verdict_lines(settings: EvalSettings, inputs: dict[str, object]) -> list[str]:
+    """Every dataset's verdict lines (a dataset's name heads its own with two datasets or more);
+    none without eRAG labels."""
+    lines: list[str] = []
+    names = settings.registry().dataset_names
+    for name in names:
+        per_query = inputs.get(_input_name(name, "erag_per_query"))
+        if not isinstance(per_query, pl.DataFrame) or not per_query.height:
+            continue
+        found = verdict(
+            per_query, headline_metric(per_query), name,
+            n_resamples=settings.resolve(name).bootstrap_resamples,
+        )  # fmt: skip
+        lines += ([f"[dataset {name}]"] if name and len(names) > 1 else []) + found.lines()
+    return lines
+
+
 def _html_report(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
@@ -156,13 +175,13 @@ def _html_report(
             own = [f for f in stored if name is None or f.is_relative_to(base / name)]
             links = file_links([*own, *sorted(report_folder(name).glob("*.parquet"))], page.parent)
         sections.append(_section(context, settings, name, inputs, store.reader_identity, links))
-    # the verdict hook: text from erag_dagster.reports.verdict goes here once it exists
+    verdicts = _verdict_lines(settings, inputs)
     across = [
         (title, text(inputs[key]))
         for key, (title, text) in _ACROSS.items()
         if isinstance(inputs.get(key), pl.DataFrame) and inputs[key].height
     ]
-    html = render_html_report(sections, run_id=context.run.run_id, verdict=None, across=across)
+    html = render_html_report(sections, run_id=context.run.run_id, verdict=verdicts, across=across)
     write_html_report(html, page)
     return dg.MaterializeResult(
         data_version=dg.DataVersion(sha256_text(html)[:16]),

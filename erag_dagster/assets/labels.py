@@ -26,6 +26,8 @@ from erag_dagster.labels.labeller import label_run
 from erag_dagster.meta.per_query import erag_per_query as erag_per_query_table
 from erag_dagster.meta.per_query import erag_summary
 from erag_dagster.registry import Registry
+from erag_dagster.reports.run_report import headline_metric
+from erag_dagster.reports.verdict import verdict
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.retrieval.runs import top_k
 
@@ -136,10 +138,20 @@ def erag_report(
     results, _ = asset_checks.report_results(
         context, "erag_report", table, figures_of=(settings.registry(dataset_of(context)), params)
     )
+    verdict_md = "no eRAG labels: no verdict"
+    if erag_per_query.height:
+        verdict_md = verdict(
+            erag_per_query, headline_metric(erag_per_query), dataset_of(context),
+            n_resamples=params.bootstrap_resamples,
+        ).markdown()  # fmt: skip
     output = dg.Output(
         table,
         data_version=frame_version(table),
-        metadata={"report": table_md(table), "metrics": metrics},
+        metadata={
+            "verdict": dg.MetadataValue.md(verdict_md),
+            "report": table_md(table),
+            "metrics": metrics,
+        },
     )
     yield from asset_checks.checked(output, results)
 

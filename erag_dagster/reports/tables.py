@@ -154,6 +154,8 @@ def format_table1(
     markdown: bool = False,
     digits: int = 3,
     ci_digits: int = 2,
+    compact: bool = False,
+    headers: Sequence[str] = _TABLE1_INDEX,
 ) -> str:
     """Render the paper's Table 1 from a :func:`~erag_dagster.meta.correlation.correlation_table`.
 
@@ -166,11 +168,19 @@ def format_table1(
     its note instead (``-0.062 [no CI: 36.6% of resamples undefined]``) and a reported one
     computed with undefined resamples gets their share (``0.41 [0.20, 0.60] (1.8% undef.)``).
     A footnote explains the marks; its ``nan`` and ``no CI`` lines appear only when needed.
+
+    ``compact`` (the run's short report): a CI that is not reported prints ``[no CI]``, the
+    share of undefined resamples is left out and the footnote is one or two short lines.
+    ``headers``: the names printed over the three index columns (a pivoted frame may hold
+    readers in ``retriever``).
     """
-    cells = table1_cells(frame, statistic, "\\*" if markdown else "*", digits, ci_digits)
+    star = "\\*" if markdown else "*"
+    cells = table1_cells(frame, statistic, star, digits, ci_digits, compact)
     render = _render_markdown if markdown else _render_text
+    table = render([*headers, *cells.headers[len(_TABLE1_INDEX) :]], cells.rows, cells.right)
+    if compact:
+        return table + "\n" + "\n".join(cells.notes)
     # Markdown joins adjacent lines into one paragraph; a blank line keeps the notes apart.
-    table = render(cells.headers, cells.rows, cells.right)
     return table + "\n\n" + ("\n\n" if markdown else "\n").join(cells.notes)
 
 
@@ -190,10 +200,11 @@ def table1_cells(
     star: str = "*",
     digits: int = 3,
     ci_digits: int = 2,
+    compact: bool = False,
 ) -> Table1Cells:
-    """The cells and notes of :func:`format_table1` (its docstring states them), with
-    ``star`` marking the best cell, for renderers other than text and markdown (the HTML
-    report)."""
+    """The cells and notes of :func:`format_table1` (its docstring states them, ``compact``
+    too), with ``star`` marking the best cell, for renderers other than text and markdown (the
+    HTML report)."""
     if statistic not in CI_COLUMNS:
         raise InputError(
             f"unknown statistic {statistic!r}; expected one of {', '.join(CI_COLUMNS)}"
@@ -229,14 +240,21 @@ def table1_cells(
                 mark = star if best[m][i] else ""
                 share = shares[m][i] if shares is not None else None
                 bounds = ci_notes.get((*index, m)) or ci_bounds(lo, hi, ci_digits)
+                if compact and bounds.startswith("no CI"):
+                    bounds = "no CI"
                 cell = f"{mark}{v:.{digits}f} [{bounds}]"
-                if share and not bounds.startswith("no CI"):
+                if share and not bounds.startswith("no CI") and not compact:
                     cell += f" ({share:.1%} undef.)"
                 any_undefined |= bool(share) or bounds.startswith("no CI")
                 row.append(cell)
         rows.append(row)
     headers = [*_TABLE1_INDEX, *metrics]
     right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
+    if compact:
+        notes = [f"{star} best in its column; [low, high]: percentile bootstrap CI over queries."]
+        if any_undefined:
+            notes.append("no CI: too many undefined resamples (--full says how many).")
+        return Table1Cells(headers, rows, right, notes)
     notes = [
         f"{star} best in its column within the dataset and retriever.",
         "[low, high]: percentile bootstrap CI over queries.",
