@@ -26,7 +26,7 @@ from pathlib import Path
 
 from erag_dagster import notices  # noqa: F401  (Dagster's beta notices filtered, before dagster)
 from erag_dagster.credentials import mask_credentials
-from erag_dagster.errors import EnvironmentFault, InputError, as_fault, concerning
+from erag_dagster.errors import InputError, as_fault, concerning
 
 MAX_K = 2**31 - 1
 """Largest cut-off accepted: Anserini's ``int`` hit count (a larger one is a Java exception)."""
@@ -52,31 +52,16 @@ def _count(text: str) -> int:
 
 
 def _dataset(spec: str):
-    """:func:`load_dataset` with foreign exceptions mapped to one line naming the file."""
-    from erag_dagster.data.loaders import dataset_source_files, load_dataset
+    """A dataset, loaded as the API loads it (:func:`erag_dagster.api.load_dataset_checked`)."""
+    from erag_dagster.api import load_dataset_checked
 
-    try:
-        return load_dataset(spec)
-    except (InputError, EnvironmentFault):
-        raise
-    except Exception as exc:
-        files: tuple = ()
-        if isinstance(exc, UnicodeDecodeError):
-            try:
-                files = dataset_source_files(spec)
-            except Exception:  # the spec itself is fine (load_dataset got past it)
-                files = ()
-        fault = as_fault(exc, *files) if files else as_fault(exc, f"dataset {spec!r}")
-        if fault is None:
-            raise
-        raise fault from exc
+    return load_dataset_checked(spec)
 
 
 def _registry(path: str | None):
-    from erag_dagster.registry import default_registry_path, load_registry
+    from erag_dagster.api import load_registry_file
 
-    with concerning(path or default_registry_path()):
-        return load_registry(path)
+    return load_registry_file(path)
 
 
 def _registry_inputs(registry) -> list[tuple[str, str | None]]:
@@ -174,27 +159,12 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reader_from_arg(value: str | None, registry):
-    from erag_dagster.readers.factory import reader_from_config
-
-    if value and Path(value).exists() and not Path(value).is_dir():
-        from erag_dagster.input_files import load_yaml
-
-        cfg = load_yaml(value)
-        if not isinstance(cfg, dict):
-            raise InputError(f"{value}: a reader config must be a YAML mapping")
-        name = str(cfg.pop("name", Path(value).stem))
-        return reader_from_config(name, cfg)
-    entry = registry.reader(value) if value else next(iter(registry.readers.values()))
-    return reader_from_config(entry.name, entry.config)
-
-
 def cmd_label(args: argparse.Namespace) -> int:
-    from erag_dagster.labels.labeller import label_run
-    from erag_dagster.labels.store import open_store, redact_url, resolve_store
+    """``label``: :func:`erag_dagster.api.label`, its labels written to ``--output``."""
+    from erag_dagster.api import label
+    from erag_dagster.labels.store import resolve_store
     from erag_dagster.labels.store_url import store_files
     from erag_dagster.output_guard import guard_output, writing_output
-    from erag_dagster.retrieval.runs import read_trec_run, top_k
 
     registry = _registry(args.registry)
     reads = [
@@ -205,107 +175,35 @@ def cmd_label(args: argparse.Namespace) -> int:
         ("the reader config", args.reader if args.reader and Path(args.reader).is_file() else None),
     ]
     guard_output(args.output, "label", reads, force=args.force)
-    ds = _dataset(args.dataset)
-    with concerning(args.run):
-        run = read_trec_run(args.run)
-    if args.k:
-        run = top_k(run, args.k)
-    store_path = redact_url(resolve_store(args.store))
-    with concerning(store_path):
-        store = open_store(args.store)  # opened before the reader loads: a bad store fails fast
-    reader = _reader_from_arg(args.reader, registry)
-    executor = registry.generation.replace(
-        "--executor/--ray-address", executor=args.executor, address=args.ray_address
-    )
-    with concerning(store_path):
-        result = label_run(
-            run, ds.queries, ds.corpus, reader, args.metric, store,
-            log=lambda m: print(m, file=sys.stderr), executor=executor,
-        )  # fmt: skip
+    result = label(
+        args.dataset, args.run, args.reader, args.metric, k=args.k, store=args.store,
+        registry=args.registry, executor=args.executor, ray_address=args.ray_address,
+        log=lambda m: print(m, file=sys.stderr),
+    )  # fmt: skip
     with writing_output(args.output, "label") as tmp:
         result.labels.write_parquet(tmp)
+    fingerprint = str(result.labels["reader_fingerprint"][0]) if result.labels.height else "-"
     print(
         f"wrote {result.labels.height} labels to {args.output} "
         f"(judged now {result.judged_now}, from store {result.from_store}; "
-        f"reader {reader.fingerprint[:16]})",
+        f"reader {fingerprint[:16]})",
         file=sys.stderr,
     )
     return 0
 
 
-def _load_labels_file(path: str, compat: str | None = None) -> dict[str, list[float]]:
-    """Labels from parquet (``labels_from_frame``) or JSON ``{query_id: [label, ...]}``.
-
-    JSON booleans are refused as labels, except with ``compat="erag"``: the reference erag
-    0.0.1 takes ``true``/``false`` as 1/0, so compat mode does too.
-    """
-    import polars as pl
-
-    from erag_dagster.input_files import load_json, open_binary
-    from erag_dagster.metrics.list_metrics import labels_from_frame
-
-    file = Path(path)
-    if not file.exists():
-        raise InputError(f"{path}: labels file not found")
-    if file.suffix == ".parquet":
-        with concerning(path), open_binary(file) as handle:
-            return labels_from_frame(pl.read_parquet(handle))
-    data = load_json(file)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object {{query_id: [label, ...]}}")
-    out: dict[str, list[float]] = {}
-    for qid, labels in data.items():
-        if not isinstance(labels, list):
-            raise InputError(f"{path}: labels of query {qid!r} must be a list in rank order")
-        for rank, value in enumerate(labels, start=1):
-            boolean = isinstance(value, bool) and compat != "erag"
-            if boolean or not isinstance(value, int | float):
-                raise InputError(
-                    f"{path}: label at rank {rank} of query {qid!r} is {value!r}, not a number"
-                )
-        out[str(qid)] = [float(v) for v in labels]
-    return out
-
-
 def cmd_score(args: argparse.Namespace) -> int:
-    from erag_dagster.metrics.list_metrics import evaluate_labels
+    """``score``: :func:`erag_dagster.api.score`, printed as a table or JSON."""
+    from erag_dagster.api import score
 
-    metrics = _metrics_arg(args.metrics)
-    labels = _load_labels_file(args.labels, args.compat)
-    report = evaluate_labels(labels, metrics, compat=args.compat)
+    scores = score(args.labels, _metrics_arg(args.metrics), compat=args.compat)
     if args.json:
-        print(_report_json(report))
+        print(_report_json(scores.report))
     else:
-        _print_table(_report_frame(report, metrics))
-    if note := _empty_lists_note(labels, report):
-        print(f"erag-dagster: note: {note}", file=sys.stderr)
+        _print_table(scores.aggregate)
+    if scores.note:
+        print(f"erag-dagster: note: {scores.note}", file=sys.stderr)
     return 0
-
-
-def _empty_lists_note(labels: dict[str, list[float]], report) -> str:
-    """One line counting queries with an empty label list and what became of them ("" if none).
-
-    Default mode scores such a query 0 on every metric and keeps it in the mean; compat mode
-    (like erag 0.0.1's pytrec_eval) leaves it out of ``per_query`` and the mean.
-    """
-    empty = [q for q, values in labels.items() if not values]
-    if not empty:
-        return ""
-    scored = [q for q in empty if q in report.per_query]
-    dropped = [q for q in empty if q not in report.per_query]
-    parts = []
-    if scored:
-        parts.append(f"{len(scored)} with an empty label list scored 0 ({_ids(scored)})")
-    if dropped:
-        parts.append(
-            f"{len(dropped)} with an empty label list left out of the mean ({_ids(dropped)})"
-        )
-    return f"of {len(labels)} queries, " + "; ".join(parts)
-
-
-def _ids(ids: list[str], shown: int = 5) -> str:
-    more = f", ... {len(ids) - shown} more" if len(ids) > shown else ""
-    return ", ".join(repr(i) for i in ids[:shown]) + more
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -334,7 +232,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress=progress,
             load_dataset=_dataset,
         )
-    print_reports(registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose)
+    from erag_dagster.paths import storage_dir
+
+    print_reports(
+        registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose,
+        full=args.full, tables_dir=storage_dir("reports", "tables"),
+    )  # fmt: skip
     from erag_dagster.assets.html_report import page_path
 
     print(f"\nHTML report: {page_path()}")  # written by this run's html_report step
@@ -573,6 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-k", type=_count, help="label the top N documents of each run")
     p.add_argument("--metric", help="downstream metric (em, f1, rougel, accuracy, contains)")
     p.add_argument("--verbose", action="store_true", help=_VERBOSE_RUN_HELP)
+    p.add_argument(
+        "--full", action="store_true", help="print every cell of every table (default: compact)"
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
