@@ -84,6 +84,9 @@ def test_the_documented_example_returns_the_reports(example) -> None:
     printed = example["printed"]
     assert printed.startswith("reader gemma3-270m: retrievers ranked by eRAG nDCG@2")
     assert printed.strip() == v.text
+    # what the page shows is what it prints (the default readers are deterministic)
+    shown = re.findall(r"```text\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)[0]
+    assert printed == shown
     assert "on 6 questions" in printed
 
 
