@@ -97,7 +97,7 @@ def evaluate(
     from erag_dagster.reports.run_report import RunReport, Section
     from erag_dagster.reports.verdict import verdict
     from erag_dagster.retrieval.runs import top_k
-    from erag_dagster.retrieval.service import run_retriever
+    from erag_dagster.retrievers import run_retriever
 
     say = log or (lambda _message: None)
     reg = load_registry_file(registry)
