@@ -392,9 +392,8 @@ def _recovery_row(line: str, where: str) -> dict[str, Any]:
             wanted = "a number" if numeric else "a string"
             raise InputError(f"{where}: {column} must be {wanted}, got {value!r}")
     expected = generation_key(
-        row["reader_fingerprint"], row["query_id"], row["question_hash"], row["doc_id"],
-        row["text_hash"],
-    )  # fmt: skip
+        row["reader_fingerprint"], row["query_id"], row["question_hash"], row["text_hash"]
+    )
     if row["generation_key"] != expected:
         raise InputError(
             f"{where}: generation_key {row['generation_key'][:16]}… is not the key of the "
