@@ -393,7 +393,8 @@ def hostile(bad: Path) -> Path:
         '{"_id": "q1", "text": "alpha"}\n{"_id": "q2", "text": " \u200b \u200b "}\n'.encode(),
     )
     good_line = _recovery_line("q1", "d1")
-    forged = {**_recovery_line("q1", "d1"), "answer": "forged", "doc_id": "d2"}
+    # the key names (reader, query, question, document text): a line moved to another text
+    forged = {**good_line, "answer": "forged", "text_hash": "e" * 64}
     (bad / "forged.jsonl").write_text(json.dumps(good_line) + "\n" + json.dumps(forged) + "\n")
     (bad / "notjson.jsonl").write_text(json.dumps(good_line) + "\n{not json\n")
     return bad
@@ -406,7 +407,7 @@ def _recovery_line(query_id: str, doc_id: str) -> dict:
 
     fingerprint, qh, th = "f" * 64, sha256_text("alpha"), sha256_text("alpha beta")
     return {
-        "generation_key": generation_key(fingerprint, query_id, qh, doc_id, th),
+        "generation_key": generation_key(fingerprint, query_id, qh, th),
         "reader_fingerprint": fingerprint, "query_id": query_id, "question_hash": qh,
         "doc_id": doc_id, "text_hash": th, "answer": "alpha", "gen_seconds": 0.5,
         "producer_run_id": None, "created_at": "2026-01-01T00:00:00+00:00",
@@ -738,7 +739,7 @@ def test_sqlite_full_rolls_back_and_keeps_the_answers(tmp_path: Path, capsys) ->
     store = LabelStore(tmp_path / "s.sqlite")
     pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
     store._conn().execute(f"PRAGMA max_page_count = {pages}")
-    lines = [{**_recovery_line("q1", f"d{i}"), "answer": "x" * 200} for i in range(200)]
+    lines = [{**_recovery_line(f"q{i}", "d1"), "answer": "x" * 200} for i in range(200)]
     frame = pl.DataFrame(lines, schema=GENERATIONS_SCHEMA)
     with pytest.raises(StorageError) as caught:
         _commit(store, frame, DEFAULT_COMMIT, None)
