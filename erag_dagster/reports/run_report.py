@@ -223,7 +223,7 @@ def _compact_table1(frame: pl.DataFrame) -> str:
     text = format_table1(
         pivoted, statistic="kendall_tau", compact=True, headers=("dataset", "reader", "method")
     )
-    return f"{metric} (every metric: --full); {text}"
+    return f"list metric {metric}, one column per retriever (every metric: --full)\n{text}"
 
 
 def _compact_agreement(frame: pl.DataFrame) -> str:
