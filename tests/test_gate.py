@@ -110,7 +110,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory, reader) -> Gate:
     """Runs built from BM25's top 3, and the baseline (that top 3) stored."""
     from erag_dagster.data.loaders import load_dataset
     from erag_dagster.registry import load_registry
-    from erag_dagster.retrieval.service import run_retriever
+    from erag_dagster.retrievers import run_retriever
 
     root = tmp_path_factory.mktemp("gate")
     with pytest.MonkeyPatch.context() as mp:
@@ -240,7 +240,7 @@ def test_renamed_doc_ids_reuse_every_label(gate: Gate, reader, storage_env, tmp_
     from erag_dagster.data.loaders import load_dataset
     from erag_dagster.labels.labeller import label_run
     from erag_dagster.registry import load_registry
-    from erag_dagster.retrieval.service import run_retriever
+    from erag_dagster.retrievers import run_retriever
 
     ds = load_dataset(DATASET)
     folder = tmp_path / "renamed"

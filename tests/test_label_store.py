@@ -265,9 +265,9 @@ def test_kill_9_loses_at_most_the_commit_window(
     tmp_path: Path, store_target: str, reader: TransformersReader
 ) -> None:
     """160 pairs committed by time only (every 2 s; the count trigger is out of reach), killed
-    with SIGKILL at a random moment: every pair whose model batch ended more than the window
-    plus one batch (plus two commits' duration) before the kill is in the store: the time rule
-    is checked at batch ends, so the last commit before the kill is at most that long ago."""
+    with SIGKILL at a random moment: every pair whose batch was followed, before the kill, by a
+    batch end at least the window later is in the store (the time rule is checked at batch
+    ends), nothing is invented, and the resumed run generates exactly the rest."""
     questions = {
         "query_id": [q for q, _, _ in KILL_QUESTIONS],
         "question": [t for _, t, _ in KILL_QUESTIONS],
@@ -306,24 +306,34 @@ def test_kill_9_loses_at_most_the_commit_window(
     events = [line.split() for line in log.read_text().splitlines()]
     ends = [float(t) for t, _ in events]
     done = list(itertools.accumulate(int(n) for _, n in events))
-    # B: the longest time between two batch ends (a batch plus any commit made at its end)
+    # The time rule is checked at batch ends: the pairs done by batch end e_i are committed at the
+    # first later batch end e_j with e_j - e_i >= the window (the last commit was no later than
+    # e_i). So they must be in the store when such an e_j came before the kill by more than a
+    # commit's own duration. A batch still running at the kill (e.g. one the margin guard
+    # decodes again in float64) delays the next commit; this measures that instead of assuming
+    # a batch length.
     batch_s = max([b - a for a, b in itertools.pairwise(ends)], default=killed_at - ends[0])
-    bound = WINDOW_S + batch_s + COMMIT_SLACK_S
     store = open_store(path)
     committed = store.count_generations()
-    # the guarantee: at the kill, everything generated before (kill - window - one batch) is in
-    due = [n for end, n in zip(ends, done, strict=True) if end < killed_at - bound]
+    due = [
+        n
+        for end, n in zip(ends, done, strict=True)
+        if any(later - end >= WINDOW_S and later < killed_at - COMMIT_SLACK_S for later in ends)
+    ]
     assert committed >= (due[-1] if due else 0)
     assert committed <= done[-1] < total  # nothing invented; the kill was mid-run
     rows = store.lookup_generations(store_keys(path))
     stamps = [datetime.fromisoformat(t).timestamp() for t in rows.get_column("created_at")]
     assert all(t <= killed_at for t in stamps)
     lost_s = killed_at - (max(stamps) if stamps else ends[0])
+    unsaved_s = killed_at - ends[-1]  # the batch in flight at the kill
     print(
         f"kill after {delay:.1f} s: {done[-1]} generated, {committed} committed, "
         f"newest committed answer {lost_s:.2f} s before the kill, longest batch {batch_s:.2f} s"
     )
-    assert lost_s <= bound
+    # what was lost is at most the window, the batch after it and the one in flight at the kill
+    if committed < done[-1]:
+        assert lost_s <= WINDOW_S + 2 * batch_s + unsaved_s + COMMIT_SLACK_S
     assert set(rows.get_column("producer_run_id").to_list()) <= {"killed-run"}
 
     resumed = label_run(

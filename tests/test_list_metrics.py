@@ -89,7 +89,7 @@ def test_parsed_properties() -> None:
         ("P.5", "unknown metric name"),
         ("iprec_at_recall_0.1", "prints it as iprec_at_recall_0.10"),
         ("nDCG(rel=2)@10", "takes no relevance level"),
-        ("P(rel=0)@10", "must be >= 1"),
+        ("P(rel=0)@10", "must be between 1 and 2147483647"),
         ("runid", "unknown metric name"),
         ("success", "unknown metric name"),
         ("P@5\n", "unknown metric name"),
