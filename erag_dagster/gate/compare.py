@@ -163,7 +163,7 @@ def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.hashing import sha256_file
     from erag_dagster.retrieval.run_file import load_run_file
-    from erag_dagster.retrieval.service import run_retriever
+    from erag_dagster.retrievers import run_retriever
 
     ds, subset = ctx.dataset, parse_spec(ctx.spec).question_subset
     path = Path(ref)
