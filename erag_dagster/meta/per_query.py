@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from erag_dagster.errors import InputError
 from erag_dagster.meta.label_methods import SIGNED_METHODS
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 
@@ -47,6 +48,23 @@ def erag_per_query(
         for (reader, retriever), labels in sorted(doc_labels.items())
     ]
     return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def check_erag_per_query(table: pl.DataFrame, metrics: Sequence[str], what: str) -> None:
+    """Refuse an :func:`erag_per_query` table (named ``what`` in the message) that lacks the
+    ``reader, retriever, query_id`` columns or a metric column, or has a null / non-finite value
+    of a metric: one :class:`InputError` naming the first such reader, retriever and query."""
+    missing = [c for c in ("reader", "retriever", "query_id", *metrics) if c not in table.columns]
+    if missing:
+        raise InputError(f"{what}: missing column(s) {', '.join(missing)}")
+    for m in metrics:
+        bad = table.filter(pl.col(m).is_null() | ~pl.col(m).cast(pl.Float64).is_finite())
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise InputError(
+                f"{what}: missing or non-finite {m} for reader {row['reader']!r}, "
+                f"retriever {row['retriever']!r}, query {row['query_id']!r}"
+            )
 
 
 def erag_summary(per_query: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:

@@ -39,7 +39,7 @@ import numpy as np
 import polars as pl
 
 from erag_dagster.errors import InputError
-from erag_dagster.meta.per_query import erag_summary
+from erag_dagster.meta.per_query import check_erag_per_query, erag_summary
 from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.reports.leaderboard import (
     evaluate_runs,
@@ -158,7 +158,7 @@ def erag_leaderboard(
     base = baseline if baseline is not None else str(first["retriever"][0])
     by_reader: dict[str, Board] = {}
     for dataset, table in tables.items():
-        _check_per_query(table, names, dataset)
+        check_erag_per_query(table, names, f"erag_per_query of {dataset!r}")
         means = {
             (row["reader"], row["retriever"]): {m: row[m] for m in names}
             for row in erag_summary(table, names).iter_rows(named=True)
@@ -189,20 +189,6 @@ def erag_leaderboard(
             )
         )
     return with_holm(pl.concat(frames))
-
-
-def _check_per_query(table: pl.DataFrame, metrics: Sequence[str], dataset: str) -> None:
-    missing = [c for c in ("reader", "retriever", "query_id", *metrics) if c not in table.columns]
-    if missing:
-        raise InputError(f"erag_per_query of {dataset!r}: missing column(s) {', '.join(missing)}")
-    for m in metrics:
-        bad = table.filter(pl.col(m).is_null() | ~pl.col(m).cast(pl.Float64).is_finite())
-        if bad.height:
-            row = bad.row(0, named=True)
-            raise InputError(
-                f"erag_per_query of {dataset!r}: missing or non-finite {m} for reader "
-                f"{row['reader']!r}, retriever {row['retriever']!r}, query {row['query_id']!r}"
-            )
 
 
 def _rows(

@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from erag_dagster.errors import InputError
+from erag_dagster.meta.per_query import check_erag_per_query
 from erag_dagster.stats.significance import bootstrap_mean_ci, compare_paired, holm
 
 #: At most this many pair lines per reader in the text; beyond, only adjacent ranks are shown
@@ -193,16 +194,7 @@ def verdict(
 def _check(per_query: pl.DataFrame, metric: str) -> None:
     if per_query.height == 0:
         raise InputError("the verdict needs a non-empty erag_per_query table")
-    missing = [c for c in ("reader", "retriever", "query_id", metric) if c not in per_query.columns]
-    if missing:
-        raise InputError(f"erag_per_query: missing column(s) {', '.join(missing)} for the verdict")
-    bad = per_query.filter(pl.col(metric).is_null() | ~pl.col(metric).cast(pl.Float64).is_finite())
-    if bad.height:
-        row = bad.row(0, named=True)
-        raise InputError(
-            f"erag_per_query: missing or non-finite {metric} for reader {row['reader']!r}, "
-            f"retriever {row['retriever']!r}, query {row['query_id']!r}"
-        )
+    check_erag_per_query(per_query, [metric], "erag_per_query")
 
 
 def _sentence(order: Sequence[str], pairs: Sequence[Sequence], alpha: float) -> str:
