@@ -44,6 +44,10 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   echo "$WANT" > "$STAMP"
 fi
 
+# The packaged readers' one-off GGUF -> safetensors conversion (~50 s once per machine), here
+# rather than in the first run; returns in about a second once done.
+"$VPY" -m erag_dagster.readers.prepare
+
 # Debian's PostgreSQL server binaries, for the tests that start a throwaway server (installed
 # when missing and possible; tests/postgres_server.py also calls this on first need).
 scripts/ensure-postgres.sh || true

@@ -20,7 +20,8 @@ GGUF files load in ~20 s (dequantisation), so each is converted once to a safete
 ``model_cache_dir() / <sha256[:16]>`` (later loads < 1 s, identical logits). The folder is built
 in a temporary directory beside it and renamed into place with :func:`os.replace`, under an
 advisory ``flock`` so concurrent processes convert once; a reader never sees a half-written
-folder (completeness marker ``erag-conversion.json`` is written last, before the rename).
+folder (completeness marker ``erag-conversion.json`` is written last, before the rename). Set-up
+converts the packaged readers ahead of the first run (:mod:`.prepare`).
 Remote code is never trusted (``trust_remote_code=False`` everywhere).
 """
 
@@ -279,6 +280,12 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def conversion_pending(gguf_path: Path) -> bool:
+    """Whether :func:`converted_folder` would convert ``gguf_path`` (no complete folder yet)."""
+    digest = file_sha256(gguf_path)
+    return not _is_complete(model_cache_dir() / digest[:16], digest)
 
 
 def converted_folder(gguf_path: Path) -> Path:

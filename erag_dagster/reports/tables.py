@@ -252,6 +252,8 @@ def table1_cells(
     right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
     if compact:
         notes = [f"{star} best in its column; [low, high]: percentile bootstrap CI over queries."]
+        if any_nan:
+            notes.append("nan: correlation undefined (a side's scores are constant).")
         if any_undefined:
             notes.append("no CI: too many undefined resamples (--full says how many).")
         return Table1Cells(headers, rows, right, notes)
