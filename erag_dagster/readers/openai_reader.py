@@ -3,19 +3,14 @@
 Serves the same calls as :class:`~erag_dagster.readers.transformers_reader.TransformersReader`
 (``answer``, ``answer_with_context(s)``, ``yes_probability``) so the labeller, end-to-end RAG,
 LLM annotation and reranking work unchanged; ``generate_stored`` keeps the one store commit
-policy (answers are reported one by one through ``on_batch`` as requests finish).
+policy (answers are reported one by one through ``on_batch`` as requests finish). This module
+is the reader object: its client, thread pool, identity, token estimate and usage; what the
+server serves is learned by :mod:`.openai_probe`, and one request's body, endpoint, parsing and
+failure line are :mod:`.openai_payload`'s.
 
 * **Before any labelling** (:meth:`OpenAIReader.load`, also on first use of ``fingerprint``):
-  ``GET {base_url}/models`` — an unreachable server is a one-line
-  :class:`~erag_dagster.errors.EnvironmentFault`, a model the server does not list a one-line
-  :class:`~erag_dagster.errors.InputError` naming what it does serve — then one 1-token
-  generation that reads the model id and ``system_fingerprint`` the server reports and its
-  token count of a probe prompt (for the cost estimate).
-* **Requests**: ``chat`` (``/chat/completions``: the server applies its chat template; the
-  ``answer_prefix`` is sent only with ``continue_final_message: true``) or ``completion``
-  (``/completions`` with :func:`~erag_dagster.readers.prompts.plain_prompt`). Greedy:
-  ``temperature: 0`` and ``seed``; ``max_tokens`` = ``max_new_tokens``; answers post-processed
-  by :func:`~erag_dagster.readers.prompts.postprocess_answer` like the in-process reader.
+  the probe (:func:`~erag_dagster.readers.openai_probe.probe_server`): the ``/models`` entry,
+  then one 1-token generation.
 * **Concurrency**: at most ``concurrency`` requests in flight (a thread pool); each has
   ``timeout_seconds``; 429 / 5xx / connection errors are retried with jittered exponential
   backoff honouring ``Retry-After`` (:mod:`.retry`). A request that still fails, or any other
@@ -36,10 +31,10 @@ policy (answers are reported one by one through ``on_batch`` as requests finish)
   characters-per-token estimate (approximate); without it nothing is cut and a prompt the server
   finds too long is its one-line HTTP 400 error.
 * **P("yes")** needs the server's ``logprobs``; where a response carries none,
-  :meth:`p_yes_unavailable` says so in one line and :meth:`yes_probability` raises it. A
-  response that carries ``logprobs`` but no first token (the model ended its answer at once:
-  llama.cpp's server then lists no alternatives, seen with SmolLM2 through ``api: completion``)
-  is its own one line naming the pair (:class:`NoFirstToken`), never a made-up 0.5.
+  :meth:`p_yes_unavailable` says so in one line and :meth:`yes_probability` raises it
+  (:class:`~erag_dagster.readers.openai_payload.LogprobsUnavailable`, or its subclass
+  :class:`~erag_dagster.readers.openai_payload.NoFirstToken` for a response without a first
+  token; both importable from here).
 
 The API key is read from the environment variable named by ``api_key_env`` when the client is
 built and is never stored, logged, hashed or put in metadata.
@@ -53,21 +48,35 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from erag_dagster.callbacks import OnBatch
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.readers.fingerprint import fingerprint_of, short
+from erag_dagster.readers.openai_payload import (
+    LogprobsUnavailable,
+    NoFirstToken,
+    answer_of,
+    create_request,
+    describe_pair,
+    p_yes_of,
+    prompt_text,
+    request_fault,
+    request_payload,
+)
+from erag_dagster.readers.openai_probe import (
+    PROBE_PASSAGE,
+    PROBE_QUESTION,
+    ServerInfo,
+    probe_server,
+)
 from erag_dagster.readers.prompts import (
     POSTPROCESS_VERSION,
     RELEVANCE_SYSTEM_PROMPT,
     RELEVANCE_TEMPLATE,
     build_context_prompt,
     build_messages,
-    plain_prompt,
-    postprocess_answer,
     prompt_identity,
 )
 from erag_dagster.readers.retry import call_with_retries
@@ -78,40 +87,6 @@ __all__ = ["LogprobsUnavailable", "NoFirstToken", "OpenAIReader"]
 log = logging.getLogger(__name__)
 
 IDENTITY_VERSION = 1
-#: ``/models`` entry fields that describe the served model (others, e.g. ``status``, vary).
-MODEL_ENTRY_KEYS = ("id", "root", "parent", "max_model_len", "created", "owned_by")
-#: Top log-probabilities asked for P("yes") (the chat API allows up to 20, completions 5).
-TOP_LOGPROBS_CHAT = 20
-TOP_LOGPROBS_COMPLETION = 5
-#: Probe passage for the server's token count (ordinary English, ~90 words).
-PROBE_PASSAGE = (
-    "The river rises in the northern hills and flows south for about two hundred kilometres "
-    "before it reaches the sea. Its valley was settled early, and the old market town on its "
-    "banks grew rich on the wool trade in the fourteenth century. A stone bridge of nine arches, "
-    "built in 1410, still carries the main road across the water. Floods in 1953 damaged the "
-    "lower town, and a new embankment was finished six years later."
-)
-PROBE_QUESTION = "When was the stone bridge built?"
-
-
-class LogprobsUnavailable(EnvironmentFault):
-    """P("yes") cannot be read from the server's log-probabilities: it returns none."""
-
-
-class NoFirstToken(LogprobsUnavailable):
-    """The response has ``logprobs`` but no first token: generation ended at once (end of
-    sequence first), and the server lists no alternatives for a token it did not emit."""
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What the probe learned: the ``/models`` entry, a response's model id and
-    ``system_fingerprint``, and tokens per character of the probe prompt."""
-
-    entry: dict[str, Any]
-    response_model: str | None
-    system_fingerprint: str | None
-    tokens_per_char: float
 
 
 class OpenAIReader:
@@ -219,115 +194,17 @@ class OpenAIReader:
             return self._info
         with self._lock:
             if self._info is None:
-                self._info = self._probe_server()
+                self._info = probe_server(self.spec, self._client)
         return self._info
 
-    def _probe_server(self) -> ServerInfo:
-        spec, where = self.spec, f"reader {self.spec.name!r}"
-        probe_client = self._client.with_options(timeout=min(10.0, spec.timeout_seconds))
-        try:
-            listing = call_with_retries(
-                lambda: list(probe_client.models.list()), min(2, spec.max_retries)
-            )
-        except Exception as exc:
-            raise self._fault(exc, f"GET {spec.base_url}/models") from None
-        served = {getattr(m, "id", None): m for m in listing}
-        if spec.model not in served:
-            names = ", ".join(repr(s) for s in list(served)[:10]) or "nothing"
-            raise InputError(
-                f"{where}: the server at {spec.base_url} does not serve model {spec.model!r}; "
-                f"it serves {names}"
-            )
-        raw = served[spec.model].model_dump()
-        entry = {k: raw[k] for k in MODEL_ENTRY_KEYS if raw.get(k) is not None}
-        messages = build_messages(spec, PROBE_QUESTION, PROBE_PASSAGE)
-        try:
-            response = call_with_retries(
-                lambda: self._create(self._payload(messages, spec.answer_prefix, 1)),
-                min(2, spec.max_retries),
-            )
-        except Exception as exc:
-            raise self._fault(exc, f"a 1-token probe generation of {spec.model!r}") from None
-        prompt_tokens = getattr(getattr(response, "usage", None), "prompt_tokens", None) or 0
-        chars = len(self._prompt_text(messages, spec.answer_prefix))
-        ratio = prompt_tokens / chars if prompt_tokens and chars else 0.25
-        return ServerInfo(
-            entry, getattr(response, "model", None), response.system_fingerprint, ratio
-        )
-
-    def _fault(self, exc: BaseException, what: str) -> Exception:
-        """One line for a failed request: unreachable, refused key, or an HTTP status."""
-        import openai
-
-        where = f"reader {self.spec.name!r}"
-        if isinstance(exc, openai.APITimeoutError):
-            return EnvironmentFault(
-                f"{where}: {what} timed out after {self.spec.timeout_seconds:g} s "
-                f"(server {self.spec.base_url})"
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc
-            reason = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-            return EnvironmentFault(
-                f"{where}: cannot reach the OpenAI-compatible server at {self.spec.base_url} "
-                f"({reason}); start it or fix base_url"
-            )
-        if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-            key = f"${self.spec.api_key_env}" if self.spec.api_key_env else "no key"
-            return EnvironmentFault(
-                f"{where}: the server at {self.spec.base_url} refused the API key ({key}): "
-                f"HTTP {exc.status_code}"
-            )
-        if isinstance(exc, openai.APIStatusError):
-            detail = _first_line(getattr(exc, "message", "") or str(exc))
-            return EnvironmentFault(
-                f"{where}: {what}: server {self.spec.base_url} answered HTTP {exc.status_code} "
-                f"({detail})"
-            )
-        if isinstance(exc, EnvironmentFault | InputError):
-            return exc
-        return EnvironmentFault(f"{where}: {what} failed: {type(exc).__name__}: {exc}")
-
     # -- requests ------------------------------------------------------------------------------
-
-    def _prompt_text(self, messages: list[dict[str, str]], prefix: str) -> str:
-        """The text a completion request sends (and, for chat, what the token estimate counts)."""
-        return plain_prompt(messages, prefix)
-
-    def _payload(
-        self, messages: list[dict[str, str]], prefix: str, max_tokens: int, logprobs: bool = False
-    ) -> dict[str, Any]:
-        spec = self.spec
-        body: dict[str, Any] = {
-            "model": spec.model,
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "seed": spec.seed,
-        }
-        if spec.api == "completion":
-            body["prompt"] = plain_prompt(messages, prefix)
-            if logprobs:
-                body["logprobs"] = TOP_LOGPROBS_COMPLETION
-            return body
-        turns = list(messages)
-        if spec.continue_final_message and prefix:
-            turns.append({"role": "assistant", "content": prefix})
-            body["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
-        body["messages"] = turns
-        if logprobs:
-            body["logprobs"] = True
-            body["top_logprobs"] = TOP_LOGPROBS_CHAT
-        return body
-
-    def _create(self, payload: Mapping[str, Any]) -> Any:
-        if self.spec.api == "completion":
-            return self._client.completions.create(**payload)
-        return self._client.chat.completions.create(**payload)
 
     def _send(self, payload: Mapping[str, Any]) -> Any:
         """One request with retries; checks the server's identity and counts usage."""
         response = call_with_retries(
-            lambda: self._create(payload), self.spec.max_retries, on_retry=self._note_retry
+            lambda: create_request(self._client, self.spec.api, payload),
+            self.spec.max_retries,
+            on_retry=self._note_retry,
         )
         info = self._probe()
         fp = getattr(response, "system_fingerprint", None)
@@ -378,7 +255,7 @@ class OpenAIReader:
                 except LogprobsUnavailable:
                     raise
                 except Exception as exc:
-                    raise self._fault(exc, describe(i)) from None
+                    raise request_fault(self.spec, exc, describe(i)) from None
                 values[i] = value
                 if on_batch is not None:
                     on_batch([i], [value])
@@ -407,7 +284,7 @@ class OpenAIReader:
         budget = None
         if limit:
             empty = build_messages(self.spec, question, "")
-            overhead = self.count_tokens(self._prompt_text(empty, self.spec.answer_prefix))
+            overhead = self.count_tokens(prompt_text(empty, self.spec.answer_prefix))
             budget = max(1, limit - overhead)
         count = self.count_tokens if budget else (lambda _text: 0)
         return build_context_prompt(
@@ -419,9 +296,7 @@ class OpenAIReader:
         spec = self.spec
         return [
             self.count_tokens(
-                self._prompt_text(
-                    build_messages(spec, q, self._context(q, [p])), spec.answer_prefix
-                )
+                prompt_text(build_messages(spec, q, self._context(q, [p])), spec.answer_prefix)
             )
             for q, p in items
         ]
@@ -458,7 +333,8 @@ class OpenAIReader:
             return []
         spec = self.spec
         payloads = [
-            self._payload(
+            request_payload(
+                spec,
                 build_messages(spec, q, self._context(q, list(ps), max_input_tokens)),
                 spec.answer_prefix,
                 spec.max_new_tokens,
@@ -466,13 +342,11 @@ class OpenAIReader:
             for q, ps in items
         ]
         return self._run(
-            payloads, self._answer_of, lambda i: _pair(items[i][0], "answer"), on_batch
+            payloads,
+            lambda r: answer_of(r, spec.api),
+            lambda i: describe_pair(items[i][0], "answer"),
+            on_batch,
         )
-
-    def _answer_of(self, response: Any) -> str:
-        choice = response.choices[0]
-        text = choice.text if self.spec.api == "completion" else choice.message.content
-        return postprocess_answer(text or "")
 
     def p_yes_unavailable(self) -> str | None:
         """``None`` when the server returns log-probabilities (P("yes") works), else one line
@@ -494,7 +368,8 @@ class OpenAIReader:
         if not items:
             return []
         payloads = [
-            self._payload(
+            request_payload(
+                self.spec,
                 build_messages(
                     self.spec,
                     q,
@@ -509,48 +384,5 @@ class OpenAIReader:
             )
             for q, p in items
         ]
-        responses = self._run(payloads, lambda r: r, lambda i: _pair(items[i][0], "P(yes)"))
-        return [self._p_yes_of(r, q) for r, (q, _) in zip(responses, items, strict=True)]
-
-    def _p_yes_of(self, response: Any, question: str) -> float:
-        top = _top_logprobs(response.choices[0], self.spec.api)
-        if top is None:
-            raise LogprobsUnavailable(
-                f"reader {self.spec.name!r}: the server at {self.spec.base_url} returns no "
-                "logprobs, so P(yes) (LLM annotation, reranking) cannot be computed"
-            )
-        if not top:
-            raise NoFirstToken(
-                f"reader {self.spec.name!r}: {_pair(question, 'P(yes)')}: the model ended its "
-                f"answer at once (finish_reason {response.choices[0].finish_reason!r}), so the "
-                f"server at {self.spec.base_url} lists no first-token log-probabilities to "
-                "read yes/no from (api: chat asks through the model's chat template)"
-            )
-        yes = sum(math.exp(lp) for tok, lp in top if tok.strip().lower() == "yes")
-        no = sum(math.exp(lp) for tok, lp in top if tok.strip().lower() == "no")
-        return yes / (yes + no) if yes + no > 0 else 0.5
-
-
-def _top_logprobs(choice: Any, api: str) -> list[tuple[str, float]] | None:
-    """``(token, logprob)`` of the first generated token's top alternatives: ``None`` when the
-    response has no ``logprobs``, ``[]`` when it has them but no first token."""
-    logprobs = getattr(choice, "logprobs", None)
-    if logprobs is None:
-        return None
-    if api == "completion":
-        tops = getattr(logprobs, "top_logprobs", None) or []
-        return [(str(t), float(v)) for t, v in (tops[0] or {}).items()] if tops else []
-    content = getattr(logprobs, "content", None) or []
-    if not content:
-        return []
-    return [(str(t.token), float(t.logprob)) for t in (content[0].top_logprobs or [])]
-
-
-def _pair(question: str, what: str) -> str:
-    short_q = question if len(question) <= 60 else question[:57] + "..."
-    return f"{what} for question {short_q!r}"
-
-
-def _first_line(text: str) -> str:
-    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
-    return line[:200]
+        responses = self._run(payloads, lambda r: r, lambda i: describe_pair(items[i][0], "P(yes)"))
+        return [p_yes_of(r, self.spec, q) for r, (q, _) in zip(responses, items, strict=True)]

@@ -1,0 +1,45 @@
+"""``erag-dagster run``: materialise every asset on a dataset, then print the reports."""
+
+from __future__ import annotations
+
+import argparse
+
+from erag_dagster.cli.common import load_dataset, load_registry
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from erag_dagster.pipeline import (
+        DEFAULT_REPORTS,
+        DEFAULT_STAGES,
+        materialize_all,
+        print_reports,
+    )
+    from erag_dagster.progress import relaying_notes
+    from erag_dagster.resources import EvalSettings
+
+    load_registry(args.registry)  # a bad registry file is one line naming it, before any run
+    settings = EvalSettings(
+        dataset=args.dataset or "",
+        registry_path=args.registry or "",
+        k=args.k or 0,
+        label_k=args.label_k or 0,
+        metric=args.metric or "",
+    )
+    with relaying_notes() as progress:  # + each doc_labels partition's estimate (issue #11)
+        materialize_all(
+            settings,
+            stages=DEFAULT_STAGES,
+            verbose=args.verbose,
+            progress=progress,
+            load_dataset=load_dataset,
+        )
+    from erag_dagster.paths import storage_dir
+
+    print_reports(
+        registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose,
+        full=args.full, tables_dir=storage_dir("reports", "tables"),
+    )  # fmt: skip
+    from erag_dagster.assets.html_report import page_path
+
+    print(f"\nHTML report: {page_path()}")  # written by this run's html_report step
+    return 0

@@ -1,0 +1,57 @@
+"""The label-store commands of ``erag-dagster``: ``audit``, ``import-recovery``, ``store copy``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from erag_dagster.errors import InputError, concerning
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from erag_dagster.labels.store import open_store, redact_url, resolve_store
+    from erag_dagster.labels.store_url import parse_store
+
+    target = parse_store(resolve_store(args.store, writable=False))
+    path = redact_url(target.where)
+    if target.kind == "sqlite" and not Path(target.where).is_file():
+        raise InputError(f"{path}: no label store here (run labelling first or pass --store)")
+    with concerning(path):
+        rows = open_store(args.store, read_only=True).audit(args.query, args.doc)
+    if rows.height == 0:
+        raise InputError(f"no stored label for query {args.query!r} and document {args.doc!r}")
+    if args.json:
+        print(json.dumps(rows.to_dicts(), indent=2, default=str))
+    else:
+        for row in rows.to_dicts():
+            print("-" * 72)
+            for key, value in row.items():
+                print(f"{key:>22}: {value}")
+    return 0
+
+
+def cmd_import_recovery(args: argparse.Namespace) -> int:
+    """Insert the answers of a label-store recovery file (written when the store stayed locked)."""
+    from erag_dagster.labels.store import open_store, redact_url, resolve_store
+
+    path = redact_url(resolve_store(args.store))
+    with concerning(path, args.file):
+        added = open_store(args.store).import_recovery(args.file)
+    print(f"{args.file}: {added} answers added to {path} (already stored ones kept)")
+    return 0
+
+
+def cmd_store_copy(args: argparse.Namespace) -> int:
+    """Copy every row of one label store into another (insert-if-absent; counts printed)."""
+    from erag_dagster.labels.store import redact_url
+    from erag_dagster.labels.store_copy import copy_store
+
+    source, target = redact_url(args.source), redact_url(args.target)
+    with concerning(source, target):
+        counts = copy_store(args.source, args.target, chunk=args.chunk)
+    for count in counts:
+        print(f"{count.table}: {count.read} read, {count.added} added")
+    added = sum(c.added for c in counts)
+    print(f"copied {source} -> {target}: {added} rows added (rows already there kept)")
+    return 0
