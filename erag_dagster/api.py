@@ -91,7 +91,7 @@ def evaluate(
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
     from erag_dagster.meta.per_query import erag_per_query, erag_summary
-    from erag_dagster.metrics.downstream import get_downstream_metric
+    from erag_dagster.metrics.downstream import DEFAULT_METRIC, get_downstream_metric
     from erag_dagster.metrics.names import parse_metric_names
     from erag_dagster.reports.leaderboard import leaderboard
     from erag_dagster.reports.run_report import RunReport, Section
@@ -104,7 +104,7 @@ def evaluate(
     defaults = reg.evaluation
     depth = _positive(k, "k") or int(defaults.get("k", 50))
     label_depth = min(_positive(label_k, "label_k") or int(defaults.get("label_k", 10)), depth)
-    downstream = metric or str(defaults.get("metric", "em"))
+    downstream = metric or str(defaults.get("metric", DEFAULT_METRIC))
     get_downstream_metric(downstream)
     list_metrics = metric_list(metrics) if metrics else list(defaults.get("list_metrics", []))
     human_metrics = list(defaults.get("human_metrics", ["nDCG@10", "R@10"]))
@@ -171,7 +171,7 @@ def label(
     dataset: str | Dataset,
     run: str | Path | pl.DataFrame,
     reader: str | None = None,
-    metric: str = "em",
+    metric: str | None = None,
     *,
     k: int | None = None,
     store: str | Path | None = None,
@@ -182,7 +182,7 @@ def label(
 ) -> LabelResult:
     """eRAG labels of one run: each (query, document) of ``run`` (its top ``k`` per query when
     given) answered by ``reader`` on that document alone, scored against the gold answers with
-    ``metric`` (``erag-dagster label``).
+    ``metric`` (default: the registry's ``evaluation.metric``; ``erag-dagster label``).
 
     ``dataset``: a spec or a loaded :class:`~erag_dagster.data.loaders.Dataset`; ``run``: a
     TREC run file or a run table (``query_id, doc_id, rank, score``); ``reader``: a registry
@@ -197,6 +197,7 @@ def label(
     or ``k``; :class:`EnvironmentFault` for an unusable store.
     """
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
+    from erag_dagster.metrics.downstream import DEFAULT_METRIC
     from erag_dagster.retrieval.runs import read_trec_run, top_k
 
     reg = load_registry_file(registry)
@@ -213,8 +214,9 @@ def label(
         "--executor/--ray-address", executor=executor, address=ray_address
     )
     ((_key, model),) = _readers(reader, reg)
+    downstream = metric or str(reg.evaluation.get("metric", DEFAULT_METRIC))
     with concerning(target):
-        return _label(run, ds, model, metric, label_store, spec, log)
+        return _label(run, ds, model, downstream, label_store, spec, log)
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--reader", help="registry reader name or a reader config YAML")
-    p.add_argument("--metric", default="em")
+    p.add_argument("--metric", help="downstream metric (default: registry evaluation.metric)")
     p.add_argument("--k", type=_count, help="label only the top k of each query")
     p.add_argument("--store", help=_STORE_HELP)
     p.add_argument("--registry")

@@ -40,6 +40,7 @@ from erag_dagster.gate.identity import (
     write_baseline,
 )
 from erag_dagster.gate.verdict import GateRule, MetricVerdict, metric_verdicts, overall_verdict
+from erag_dagster.metrics.downstream import DEFAULT_METRIC
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ class _Context:
         evaluation = self.registry.evaluation
         self.spec = settings.dataset or str(evaluation.get("dataset", "sample"))
         self.k = settings.k or int(evaluation.get("label_k", 3))
-        self.downstream = settings.downstream_metric or str(evaluation.get("metric", "em"))
+        self.downstream = settings.downstream_metric or str(
+            evaluation.get("metric", DEFAULT_METRIC)
+        )
         self.metrics = tuple(settings.metrics) or tuple(
             evaluation.get("list_metrics", ["P@3", "Success@3", "RR", "AP", "nDCG@3"])
         )

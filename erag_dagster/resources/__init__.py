@@ -15,6 +15,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from erag_dagster.errors import InputError
+from erag_dagster.metrics.downstream import DEFAULT_METRIC
 from erag_dagster.registry import Registry, load_registry
 
 
@@ -132,7 +133,7 @@ class EvalSettings(dg.ConfigurableResource):
             or str(defaults.get("dataset", "sample")),
             k=k,
             label_k=label_k,
-            metric=self.metric or str(defaults.get("metric", "em")),
+            metric=self.metric or str(defaults.get("metric", DEFAULT_METRIC)),
             list_metrics=list(self.list_metrics or defaults.get("list_metrics", ["P@5", "nDCG@5"])),
             human_metrics=list(
                 self.human_metrics or defaults.get("human_metrics", ["nDCG@10", "R@10"])
