@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-quick dev lint docs bench
+.PHONY: setup run test test-quick dev lint docs bench llama-server-background
 
 setup:
 	@scripts/setup.sh
@@ -21,22 +21,34 @@ setup:
 run: setup
 	.venv/bin/erag-dagster run $(ARGS)
 
+# Two pytest-xdist workers, each taking a whole test file at a time (module fixtures and the
+# servers they start stay in one process), the slow files first (tests/conftest.py), each
+# worker's torch on one thread: the two cores stay busy without oversubscription. PYTEST_WORKERS=
+# (empty) runs in one process.
+PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+PYTEST_ENV := ERAG_TORCH_THREADS=1 OMP_NUM_THREADS=1
+
 # The default run that tests/test_reproductions.py reads the README's default-run figures from:
 # a real `erag-dagster run` into its own Dagster home (its label store persists there, so a
 # second `make test` reuses every answer and the run takes about a minute).
 TEST_RUN_HOME := $(CURDIR)/.dagster_home/test-default-run
 
-test: setup lint
+# llama.cpp's test server compiles once per machine (~2.5 min): started first, in the background
+# at the lowest priority; the tests that use it wait for it (tests/llama_server.py).
+llama-server-background: setup
+	@scripts/ensure-llama-server.sh --background
+
+test: setup llama-server-background lint
 	@scripts/ensure-chromium.sh
 	@scripts/ensure-postgres.sh
-	@scripts/ensure-llama-server.sh
 	@mkdir -p $(TEST_RUN_HOME) && cp deploy/local/dagster.yaml $(TEST_RUN_HOME)/dagster.yaml
 	DAGSTER_HOME=$(TEST_RUN_HOME) .venv/bin/erag-dagster run > $(TEST_RUN_HOME)/run.out
-	ERAG_REPRO_STORAGE=$(TEST_RUN_HOME)/storage/erag .venv/bin/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+	ERAG_REPRO_STORAGE=$(TEST_RUN_HOME)/storage/erag $(PYTEST_ENV) .venv/bin/python -m pytest \
+	  -q --durations=25 $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test-quick: setup lint
 	@scripts/ensure-postgres.sh
-	.venv/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST_ENV) .venv/bin/python -m pytest -q -m "not slow" $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 dev: setup
 	.venv/bin/python -m erag_dagster.dev_server -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}

@@ -1,4 +1,6 @@
-"""Shared fixtures: where the shared test data lives, and an isolated storage root."""
+"""Shared fixtures (where the shared test data lives, an isolated storage root) and the order
+in which ``make test``'s two workers take the test files (:func:`pytest_collection_modifyitems`).
+"""
 
 from __future__ import annotations
 
@@ -46,3 +48,40 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     from dagster._core.storage.defs_state.base import _current_storage
 
     _current_storage.set(None)
+
+
+#: The test files that take longest (``pytest --durations``, this machine; docs/setup.md lists
+#: them with their reasons), longest first: ``make test`` runs two pytest-xdist workers that
+#: each take a whole file at a time (``--dist loadfile --no-loadscope-reorder``), so starting
+#: these first keeps one long file from running alone at the end.
+SLOW_FIRST = (
+    "test_daemon.py",
+    "test_reproductions.py",
+    "test_ray_labels.py",
+    "test_determinism.py",
+    "test_dagster_pipeline.py",
+    "test_prefix_sharing.py",
+    "test_openai_reader.py",
+    "test_run_output.py",
+    "test_datasets.py",
+    "test_automation.py",
+    "test_store_backends.py",
+    "test_ui_browser.py",
+    "test_meta_eval.py",
+    "test_label_store.py",
+)
+#: Run last: they wait for llama.cpp's server, built in the background by ``make test``.
+LAST = ("test_llama_server.py",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow files first (:data:`SLOW_FIRST`, in that order), then the rest in collection order,
+    :data:`LAST` at the end. A stable sort: tests keep their order within a file."""
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        if name in SLOW_FIRST:
+            return SLOW_FIRST.index(name)
+        return len(SLOW_FIRST) + (1 if name in LAST else 0)
+
+    items.sort(key=rank)

@@ -75,8 +75,8 @@ def ray_cluster(_disconnect_at_the_end) -> None:
 
 @pytest.fixture(scope="module")
 def sample() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """``corpus, queries, run``: 8 questions x (own paragraph + the next 2 of the corpus)."""
-    ds = load_dataset("sample?max_questions=8")
+    """``corpus, queries, run``: 4 questions x (own paragraph + the next 2 of the corpus)."""
+    ds = load_dataset("sample?max_questions=4")
     docs = ds.corpus.get_column("doc_id").to_list()
     rows = []
     for qid, own in ds.qrels.select("query_id", "doc_id").rows():
@@ -110,7 +110,7 @@ def test_ray_labels_equal_in_process_labels(ray_cluster, sample, in_process, tmp
     result = label_run(
         run, queries, corpus, reader_from_config("smollm2", READER), "f1",
         LabelStore(path), log=messages.append, executor=RAY_2,
-        commit=CommitPolicy(every_pairs=6),  # 4 chunks, so both actors work
+        commit=CommitPolicy(every_pairs=3),  # 4 chunks, so both actors work
     )  # fmt: skip
     assert result.labels.equals(in_process), "Ray and in-process labels differ"
     assert result.judged_now == run.height
@@ -133,7 +133,7 @@ def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(
     corpus, queries, run = sample
     path = tmp_path / "labels.sqlite"
     store = LabelStore(path)
-    commit = CommitPolicy(every_pairs=3, every_seconds=60.0)  # 8 chunks of 3 pairs
+    commit = CommitPolicy(every_pairs=3, every_seconds=60.0)  # 4 chunks of 3 pairs
     killed: list[str] = []
 
     def kill_one_actor_after_the_first_commit() -> None:
@@ -242,7 +242,7 @@ def test_the_cli_starts_a_local_ray_cluster_labels_and_stops_it(sample, tmp_path
     env = {**os.environ, "PYTHONPATH": str(repo), "ERAG_STORAGE": str(tmp_path / "storage")}
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from erag_dagster.cli import main; sys.exit(main())",
-         "label", "--dataset", "sample?max_questions=8", "--run", str(trec), "--reader",
+         "label", "--dataset", "sample?max_questions=4", "--run", str(trec), "--reader",
          str(reader), "--metric", "f1", "--output", str(out), "--executor", "ray",
          "--ray-address", "local"],
         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
@@ -397,7 +397,7 @@ def _label_on(head: Head, spec: ExecutorSpec, sample, path: Path) -> tuple[pl.Da
         ray.shutdown()
     result = label_run(
         run, queries, corpus, reader_from_config("smollm2", READER), "f1", LabelStore(path),
-        log=messages.append, executor=spec, commit=CommitPolicy(every_pairs=6),
+        log=messages.append, executor=spec, commit=CommitPolicy(every_pairs=3),
     )  # fmt: skip
     assert result.judged_now == run.height
     assert not ray.is_initialized(), "the pool must disconnect from a cluster it connected to"

@@ -237,7 +237,7 @@ LABELLER = textwrap.dedent(
     """
 )
 WINDOW_S = 2.0
-COMMIT_SLACK_S = 0.5  # two commits' own duration (a few ms each with synchronous=FULL), bounded
+COMMIT_SLACK_S = 0.5  # a commit's own duration (a few ms each with synchronous=FULL), bounded
 _KILL_BASE = [
     ("q-fr", "What is the capital of France?", "Paris"),
     ("q-wall", "In what year did the Berlin Wall fall?", "1989"),
@@ -265,9 +265,10 @@ def test_kill_9_loses_at_most_the_commit_window(
     tmp_path: Path, store_target: str, reader: TransformersReader
 ) -> None:
     """160 pairs committed by time only (every 2 s; the count trigger is out of reach), killed
-    with SIGKILL at a random moment: every pair whose batch was followed, before the kill, by a
-    batch end at least the window later is in the store (the time rule is checked at batch
-    ends), nothing is invented, and the resumed run generates exactly the rest."""
+    with SIGKILL a random number of batches after the first commit was due (the batch log is
+    the clock): every pair whose batch was followed by a batch end at least the window later
+    that finished before the kill is in the store (the time rule is checked at batch ends),
+    nothing is invented, and the resumed run generates exactly the rest."""
     questions = {
         "query_id": [q for q, _, _ in KILL_QUESTIONS],
         "question": [t for _, t, _ in KILL_QUESTIONS],
@@ -290,14 +291,25 @@ def test_kill_9_loses_at_most_the_commit_window(
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ERAG_TORCH_THREADS": "1"}
     args = [sys.executable, str(script), str(path), str(tables), str(log), str(WINDOW_S)]
     proc = subprocess.Popen(args, env=env)
-    rng = random.Random()
-    delay = rng.uniform(3.0, 8.0)  # seconds of generation before the kill
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.exists() and log.stat().st_size:
+    # The kill waits on events, not on time: the log's batch ends. Once a batch has ended at
+    # least the window after the first one, a commit was due at it; a logged batch after that
+    # one means that commit has finished (the labeller is sequential). Then a random number of
+    # further batches, so the kill lands at a different point of the commit cycle each run.
+    extra = random.Random().randint(0, 6)
+
+    def batch_ends() -> list[float]:
+        text = log.read_text() if log.exists() else ""
+        complete = text[: text.rfind("\n") + 1].splitlines()  # a line being written is not yet
+        return [float(line.split()[0]) for line in complete]
+
+    deadline = time.monotonic() + 300  # a failure bound only
+    while proc.poll() is None:
+        ends = batch_ends()
+        first_due = next((i for i, e in enumerate(ends) if ends and e - ends[0] >= WINDOW_S), None)
+        if first_due is not None and len(ends) >= first_due + 2 + extra:
             break
-        time.sleep(0.02)
-    time.sleep(delay)
+        assert time.monotonic() < deadline, f"no commit was due within 300 s ({len(ends)} batches)"
+        time.sleep(0.01)
     killed_at = time.time()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
@@ -307,20 +319,21 @@ def test_kill_9_loses_at_most_the_commit_window(
     ends = [float(t) for t, _ in events]
     done = list(itertools.accumulate(int(n) for _, n in events))
     # The time rule is checked at batch ends: the pairs done by batch end e_i are committed at the
-    # first later batch end e_j with e_j - e_i >= the window (the last commit was no later than
-    # e_i). So they must be in the store when such an e_j came before the kill by more than a
-    # commit's own duration. A batch still running at the kill (e.g. one the margin guard
-    # decodes again in float64) delays the next commit; this measures that instead of assuming
-    # a batch length.
+    # first later batch end e_j with e_j - e_i >= the window at the latest (the last commit was
+    # no later than e_i). That commit has finished when another batch end was logged after e_j
+    # (the labeller commits before it starts the next batch). A batch still running at the kill
+    # (e.g. one the margin guard decodes again in float64) is not assumed to have any length.
     batch_s = max([b - a for a, b in itertools.pairwise(ends)], default=killed_at - ends[0])
     store = open_store(path)
     committed = store.count_generations()
+    finished = ends[:-1]  # batch ends followed by another logged batch end
     due = [
         n
         for end, n in zip(ends, done, strict=True)
-        if any(later - end >= WINDOW_S and later < killed_at - COMMIT_SLACK_S for later in ends)
+        if any(later - end >= WINDOW_S for later in finished)
     ]
-    assert committed >= (due[-1] if due else 0)
+    assert due, "the kill came before any commit was due"
+    assert committed >= due[-1]
     assert committed <= done[-1] < total  # nothing invented; the kill was mid-run
     rows = store.lookup_generations(store_keys(path))
     stamps = [datetime.fromisoformat(t).timestamp() for t in rows.get_column("created_at")]
@@ -328,7 +341,7 @@ def test_kill_9_loses_at_most_the_commit_window(
     lost_s = killed_at - (max(stamps) if stamps else ends[0])
     unsaved_s = killed_at - ends[-1]  # the batch in flight at the kill
     print(
-        f"kill after {delay:.1f} s: {done[-1]} generated, {committed} committed, "
+        f"kill after {len(ends)} batches: {done[-1]} generated, {committed} committed, "
         f"newest committed answer {lost_s:.2f} s before the kill, longest batch {batch_s:.2f} s"
     )
     # what was lost is at most the window, the batch after it and the one in flight at the kill

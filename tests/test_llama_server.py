@@ -29,10 +29,18 @@ from erag_dagster.readers.prompts import (
     reader_passage,
 )
 from erag_dagster.readers.spec import ReaderSpec
-from tests.llama_server import MISSING, MODEL_ID, LlamaCppServer, running_llama_server
+from tests.llama_server import MODEL_ID, LlamaCppServer, llama_missing, running_llama_server
 from tests.test_openai_reader import CORPUS, EVERY_PAIR, QUERIES, RUN, config, server_answers
 
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+@pytest.fixture(scope="module", autouse=True)
+def _llama_cpp_installed() -> None:
+    """Skip, with the reason, where llama.cpp's server is not installed (waits for the
+    background build of ``make test`` first: :func:`tests.llama_server.llama_missing`)."""
+    reason = llama_missing()
+    if reason is not None:
+        pytest.skip(reason)
+
 
 #: Every (question, passage) pair of RUN as the labeller and the annotation baseline show it.
 TEXTS = dict(zip(CORPUS["doc_id"], CORPUS["text"], strict=True))

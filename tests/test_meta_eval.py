@@ -90,10 +90,12 @@ def test_efficiency_table_has_every_mode(small, run) -> None:
     contexts = context_lists(run, small.queries.head(1), small.corpus, 3)
     items = list(zip(contexts["question"], contexts["passages"], strict=True))
     config = {**entry.config, "num_threads": 1}
-    table = measure_efficiency(entry.name, config, items, ks=(2, 3), rounds=2)
+    # one round: each cell is a fresh process (~7 s here); the rounds' alternation and their
+    # medians and ranges are tested on their own below (round_orders, summarise_rounds)
+    table = measure_efficiency(entry.name, config, items, ks=(2, 3), rounds=1)
     assert table.height == 2 * len(MODES)
     assert set(table.get_column("mode").to_list()) == set(MODES)
-    assert table.get_column("rounds").to_list() == [2] * table.height
+    assert table.get_column("rounds").to_list() == [1] * table.height
     assert (table.get_column("seconds") > 0).all()
     assert (table["seconds_min"] <= table["seconds"]).all()
     assert (table["seconds"] <= table["seconds_max"]).all()
