@@ -18,6 +18,13 @@ The first two are what ``reproductions/label_methods.yaml`` recomputes its figur
 (``tests/reproductions.py``, kind ``label_table1``). Semantic similarity uses the registry's
 first dense encoder (no reader pass); LLM annotation one reader prefill per pair (P(yes), kept
 in the label store); ``--no-annotation`` leaves it out (``baseline_label_set`` logs the line).
+``--reader`` names the registry reader (default: the registry's first).
+
+With a label-output metric (``accuracy``: yes/no/maybe, SUPPORTS/REFUTES) one more row,
+``eRAG (contains)``, holds the same generated eRAG answers scored with answer containment (the
+gold label occurs anywhere in the answer, ``contains``) instead of the label read from the
+answer's first tokens: a re-scoring of the stored answers, no reader call. Every row is
+correlated with the same end-to-end ``--metric``.
 
     python scripts/measure_label_methods.py --dataset sample --out reproductions/data/sample
 """
@@ -35,6 +42,7 @@ import polars as pl
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.likelihood import LABEL_METRICS
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.meta.correlation_report import label_methods_table
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
@@ -45,6 +53,9 @@ from erag_dagster.reports.tables import format_table1
 from erag_dagster.retrieval.encoder import encoder_from_config
 from erag_dagster.retrieval.runs import top_k
 from erag_dagster.retrievers import run_retriever
+
+#: Table-1 row of the eRAG answers scored with answer containment (label-output metrics).
+CONTAINS_ROW = "eRAG (contains)"
 
 
 class _WithoutAnnotation:
@@ -69,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--metric", default="f1")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--reader", help="registry reader (default: the registry's first)")
     parser.add_argument(
         "--no-annotation",
         action="store_true",
@@ -77,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ds = load_dataset(args.dataset)
     registry = load_registry()
-    entry = next(iter(registry.readers.values()))
+    entry = registry.readers[args.reader] if args.reader else next(iter(registry.readers.values()))
     reader = reader_from_config(entry.name, {**entry.config, "dtype": args.dtype})
     store = LabelStore(str(args.store or args.out / "labels.sqlite"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -85,15 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     run = top_k(run_retriever(registry, "bm25", ds.corpus, ds.queries, args.k), args.k)
     erag = label_run(run, ds.queries, ds.corpus, reader, args.metric, store).labels
     print(f"eRAG labels {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    rescored = []
+    if args.metric in LABEL_METRICS:  # the same stored answers, scored by answer containment
+        contains = label_run(run, ds.queries, ds.corpus, reader, "contains", store).labels
+        rescored.append(contains.with_columns(method=pl.lit(CONTAINS_ROW)))
     others = baseline_label_set(
         run, ds.queries, ds.corpus, ds.qrels, encoder_from_config(registry.first_config("dense")),
         _WithoutAnnotation(reader) if args.no_annotation else reader, store,
         metric=args.metric, methods=["likelihood", "signed"],
-        log=lambda line: print(line, file=sys.stderr),
+        log=lambda line: print(f"[{time.perf_counter() - began:.0f} s] {line}", file=sys.stderr),
     )  # fmt: skip
+    print(f"eRAG and baseline labels {time.perf_counter() - began:.0f} s", file=sys.stderr)
     labels = pl.concat(
         [
             erag.select(pl.lit("eRAG").alias("method"), "query_id", "doc_id", "rank", "label"),
+            *(f.select("method", "query_id", "doc_id", "rank", "label") for f in rescored),
             others.select("method", "query_id", "doc_id", "rank", "label"),
         ]
     )
@@ -106,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     table = label_methods_table(labels, e2e, args.k, args.dataset)
     table.write_parquet(args.out / "correlation_table.parquet")
     for stat in ("kendall_tau", "spearman_rho"):
-        print(f"\n{stat} ({ds.queries.height} queries, {args.metric}, BM25 top {args.k})")
+        print(
+            f"\n{stat} ({ds.queries.height} queries, {entry.name} {args.dtype}, {args.metric}, "
+            f"BM25 top {args.k})"
+        )
         print(format_table1(table, stat, markdown=True, digits=2))
     return 0
 
