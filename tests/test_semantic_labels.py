@@ -178,3 +178,29 @@ def test_scifact_relevant_documents_are_more_similar(scifact_top10, encoder, met
     stats = agreement(labels, ds.qrels)
     assert stats["n"] == 200
     assert stats["kappa"] > 0.2  # clearly better than chance agreement with the humans
+
+
+def test_pairs_scored_once_per_process_and_per_encoder(encoder: TextEncoder) -> None:
+    """The reader x retriever partitions of a run share their (question, document) pairs: a
+    second labelling of the same pairs takes every similarity from this process's cache (and
+    gives the same labels); another encoder identity scores them anew."""
+    from erag_dagster.meta import semantic
+
+    ds = load_dataset("sample?max_questions=2")
+    docs = ds.corpus.get_column("doc_id").to_list()[:3]
+    run = pl.DataFrame(
+        {
+            "query_id": [q for q in ds.queries["query_id"] for _ in docs],
+            "doc_id": docs * ds.queries.height,
+            "rank": [r for _ in range(ds.queries.height) for r in (1, 2, 3)],
+        }
+    )
+    semantic._SIMILARITIES.clear()
+    first = semantic_labels(run, ds.corpus, ds.queries, encoder, method="bertscore")
+    cached = len(semantic._SIMILARITIES)
+    assert cached >= run.height  # one entry per (gold answer, passage) pair
+    again = semantic_labels(run, ds.corpus, ds.queries, encoder, method="bertscore")
+    assert again.equals(first) and len(semantic._SIMILARITIES) == cached
+    shorter = TextEncoder(dtype="float32", batch_size=32, num_threads=1, max_length=64)
+    semantic_labels(run, ds.corpus, ds.queries, shorter, method="bertscore")
+    assert len(semantic._SIMILARITIES) == 2 * cached

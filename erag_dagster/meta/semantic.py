@@ -60,6 +60,7 @@ calibrate on a judged sample of your own collection.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -266,10 +267,7 @@ def semantic_labels(
     pairs = with_text.join(refs, on="query_id", how="inner")
     ref_texts = pairs.get_column("reference").fill_null("").to_list()
     cand_texts = pairs.get_column("passage").to_list()
-    if method == "cosine":
-        sims = _cosine(ref_texts, cand_texts, encoder)
-    else:
-        sims = bertscore(ref_texts, cand_texts, encoder, batch_size).get_column("recall").to_numpy()
+    sims = _similarities(ref_texts, cand_texts, encoder, method, batch_size)
     return (
         pairs.with_columns(similarity=pl.Series(sims, dtype=pl.Float64))
         .group_by("query_id", "doc_id", "rank")
@@ -278,6 +276,40 @@ def semantic_labels(
         .sort("query_id", "rank")
         .select(list(LABEL_SCHEMA))
     )
+
+
+#: (encoder identity, method, reference, passage) -> similarity, for this process: the
+#: reader x retriever partitions of one run share most of their (question, document) pairs,
+#: and these labels do not depend on the reader. Bounded; cleared whole when full.
+_SIMILARITIES: dict[tuple[str, str, str, str], float] = {}
+_SIMILARITIES_MAX = 200_000
+
+
+def _similarities(
+    refs: Sequence[str],
+    cands: Sequence[str],
+    encoder: TextEncoder,
+    method: str,
+    batch_size: int | None,
+) -> np.ndarray:
+    """Similarity of each aligned (reference, passage) pair, computing only the pairs this
+    process has not scored with the same encoder and method (:data:`_SIMILARITIES`)."""
+    identity = json.dumps(encoder.identity(), sort_keys=True)
+    keys = [(identity, method, r, c) for r, c in zip(refs, cands, strict=True)]
+    todo = list(dict.fromkeys(k for k in keys if k not in _SIMILARITIES))
+    fresh: dict[tuple[str, str, str, str], float] = {}
+    if todo:
+        new_refs, new_cands = [k[2] for k in todo], [k[3] for k in todo]
+        if method == "cosine":
+            values = _cosine(new_refs, new_cands, encoder)
+        else:
+            values = bertscore(new_refs, new_cands, encoder, batch_size)["recall"].to_numpy()
+        fresh = dict(zip(todo, (float(v) for v in values), strict=True))
+    out = np.array([fresh[k] if k in fresh else _SIMILARITIES[k] for k in keys], np.float64)
+    if len(_SIMILARITIES) + len(fresh) > _SIMILARITIES_MAX:
+        _SIMILARITIES.clear()
+    _SIMILARITIES.update(fresh)
+    return out
 
 
 def agreement(
