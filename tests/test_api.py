@@ -94,7 +94,7 @@ def test_the_documented_example_returns_the_reports(example) -> None:
 def test_label_and_score_share_the_store_and_the_numbers(example, tmp_path) -> None:
     report = example["report"]
     run = report["retrieval_run"].filter(pl.col("retriever") == "bm25-286b153c").drop("retriever")
-    result = erag_dagster.label("sample?spread_questions=6", run, "gemma3-270m", "em", k=2)
+    result = erag_dagster.label("sample?spread_questions=6", run, "gemma3-270m", k=2)  # f1
     assert (result.judged_now, result.from_store) == (0, 12)  # every pair from evaluate's store
     stored = report["doc_labels"].filter(pl.col("retriever") == "bm25-286b153c")
     assert result.labels["label"].to_list() == stored["label"].to_list()

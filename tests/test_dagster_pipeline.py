@@ -171,14 +171,14 @@ def test_audit_prints_every_stored_label_of_a_pair(env, capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0
     records = json.loads(out)
-    em = [r for r in records if r["metric"] == "em"]
-    assert em, records
-    assert em[0]["reader_fingerprint"] == row["reader_fingerprint"]
-    assert em[0]["reader_name"] == "smollm2-135m"
-    assert em[0]["answer"] == row["answer"]
-    assert em[0]["score"] == row["label"]
-    assert em[0]["generation_run_id"]
-    assert json.loads(em[0]["decoding"])["max_new_tokens"] == 16
+    f1 = [r for r in records if r["metric"] == "f1"]  # the registry's downstream metric
+    assert f1, records
+    assert f1[0]["reader_fingerprint"] == row["reader_fingerprint"]
+    assert f1[0]["reader_name"] == "smollm2-135m"
+    assert f1[0]["answer"] == row["answer"]
+    assert f1[0]["score"] == row["label"]
+    assert f1[0]["generation_run_id"]
+    assert json.loads(f1[0]["decoding"])["max_new_tokens"] == 16
     assert main(["audit", "--query", "nope", "--doc", "nope", "--store", str(store)]) == 2
 
 

@@ -252,10 +252,13 @@ def table1_cells(
     right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
     if compact:
         notes = [f"{star} best in its column; [low, high]: percentile bootstrap CI over queries."]
+        marks = []
         if any_nan:
-            notes.append("nan: correlation undefined (a side's scores are constant).")
+            marks.append("nan: correlation undefined (a side's scores are constant)")
         if any_undefined:
-            notes.append("no CI: too many undefined resamples (--full says how many).")
+            marks.append("no CI: too many undefined resamples (--full says how many)")
+        if marks:
+            notes.append("; ".join(marks) + ".")
         return Table1Cells(headers, rows, right, notes)
     notes = [
         f"{star} best in its column within the dataset and retriever.",
