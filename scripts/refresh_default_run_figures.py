@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Re-measure the default run's figures: rewrite ``expected`` in ``reproductions/default_run.yaml``
-from a real run's report assets.
+from a real run's report assets, and the run's answers in ``reproductions/answers/default_run.jsonl``.
 
 When the default run changes (its readers, metric, data or a report), its figures move. This
 reads every ``report_asset`` entry's value from the storage root of a real ``erag-dagster run``
@@ -9,6 +9,14 @@ rewrites that entry's ``expected:`` line in place (comments and order kept), pri
 per entry that moved. The quoted phrases in docs/default-run.md (and the README) must then be
 edited to the new digits: ``scripts/check_readme_figures.py`` lists every phrase that no longer
 matches. Without ``--write`` nothing is rewritten (the lines are printed only).
+
+With ``--write`` it also exports every reader output of that run's label store (eRAG answers,
+end-to-end answers, P(yes) of the LLM annotation; one JSON line per generation, the recovery
+file format that ``erag-dagster import-recovery`` checks line by line) to
+``reproductions/answers/default_run.jsonl``. ``make test`` imports that file into the label store
+of its own default run, so the run computes every report from these answers without generating
+them again, and ``tests/test_determinism.py`` has this machine's readers answer a sample of them
+anew: a CPU or library build that answers differently fails there.
 
     make run   # or: DAGSTER_HOME=... erag-dagster run
     .venv/bin/python scripts/refresh_default_run_figures.py .dagster_home/storage/erag [--write]
@@ -27,6 +35,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.reproductions import STORAGE_ENV, Conditions, load_reproductions
 
 FIGURES = Path(__file__).resolve().parents[1] / "reproductions" / "default_run.yaml"
+ANSWERS = Path(__file__).resolve().parents[1] / "reproductions" / "answers" / "default_run.jsonl"
+
+
+def export_answers(storage: Path, target: Path = ANSWERS) -> int:
+    """Every generation of ``storage``'s label store as recovery-file lines in ``target``
+    (sorted by key, so a re-export of the same answers is the same file); returns the count."""
+    import polars as pl
+
+    from erag_dagster.labels.store import open_store
+    from erag_dagster.labels.tables import GENERATIONS
+
+    store = open_store(storage / "labels.sqlite", read_only=True)
+    pages = [row for page in store.iter_rows(GENERATIONS) for row in page]
+    rows = pl.DataFrame(pages, schema=GENERATIONS.schema, orient="row").sort("generation_key")
+    rows = rows.with_columns(
+        pl.lit(None, dtype=pl.String).alias("producer_run_id"), pl.lit(0.0).alias("gen_seconds")
+    )
+    target.write_text(rows.write_ndjson(), encoding="utf-8")
+    return rows.height
 
 
 def rewrite_expected(text: str, entry_id: str, value: str) -> str:
@@ -61,6 +88,8 @@ def main() -> int:
             text = rewrite_expected(text, entry.id, value)
     if args.write:
         FIGURES.write_text(text, encoding="utf-8")
+        answers = export_answers(args.storage)
+        print(f"{answers} answers written to {ANSWERS.relative_to(FIGURES.parents[1])}")
     print(f"{moved} figure(s) moved" + ("; default_run.yaml rewritten" if args.write else ""))
     return 0
 

@@ -8,6 +8,10 @@ order of the pairs, the shared prefix, the thread count and the machine.
 * The default reader's answers on 20 fixed pairs equal the answers stored in
   ``reproductions/answers/reader_answers.yaml``: another CPU (or another torch, transformers or gguf
   build) that answers differently fails here instead of silently moving the reports' numbers.
+* The answers ``make test``'s default run is seeded with
+  (``reproductions/answers/default_run.jsonl``: both registry readers' eRAG answers, end-to-end
+  answers and P(yes)) are what this machine's readers answer: a sample of each kind is answered
+  anew and compared.
 * The margin guard (:mod:`erag_dagster.readers.exact_greedy`): a row near a tie is decoded again
   in float64, alone, and gets float64's answer; bf16 readers record their hardware.
 """
@@ -33,6 +37,7 @@ from erag_dagster.readers.prompts import reader_passage
 from erag_dagster.registry import load_registry
 
 ANSWERS = Path(__file__).resolve().parents[1] / "reproductions" / "answers" / "reader_answers.yaml"
+SEEDED = ANSWERS.with_name("default_run.jsonl")
 DEFAULT_READER = "smollm2-135m"
 
 
@@ -182,3 +187,53 @@ def test_shuffled_neighbours_do_not_change_answers() -> None:
     first = default_reader(batch_size=5).answer(items)
     second = default_reader(batch_size=3).answer([items[i] for i in order])
     assert [second[order.index(i)] for i in range(len(items))] == first
+
+
+@pytest.mark.slow
+def test_the_default_runs_seeded_answers_are_this_machines() -> None:
+    """Every fingerprint of the seed file is one of the registry readers' three tasks, and a
+    sample of each (six eRAG answers, three end-to-end answers, six P(yes) per reader) is
+    answered anew here: the same text, and P(yes) within 1e-4 (float32 values, not bit for bit).
+    """
+    from erag_dagster.hashing import sha256_text
+    from erag_dagster.labels.store_base import read_recovery
+    from erag_dagster.meta.baselines import annotation_fingerprint
+    from erag_dagster.meta.end_to_end import end_to_end_fingerprint
+
+    rows = read_recovery(SEEDED)  # every line checked, its key recomputed
+    ds = load_dataset("sample")
+    question = dict(ds.queries.select("query_id", "question").rows())
+    text = {
+        d: reader_passage(t, x) for d, t, x in ds.corpus.select("doc_id", "title", "text").rows()
+    }
+    tasks = {}
+    for name, entry in load_registry().readers.items():
+        reader = reader_from_config(name, entry.config)
+        tasks[reader.fingerprint] = (reader, "answer", 6)
+        tasks[end_to_end_fingerprint(reader)] = (reader, "end_to_end", 3)
+        tasks[annotation_fingerprint(reader)] = (reader, "p_yes", 6)
+    unknown = set(rows.get_column("reader_fingerprint")) - set(tasks)
+    assert not unknown, (
+        f"{SEEDED.name}: {len(unknown)} fingerprint(s) no registry reader has here (another "
+        "reader config, torch or transformers): re-measure the default run "
+        "(scripts/refresh_default_run_figures.py)"
+    )
+    for fingerprint, (reader, kind, n) in tasks.items():
+        part = rows.filter(pl.col("reader_fingerprint") == fingerprint).sort("generation_key")
+        assert part.height >= n, (reader.name, kind)
+        sample = part.gather_every(part.height // n).head(n).rows(named=True)
+        asked = []
+        for row in sample:
+            passages = [text[d] for d in row["doc_id"].split(" ")]
+            shown = "\n\n".join(passages)
+            assert sha256_text(question[row["query_id"]]) == row["question_hash"]
+            assert sha256_text(shown) == row["text_hash"], (reader.name, kind, row["doc_id"])
+            asked.append((question[row["query_id"]], passages if kind == "end_to_end" else shown))
+        stored = [row["answer"] for row in sample]
+        if kind == "answer":
+            assert reader.answer(asked) == stored, reader.name
+        elif kind == "end_to_end":
+            assert reader.answer_with_contexts(asked) == stored, reader.name
+        else:
+            fresh = reader.yes_probability(asked)
+            assert fresh == pytest.approx([float(a) for a in stored], abs=1e-4), reader.name

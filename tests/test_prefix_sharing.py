@@ -154,3 +154,29 @@ def test_first_line_complete_means_no_continuation_changes_the_answer() -> None:
     assert not first_line_complete(" :\n")  # the answer has not begun
     assert first_line_complete("Denver Broncos.\nThe")
     assert not first_line_complete("Denver Broncos.")
+
+
+def test_no_shared_prefix_where_a_row_could_outgrow_a_sliding_window() -> None:
+    """Gemma 3's local layers attend 512 cache positions back; the padding inside a shared-prefix
+    row would push the prefix out of that window (docs in :mod:`.prefix_sharing`). A call whose
+    longest prompt plus ``max_new_tokens`` exceeds the window prefills without sharing; shorter
+    calls and models without a window (SmolLM2, Llama) share as before."""
+    from erag_dagster.readers.prefix_sharing import sliding_window, window_allows_sharing
+
+    registry = load_registry()
+    gemma = reader_from_config("gemma3-270m", {**registry.reader("gemma3-270m").config, **FP32})
+    smol = reader_from_config("smollm2-135m", {**registry.reader("smollm2-135m").config, **FP32})
+    assert sliding_window(gemma._ensure().model.config) == 512
+    assert sliding_window(smol._ensure().model.config) is None
+    ds = load_dataset("sample")
+    texts = ds.corpus.get_column("text").to_list()
+    question = ds.queries.get_column("question").to_list()[0]
+    limit = gemma._input_limit(None)
+    short = [gemma._fitted_ids(question, [t], limit) for t in texts[:3]]
+    long = [gemma._fitted_ids(question, texts[3 + 6 * i : 9 + 6 * i], limit) for i in range(2)]
+    assert max(map(len, short)) + 16 <= 512 < max(map(len, long))
+    assert gemma._shared(short) >= MIN_SHARED_TOKENS  # eRAG-sized prompts still share
+    assert gemma._shared(short + long) == 0  # end-to-end-sized ones do not
+    config = gemma._ensure().model.config
+    assert not window_allows_sharing(config, short + long, 16)
+    assert window_allows_sharing(smol._ensure().model.config, short + long, 16)

@@ -48,7 +48,12 @@ from erag_dagster.readers.fingerprint import (
 from erag_dagster.readers.loading import LoadedModel, load_model, torch_threads
 from erag_dagster.readers.model_cache import drop_model, shared_model
 from erag_dagster.readers.models import ModelSource, resolve_model
-from erag_dagster.readers.prefix_sharing import cache_for_batch, prefill, shared_prefix
+from erag_dagster.readers.prefix_sharing import (
+    cache_for_batch,
+    prefill,
+    shared_prefix,
+    window_allows_sharing,
+)
 from erag_dagster.readers.prompts import (
     RELEVANCE_SYSTEM_PROMPT,
     RELEVANCE_TEMPLATE,
@@ -233,9 +238,14 @@ class TransformersReader(GenerationMixin, ScoringMixin):
 
     def _shared(self, prompts: Sequence[Sequence[int]], ends: Sequence[int] | None = None) -> int:
         """Tokens of ``prompts``' shared prefix to prefill once (:mod:`.prefix_sharing`; 0 when
-        ``share_prefix`` is off — ``auto``: off unless float32 — or the model is an
-        encoder-decoder)."""
-        return shared_prefix(prompts, ends) if self._sharing() else 0
+        ``share_prefix`` is off — ``auto``: off unless float32 —, the model is an
+        encoder-decoder, or a row could outgrow its sliding attention window)."""
+        if not self._sharing():
+            return 0
+        new_tokens = self.spec.max_new_tokens
+        if not window_allows_sharing(self._ensure().model.config, prompts, new_tokens):
+            return 0
+        return shared_prefix(prompts, ends)
 
     def _sharing(self) -> bool:
         """Whether prompt prefixes are shared (``share_prefix``; ``auto``: in float32)."""
