@@ -5,6 +5,7 @@
 #               docs site), run every test (the 25 slowest listed at the end)
 # and for the edit loop / measurements:
 #   make test-quick  lint, then the tests not marked slow (pytest -m "not slow")
+#   make reproduce   the reproductions that take minutes (tests marked heavy; not in make test)
 #   make bench       the benchmarks; tables on stdout, JSON rows in $(BENCH_OUT)/<bench>.json
 #   make docs        the docs site (mkdocs.yml, pages in docs/) into site/; any warning fails it
 SHELL := /bin/bash
@@ -13,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-quick dev lint docs bench llama-server-background
+.PHONY: setup run test test-quick reproduce dev lint docs bench llama-server-background
 
 setup:
 	@scripts/setup.sh
@@ -49,11 +50,15 @@ test: setup llama-server-background lint
 	@.venv/bin/erag-dagster import-recovery $(DEFAULT_RUN_ANSWERS) --store $(TEST_RUN_HOME)/storage/erag/labels.sqlite
 	DAGSTER_HOME=$(TEST_RUN_HOME) .venv/bin/erag-dagster run > $(TEST_RUN_HOME)/run.out
 	ERAG_REPRO_STORAGE=$(TEST_RUN_HOME)/storage/erag $(PYTEST_ENV) .venv/bin/python -m pytest \
-	  -q --durations=25 $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	  -q -m "not heavy" --durations=25 $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# The reproductions that take minutes of work (tests marked heavy: SciFact's dense encoding).
+reproduce: setup
+	.venv/bin/python -m pytest -q -m heavy tests/test_reproductions.py $(PYTEST_ARGS)
 
 test-quick: setup lint
 	@scripts/ensure-postgres.sh
-	$(PYTEST_ENV) .venv/bin/python -m pytest -q -m "not slow" $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(PYTEST_ENV) .venv/bin/python -m pytest -q -m "not slow and not heavy" $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 dev: setup
 	.venv/bin/python -m erag_dagster.dev_server -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}

@@ -50,6 +50,8 @@ class Reproduction:
     readme: str | None = None
     digits: int | None = None
     slow: bool = False
+    heavy: bool = False
+    """Minutes of work on 2 cores (``make reproduce`` runs it; ``make test`` leaves it out)."""
 
     def passes(self, value: float) -> bool:
         """``|value - expected| <= tolerance``; NaN never passes."""
@@ -71,7 +73,7 @@ def load_reproductions(folder: Path = REPRODUCTIONS_DIR) -> list[Reproduction]:
             missing = [k for k in REQUIRED if k not in raw]
             if missing:
                 raise ValueError(f"{at}: missing {', '.join(missing)}")
-            unknown = set(raw) - {*REQUIRED, "readme", "digits", "slow"}
+            unknown = set(raw) - {*REQUIRED, "readme", "digits", "slow", "heavy"}
             if unknown:
                 raise ValueError(f"{at}: unknown field(s) {', '.join(sorted(unknown))}")
             if raw["id"] in seen:
@@ -95,6 +97,7 @@ def load_reproductions(folder: Path = REPRODUCTIONS_DIR) -> list[Reproduction]:
                     readme=raw.get("readme"),
                     digits=raw.get("digits"),
                     slow=bool(raw.get("slow", False)),
+                    heavy=bool(raw.get("heavy", False)),
                 )
             )
     return entries

@@ -245,12 +245,12 @@ _KILL_BASE = [
     ("q-legs", "How many legs does a spider have?", "eight"),
     ("q-h2o", "What is water made of?", "hydrogen and oxygen"),
 ]
-#: Each question in 4 wordings (distinct pair keys): 160 pairs, so that the kill (3-8 s after
-#: the first batch) lands mid-run however fast the reader gets (40 pairs ran out once the reader
-#: shared prompt prefixes and stopped at the line end).
+#: Each question in 2 wordings (distinct pair keys): 80 pairs. The kill comes a few batches
+#: after the first commit was due, i.e. after 2 s of batches of 2 pairs (about 7 batches here;
+#: 20 if batches took 0.1 s), so the run is still going.
 KILL_QUESTIONS = [
     (f"{qid}-{i}", f"{prefix}{text}", answer)
-    for i, prefix in enumerate(("", "Question: ", "Please answer: ", "Quick question. "))
+    for i, prefix in enumerate(("", "Question: "))
     for qid, text, answer in _KILL_BASE
 ]
 
@@ -264,7 +264,7 @@ def reader() -> TransformersReader:
 def test_kill_9_loses_at_most_the_commit_window(
     tmp_path: Path, store_target: str, reader: TransformersReader
 ) -> None:
-    """160 pairs committed by time only (every 2 s; the count trigger is out of reach), killed
+    """80 pairs committed by time only (every 2 s; the count trigger is out of reach), killed
     with SIGKILL a random number of batches after the first commit was due (the batch log is
     the clock): every pair whose batch was followed by a batch end at least the window later
     that finished before the kill is in the store (the time rule is checked at batch ends),

@@ -1,10 +1,12 @@
 """Every figure in ``reproductions/*.yaml``, recomputed by the project's code and compared.
 
 One parametrised test, one case per entry (id = the entry's id); ``slow: true`` entries carry
-the ``slow`` marker. Conditions are computed by :class:`tests.reproductions.Conditions`, kept for
-the session, so entries sharing a run (SciFact BM25's three figures) compute it once. Indexes go
-to a storage root private to this session. Default-run entries read the report assets of a real
-run (``$ERAG_REPRO_STORAGE``) and skip without it; see reproductions/default_run.yaml.
+the ``slow`` marker, ``heavy: true`` ones (minutes of work: SciFact's dense encoding) the
+``heavy`` marker, which ``make test`` leaves out and ``make reproduce`` runs. Conditions are
+computed by :class:`tests.reproductions.Conditions`, kept for the session, so entries sharing a
+run (SciFact BM25's three figures) compute it once. Indexes go to a storage root private to
+this session. Default-run entries read the report assets of a real run
+(``$ERAG_REPRO_STORAGE``) and skip without it; see reproductions/default_run.yaml.
 """
 
 from __future__ import annotations
@@ -44,7 +46,17 @@ def repro_storage(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(
     "entry",
-    [pytest.param(e, id=e.id, marks=[pytest.mark.slow] if e.slow else []) for e in ENTRIES],
+    [
+        pytest.param(
+            e,
+            id=e.id,
+            marks=[
+                *([pytest.mark.slow] if e.slow else []),
+                *([pytest.mark.heavy] if e.heavy else []),
+            ],
+        )
+        for e in ENTRIES
+    ],
 )
 def test_reproduction(
     conditions: Conditions,
