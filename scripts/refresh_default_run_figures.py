@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Re-measure the default run's figures: rewrite ``expected`` in ``reproductions/default_run.yaml``
-from a real run's report assets, and the run's answers in ``reproductions/answers/default_run.jsonl``.
+"""Re-measure the default run: rewrite ``expected`` in ``reproductions/default_run.yaml`` from a
+real run's report assets, and its answers in ``reproductions/answers/default_run.jsonl``.
 
 When the default run changes (its readers, metric, data or a report), its figures move. This
 reads every ``report_asset`` entry's value from the storage root of a real ``erag-dagster run``
