@@ -45,6 +45,7 @@ from benchjson import add_json_argument, text_stream, write_json
 
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.readers.factory import reader_from_config
+from erag_dagster.readers.model_cache import close_all_readers
 from erag_dagster.readers.passages import run_with_passages
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
@@ -112,6 +113,7 @@ def time_reader(name: str, config: dict, pairs, lists, rounds: int) -> list[dict
         else:
             os.environ["ERAG_MODEL_CACHE"] = previous
         shutil.rmtree(cache, ignore_errors=True)
+    close_all_readers()  # else the next reader reuses the model loaded above: load would read 0 s
     reader = reader_from_config(name, config)
     started = time.perf_counter()
     reader._ensure()

@@ -218,7 +218,14 @@ def test_the_local_deployment_keeps_dagsters_default_executor(monkeypatch) -> No
     from erag_dagster.errors import InputError
 
     monkeypatch.delenv("DAGSTER_DEPLOYMENT", raising=False)
+    monkeypatch.delenv("ERAG_STEP_EXECUTOR", raising=False)
     assert step_executor() is None
+    monkeypatch.setenv("ERAG_STEP_EXECUTOR", "in_process")
+    assert step_executor() is dg.in_process_executor
+    monkeypatch.setenv("ERAG_STEP_EXECUTOR", "threads")
+    with pytest.raises(InputError, match="ERAG_STEP_EXECUTOR='threads' unknown"):
+        step_executor()
+    monkeypatch.delenv("ERAG_STEP_EXECUTOR")
     monkeypatch.setenv("DAGSTER_DEPLOYMENT", "staging")
     with pytest.raises(InputError, match="DAGSTER_DEPLOYMENT='staging' unknown"):
         step_executor()

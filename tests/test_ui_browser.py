@@ -65,6 +65,9 @@ def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
         return json.loads(response.read())
 
 
+DEV_ARGS = ("-m", "erag_dagster.definitions", "-h", "127.0.0.1")
+
+
 @pytest.fixture(scope="module")
 def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
     if not Path(CHROMIUM).exists():
@@ -78,6 +81,7 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
         ERAG_STORAGE=str(root / "storage"),
         ERAG_REGISTRY=str(registry_path),
         ERAG_TORCH_THREADS="1",
+        ERAG_STEP_EXECUTOR="in_process",
         HF_HUB_OFFLINE="1",
     )
     # upstream of the partition we launch from the UI, materialised in the same instance
@@ -91,9 +95,10 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
         )
     port = _free_port()
     log = (root / "dagster-dev.log").open("w")
-    dagster = str(Path(sys.executable).parent / "dagster")
+    # what `make dev` runs: a bare `dagster dev` started by an xdist worker inherits SIGINT
+    # ignored and hangs on the stop below until SIGKILL (erag_dagster/dev_server.py)
     proc = subprocess.Popen(
-        [dagster, "dev", "-m", "erag_dagster.definitions", "-h", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "erag_dagster.dev_server", *DEV_ARGS, "-p", str(port)],
         cwd=REPO,
         env=env,
         stdout=log,
