@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import re
 import time
 import zipfile
 from pathlib import Path
-from types import ModuleType
 
 import polars as pl
 import pytest
@@ -23,6 +21,7 @@ from erag_dagster.data.loaders import (
 )
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
 from erag_dagster.errors import InputError
+from tests.conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO_ROOT / "erag_dagster" / "data" / "sample"
@@ -255,18 +254,8 @@ def test_sample_ids_and_texts_match_the_full_dev_file(squad_dev) -> None:
     assert sample.qrels.join(squad_dev.qrels, on=["query_id", "doc_id"], how="anti").is_empty()
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_sample", REPO_ROOT / "scripts" / "make_sample.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_make_sample_is_deterministic(squad_zip: Path, tmp_path: Path) -> None:
-    stats = load_script().make_sample(squad_zip, tmp_path)
+    stats = load_script("make_sample").make_sample(squad_zip, tmp_path)
     assert stats == {
         "articles": 8,
         "paragraphs": 364,

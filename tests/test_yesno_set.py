@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import polars as pl
 
 from erag_dagster.data.loaders import load_dataset
-from tests.conftest import REPO_ROOT
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_yesno_set", REPO_ROOT / "scripts" / "make_yesno_set.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import load_script
 
 
 def test_abstract_sentences_reads_each_literal() -> None:
     """Adjacent literals of numpy's array repr stay separate sentences, either quote kind."""
-    script = load_script()
+    script = load_script("make_yesno_set")
     field = "['First one.'\n \"It's the second.\" 'Third, with [brackets].']"
     assert script.abstract_sentences(field) == [
         "First one.",
@@ -38,7 +26,7 @@ def test_abstract_sentences_reads_each_literal() -> None:
 
 
 def test_make_yesno_set_builds_a_loadable_yes_no_set(shared_data: Path, tmp_path: Path) -> None:
-    script = load_script()
+    script = load_script("make_yesno_set")
     source = shared_data / "scifact" / "scifact-hf-csv.zip"
     script.main(["--out", str(tmp_path / "a"), "--source", str(source)])
     data = script.build(source)
