@@ -198,7 +198,7 @@ def test_the_default_runs_seeded_answers_are_this_machines() -> None:
     from erag_dagster.hashing import sha256_text
     from erag_dagster.labels.store_base import read_recovery
     from erag_dagster.meta.baselines import annotation_fingerprint
-    from erag_dagster.meta.end_to_end import end_to_end_fingerprint
+    from erag_dagster.meta.end_to_end import end_to_end_fingerprint, list_text
 
     rows = read_recovery(SEEDED)  # every line checked, its key recomputed
     ds = load_dataset("sample")
@@ -225,7 +225,7 @@ def test_the_default_runs_seeded_answers_are_this_machines() -> None:
         asked = []
         for row in sample:
             passages = [text[d] for d in row["doc_id"].split(" ")]
-            shown = "\n\n".join(passages)
+            shown = list_text(passages)
             assert sha256_text(question[row["query_id"]]) == row["question_hash"]
             assert sha256_text(shown) == row["text_hash"], (reader.name, kind, row["doc_id"])
             asked.append((question[row["query_id"]], passages if kind == "end_to_end" else shown))

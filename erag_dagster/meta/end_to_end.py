@@ -95,7 +95,7 @@ def evaluate_end_to_end(
     rows = contexts.rows(named=True)
     subjects = [
         Subject(
-            r["query_id"], r["question"], ids_of.get(r["query_id"], ""), "\n\n".join(r["passages"])
+            r["query_id"], r["question"], ids_of.get(r["query_id"], ""), list_text(r["passages"])
         )
         for r in rows
     ]
@@ -153,6 +153,12 @@ def evaluate_end_to_end(
 E2E_TASK = "end_to_end_concatenated/v1"
 #: Queries per reader call in this process (and per chunk on a Ray actor).
 STEP = 32
+
+
+def list_text(passages: list[str]) -> str:
+    """The text a top-k list is stored under in the label store: its passages in rank order,
+    separated by a blank line."""
+    return "\n\n".join(passages)
 
 
 def end_to_end_fingerprint(reader) -> str:
