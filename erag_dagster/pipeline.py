@@ -34,6 +34,7 @@ from erag_dagster.definitions import build_defs
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.progress import Progress
 from erag_dagster.resources import EvalSettings, Evaluation
+from erag_dagster.run_slots import process_tags, release_dead_runs, slot_wait_line, step_pools
 
 #: The optional stages of the main job (``stages=`` of :func:`materialize_all`), by asset group:
 #: the assets of a stage's group and everything downstream of them that is not in a later stage.
@@ -257,8 +258,9 @@ def materialize_all(
             ["observe"] + [step.keys for step, _ in runs]
         )
         tracker.started("observe dataset_files, reader_models")
+        tags = process_tags()
         observed = defs.resolve_job_def("observe_inputs").execute_in_process(
-            instance=instance, run_config=run_config, raise_on_error=False
+            instance=instance, run_config=run_config, raise_on_error=False, tags=tags
         )
         if not observed.success:
             raise _failure(observed, "observe_inputs")
@@ -268,6 +270,11 @@ def materialize_all(
             names = ", ".join(k.to_user_string() for k in step.keys)
             label = names + (f" [{partition_key}]" if partition_key else "")
             tracker.started(label)
+            for line in release_dead_runs(instance):  # a killed run's slot (run_slots.py)
+                tracker.note(line)
+            waiting = slot_wait_line(instance, step_pools(assets, step.keys))
+            if waiting:
+                tracker.note(waiting)
             with set_defs_state_storage(instance.defs_state_storage):  # per run, as above
                 result = dg.materialize(
                     assets,
@@ -277,6 +284,7 @@ def materialize_all(
                     instance=instance,
                     run_config=run_config,
                     raise_on_error=False,
+                    tags=tags,
                 )
             if not result.success:
                 raise _failure(result, label)
