@@ -269,7 +269,7 @@ def test_end_to_end_and_baseline_labels_on_ray_equal_in_process(ray_cluster, sam
     from erag_dagster.retrieval.encoder import encoder_from_config
 
     corpus, queries, run = sample
-    first = run.get_column("query_id").unique(maintain_order=True).head(4)
+    first = run.get_column("query_id").unique(maintain_order=True).head(2)  # 2 x 2 documents
     run = run.filter(pl.col("query_id").is_in(first.implode()) & (pl.col("rank") <= 2))
     reader = reader_from_config("smollm2", READER)
     encoder = encoder_from_config(load_registry().first_config("dense"))

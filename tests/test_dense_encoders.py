@@ -137,3 +137,22 @@ def test_approximate_indexes_report_recall_against_flat(tmp_path: Path, storage)
         run_retriever(
             load_registry(_registry(tmp_path / "big", big=big)), "big", ds.corpus, ds.queries, 10
         )
+
+
+def test_the_in_process_memo_returns_what_a_fresh_encode_computes() -> None:
+    """A repeated call is served from the memo: the same numbers as a fresh encoder computing
+    them with the memo empty, in a copy a caller may change; another order or another setting
+    is another key."""
+    from erag_dagster.retrieval import encoder as encoder_module
+
+    texts = ["a short text", "a much longer text about the tallest building of Paris", "x"]
+    first = TextEncoder(batch_size=2).encode(texts)
+    first[0, 0] = 99.0  # the caller's copy: not the memo's
+    again = TextEncoder(batch_size=2).encode(texts)
+    encoder_module._memo.clear()
+    fresh = TextEncoder(batch_size=2).encode(texts)
+    assert np.array_equal(again, fresh) and again[0, 0] != 99.0
+    key = TextEncoder(batch_size=2)._memo_key(texts)
+    assert key != TextEncoder(batch_size=2)._memo_key(texts[::-1])
+    assert key != TextEncoder(batch_size=3)._memo_key(texts)
+    assert key != TextEncoder(batch_size=2, normalize=False)._memo_key(texts)

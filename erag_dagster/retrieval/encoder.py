@@ -12,13 +12,23 @@ is the model's raw dot product, as DPR-style models are trained; normalised, it 
 similarity). ``query_prefix`` / ``passage_prefix`` are prepended by :meth:`TextEncoder.
 encode_queries` / :meth:`TextEncoder.encode_passages` (E5 expects ``"query: "`` and
 ``"passage: "``); :meth:`TextEncoder.encode` adds none.
+
+Memo: within one process, :meth:`TextEncoder.encode` keeps its most recent outputs (at most
+:data:`MEMO_MAX_BYTES` in all, least recently used first out), keyed by everything that decides
+the numbers — the model folder, dtype, device, threads, batch size, maximum length, pooling,
+normalisation and the texts in their order — so the dense index and the semantic labels of the
+same corpus, or two datasets over one corpus, encode it once. A hit returns a copy of the array
+a fresh call computed: the same bits, since the same texts in the same order make the same
+batches.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +42,19 @@ from erag_dagster.errors import InputError
 
 PACKAGED_ENCODER = "packaged:all-minilm-l6-v2"
 Progress = Callable[[str], None]
+
+#: Bytes of encoder output the in-process memo keeps (module docstring); larger outputs are
+#: not kept.
+MEMO_MAX_BYTES = 64 * 1024**2
+_memo: OrderedDict[str, np.ndarray] = OrderedDict()
+
+
+def _remember(key: str, vectors: np.ndarray) -> None:
+    if vectors.nbytes > MEMO_MAX_BYTES:
+        return
+    _memo[key] = vectors.copy()
+    while sum(v.nbytes for v in _memo.values()) > MEMO_MAX_BYTES:
+        _memo.popitem(last=False)
 
 
 def packaged_encoder_path() -> Path:
@@ -130,8 +153,34 @@ class TextEncoder:
         """Encode ``texts`` → ``float32`` array ``(len(texts), dim)`` with unit-norm rows.
 
         Texts are batched by length (longest first) to waste little padding; output rows are
-        in input order. An empty input gives a ``(0, dim)`` array.
+        in input order. An empty input gives a ``(0, dim)`` array. Repeated calls in one
+        process are served from the memo (module docstring).
         """
+        key = self._memo_key(texts)
+        if key in _memo:
+            _memo.move_to_end(key)
+            if progress:
+                progress(f"encoded {len(texts)}/{len(texts)} texts (in-process memo)")
+            return _memo[key].copy()
+        vectors = self._encode(texts, progress)
+        _remember(key, vectors)
+        return vectors
+
+    def _memo_key(self, texts: Sequence[str]) -> str:
+        digest = hashlib.sha256()
+        settings = (
+            self.path, str(self.dtype), str(self.device),
+            self.num_threads or torch.get_num_threads(), self.batch_size,
+            self.max_length, self.pooling, self.normalize,
+        )  # fmt: skip
+        digest.update(repr(settings).encode())
+        for text in texts:
+            encoded = text.encode("utf-8", "surrogatepass")
+            digest.update(len(encoded).to_bytes(8, "little"))
+            digest.update(encoded)
+        return digest.hexdigest()
+
+    def _encode(self, texts: Sequence[str], progress: Progress | None) -> np.ndarray:
         tokenizer, model = self._loaded
         if self.num_threads and self.device.type == "cpu":
             torch.set_num_threads(self.num_threads)
