@@ -28,21 +28,21 @@ def resolve_device(device: str = "auto") -> torch.device:
     raise InputError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
 
 
-def cpu_supports_bf16() -> bool:
-    """True when oneDNN has fast bf16 kernels on this CPU (AVX512-BF16 / AMX)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` → bf16 on CUDA with bf16 support or on a CPU with fast bf16, else float32."""
+    """The dtype of an encoder or a reranker: ``auto`` → bf16 on CUDA with bf16 support (fp16
+    on other CUDA devices), float32 on CPU.
+
+    Why not bf16 on a CPU with fast bf16 kernels (as before): there its vectors move with the
+    batch layout. Measured with the packaged MiniLM encoder on the embedded sample (364
+    passages, 120 questions; AVX512-BF16 CPU): batch 64 vs 16 changed vectors by up to 1.7e-3 and
+    14 of the 120 dense top-10 lists; in float32 by 1.5e-7 and none. bf16 stays an explicit
+    choice (``dtype: bfloat16``), recorded in the encoder's identity.
+    """
     name = (dtype or "auto").strip().lower()
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+        return torch.float32
     if name not in DTYPES:
         raise InputError(f"unknown dtype {dtype!r}; use auto, {', '.join(DTYPES)}")
     return DTYPES[name]
