@@ -43,12 +43,20 @@ DEFAULT_RUN_ANSWERS := reproductions/answers/default_run.jsonl
 llama-server-background: setup
 	@scripts/ensure-llama-server.sh --background
 
-test: setup llama-server-background lint
+# Lint runs beside the default run (each keeps about one of the two cores busy); both must pass,
+# and lint's output is printed when it ends.
+test: setup llama-server-background
 	@scripts/ensure-chromium.sh
 	@scripts/ensure-postgres.sh
 	@mkdir -p $(TEST_RUN_HOME)/storage/erag && cp deploy/local/dagster.yaml $(TEST_RUN_HOME)/dagster.yaml
-	@.venv/bin/erag-dagster import-recovery $(DEFAULT_RUN_ANSWERS) --store $(TEST_RUN_HOME)/storage/erag/labels.sqlite
-	DAGSTER_HOME=$(TEST_RUN_HOME) .venv/bin/erag-dagster run > $(TEST_RUN_HOME)/run.out
+	@$(MAKE) --no-print-directory lint > $(TEST_RUN_HOME)/lint.out 2>&1 & lint=$$!; \
+	  echo "default run into $(TEST_RUN_HOME) (lint beside it)"; \
+	  .venv/bin/erag-dagster import-recovery $(DEFAULT_RUN_ANSWERS) --store $(TEST_RUN_HOME)/storage/erag/labels.sqlite \
+	    && DAGSTER_HOME=$(TEST_RUN_HOME) .venv/bin/erag-dagster run > $(TEST_RUN_HOME)/run.out; run=$$?; \
+	  wait $$lint; linted=$$?; cat $(TEST_RUN_HOME)/lint.out; \
+	  if [ $$linted -ne 0 ]; then echo "make test: lint failed (above)" >&2; exit $$linted; fi; \
+	  if [ $$run -ne 0 ]; then echo "make test: the default run failed ($(TEST_RUN_HOME)/run.out)" >&2; fi; \
+	  exit $$run
 	ERAG_REPRO_STORAGE=$(TEST_RUN_HOME)/storage/erag $(PYTEST_ENV) .venv/bin/python -m pytest \
 	  -q -m "not heavy" --durations=25 $(PYTEST_WORKERS) $(PYTEST_ARGS)
 

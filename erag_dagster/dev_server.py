@@ -9,10 +9,17 @@ message, which never comes: the whole tree hangs until SIGKILL. This entry point
 default handlers first, then runs Dagster's own ``dagster dev`` with the arguments given::
 
     python -m erag_dagster.dev_server -w workspace.yaml -h 127.0.0.1 -p 3000   # = make dev
+
+It also creates the instance's storage (``$DAGSTER_HOME``: runs, event log, schedules) before
+``dagster dev`` starts its webserver, daemon and code server side by side: on a fresh home those
+three would otherwise each create the SQLite tables and stamp their schema version at once, and
+one of them can fail with alembic's "Version table 'alembic_version' has more than one head
+present" (seen in tests/test_daemon.py on a loaded machine).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -24,9 +31,21 @@ def restore_interrupt_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def create_instance_storage() -> None:
+    """Open the ``$DAGSTER_HOME`` instance once (creating its storage) and close it; nothing
+    without ``DAGSTER_HOME`` (``dagster dev`` then uses a temporary instance of its own)."""
+    if not os.environ.get("DAGSTER_HOME"):
+        return
+    import dagster as dg
+
+    with dg.DagsterInstance.get():
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run ``dagster dev`` with ``argv`` (default: this process's arguments)."""
     restore_interrupt_signals()
+    create_instance_storage()
     from dagster._cli import main as dagster_main
 
     sys.argv = ["dagster", "dev", *(sys.argv[1:] if argv is None else argv)]

@@ -44,6 +44,11 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   echo "$WANT" > "$STAMP"
 fi
 
+# Byte-code of the project's own modules, written once: every process the runs and tests start
+# (Dagster run workers, the CLI, Ray actors) reads it instead of compiling ~100 modules again
+# (~0.3 s of CPU each; also where PYTHONDONTWRITEBYTECODE keeps Python from caching it itself).
+"$VPY" -m compileall -q erag_dagster tests > /dev/null
+
 # The packaged readers' one-off GGUF -> safetensors conversion (~50 s once per machine), here
 # rather than in the first run; returns in about a second once done.
 "$VPY" -m erag_dagster.readers.prepare

@@ -225,6 +225,8 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
     alpha, beta = before.reader("alpha").partition_key, before.reader("beta").partition_key
     bm25 = before.retriever("bm25").partition_key
     port, log = _free_port(), tmp_path / "dagster-dev.log"
+    # the instance's storage exists before dagster dev starts (not created by two processes)
+    instance = dg.DagsterInstance.from_config(str(home))
     with log.open("w") as out:
         # what `make dev` runs: Dagster's `dagster dev`, with SIGINT handled even when this
         # test process inherited it ignored (a background CI job does)
@@ -234,7 +236,6 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    instance = dg.DagsterInstance.from_config(str(home))
     try:
         _wait_for_server(base, proc, timeout=120)
         # 1. no click: the inputs are observed, then every doc_labels partition is built, and
