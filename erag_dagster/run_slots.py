@@ -41,14 +41,21 @@ _UNFINISHED = [
 ]
 
 
+#: :func:`_start_time` of a process this user may not inspect: alive, and not ours to judge.
+_NOT_OURS = -1.0
+
+
 def _start_time(pid: int) -> float | None:
-    """The process's start time (seconds since the epoch), or ``None`` when there is none (a
-    zombie, killed and not yet reaped by its parent, counts as none)."""
+    """The process's start time (seconds since the epoch); ``None`` when there is no such
+    process (a zombie, killed and not yet reaped by its parent, counts as none);
+    :data:`_NOT_OURS` when the system refuses to say."""
     try:
         process = psutil.Process(pid)
         return None if process.status() == psutil.STATUS_ZOMBIE else process.create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
+    except psutil.AccessDenied:
+        return _NOT_OURS
 
 
 def process_tags() -> dict[str, str]:
@@ -70,6 +77,8 @@ def process_is_gone(tags: dict[str, str]) -> bool:
     started = _start_time(int(tags[PID_TAG]))
     if started is None:
         return True
+    if started == _NOT_OURS:
+        return False
     return STARTED_TAG in tags and repr(started) != tags[STARTED_TAG]
 
 
