@@ -33,9 +33,11 @@ def restore_interrupt_signals() -> None:
 
 def create_instance_storage() -> None:
     """Open the ``$DAGSTER_HOME`` instance once (creating its storage) and close it; nothing
-    without ``DAGSTER_HOME`` (``dagster dev`` then uses a temporary instance of its own)."""
-    if not os.environ.get("DAGSTER_HOME"):
-        return
+    when ``DAGSTER_HOME`` is unset (``dagster dev`` then uses a temporary instance of its own)
+    or not an existing absolute folder (``dagster dev`` reports that itself)."""
+    home = os.environ.get("DAGSTER_HOME", "")
+    if not (os.path.isabs(home) and os.path.isdir(home)):
+        return  # unset or unusable: dagster dev says so (or uses a temporary instance) itself
     import dagster as dg
 
     with dg.DagsterInstance.get():

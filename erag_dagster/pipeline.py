@@ -107,11 +107,19 @@ def plan(defs: dg.Definitions, selection: dg.AssetSelection | None = None) -> li
 
 
 def _instance() -> dg.DagsterInstance:
-    return (
-        dg.DagsterInstance.get()
-        if os.environ.get("DAGSTER_HOME")
-        else dg.DagsterInstance.ephemeral()
-    )
+    """The ``$DAGSTER_HOME`` instance, or an ephemeral one when it is unset. A ``DAGSTER_HOME``
+    that is relative or not an existing folder is an :class:`InputError` (one line), not
+    Dagster's traceback."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return dg.DagsterInstance.ephemeral()
+    if not os.path.isabs(home) or not os.path.isdir(home):
+        problem = "is not an absolute path" if not os.path.isabs(home) else "is not a folder"
+        raise InputError(
+            f"DAGSTER_HOME={home} {problem}: point it at an existing folder (make run uses "
+            ".dagster_home), or unset it for a temporary instance"
+        )
+    return dg.DagsterInstance.get()
 
 
 #: The stages of ``erag-dagster run`` (:data:`STAGES`): every report but the efficiency
