@@ -35,7 +35,7 @@ from erag_dagster.labels.store import (
     open_store,
     score_key,
 )
-from erag_dagster.labels.tables import GENERATIONS
+from erag_dagster.labels.tables import GENERATIONS, SCHEMA_VERSION
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.transformers_reader import TransformersReader
 from tests.store_rows import _generations, _scores
@@ -118,6 +118,57 @@ def test_batches_are_atomic(store_target: str) -> None:
         )
     with pytest.raises(InputError, match="lacks column"):
         store.put_generations(_generations(["k9"]).drop("answer"))
+
+
+OPENER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from erag_dagster.labels.store import open_store
+    barrier, tag, openers, targets = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    for round_, target in enumerate(targets):
+        (barrier / f"{round_}-{tag}").touch()  # a file barrier: all start each round together
+        while len(list(barrier.glob(f"{round_}-*"))) < openers:
+            time.sleep(0.001)
+        time.sleep(0.01 * int(tag))  # then one after another, 10 ms apart: into each create
+        try:  # a failure is reported and the round goes on (the others wait at the barrier)
+            print(open_store(target).schema_version(), flush=True)
+        except Exception as exc:
+            print(f"round {round_}: {exc}".replace(" ", "_"), flush=True)
+    """
+)
+
+
+def test_processes_creating_one_store_at_once_all_open_it(
+    tmp_path: Path, store_target: str, request: pytest.FixtureRequest
+) -> None:
+    """6 processes open the same new store 10 ms apart (so later ones arrive during the first
+    one's create), 12 new stores in a row: every open succeeds with the current schema (one
+    creates it, the others wait for or see its create; none takes a half-seen create for a
+    foreign database, as PostgreSQL's lookups within one statement once let it: CI, stop 28)."""
+    rounds, openers = 12, 6
+    if _is_pg(store_target):
+        server = request.getfixturevalue("postgres")
+        name = store_target.rsplit("/", 1)[1]
+        targets = [server.create_database(f"{name}_{i}") for i in range(rounds)]
+    else:
+        targets = [str(tmp_path / f"labels-{i}.sqlite") for i in range(rounds)]
+    script, barrier = tmp_path / "opener.py", tmp_path / "barrier"
+    script.write_text(OPENER)
+    barrier.mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(barrier), str(tag), str(openers), *targets],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for tag in range(openers)
+    ]
+    outputs = [p.communicate(timeout=180)[0].split() for p in procs]
+    assert [p.returncode for p in procs] == [0] * openers
+    failures = [line for lines in outputs for line in lines if line != str(SCHEMA_VERSION)]
+    assert failures == []
+    assert [len(lines) for lines in outputs] == [rounds] * openers
 
 
 WRITER = textwrap.dedent(

@@ -149,10 +149,15 @@ def test_store_copy_errors_are_one_line(
 ) -> None:
     first = str(tmp_path / "first.sqlite")
     _fill(first)
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
     cases = [
         (["--from", first, "--to", first], 2, "needs two different stores"),
         (["--from", first, "--to", "postgresql://u:pw@127.0.0.1/x"], 2, "u:***@"),
         (["--from", str(tmp_path / "none.sqlite"), "--to", first], 1, "no label store here"),
+        (["--from", str(empty), "--to", first], 1, "no label store here"),
+        (["--from", postgres.create_database("never_created"), "--to", first], 1,
+         "no label store here"),
         (["--from", first, "--to", f"postgresql://postgres@127.0.0.1:{_closed_port()}/x"], 1,
          "cannot connect"),
     ]  # fmt: skip

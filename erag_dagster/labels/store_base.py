@@ -140,6 +140,13 @@ class LabelStoreBase(ABC):
             )
         return version
 
+    def _refuse_empty(self, version: int) -> int:
+        """A read-only open of a store no one has created yet (schema version 0: an empty
+        SQLite file, a database without the tables) finds nothing: :class:`StorageError`."""
+        if version == 0:
+            raise StorageError(f"{self.location}: no label store here")
+        return version
+
     def _refuse_write(self) -> None:
         if self.read_only:
             raise StorageError(f"{self.location}: opened read-only; nothing can be written")

@@ -89,9 +89,9 @@ class PostgresLabelStore(LabelStoreBase):
         self.busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         version = self.schema_version()
-        if read_only and version == 0:
-            raise StorageError(f"{self.location}: no label store here")
-        if not read_only and version < SCHEMA_VERSION:
+        if read_only:
+            self._refuse_empty(version)
+        elif version < SCHEMA_VERSION:
             version = self._create_or_migrate()
         self._run_column = LEGACY_RUN_COLUMN if version == 1 else "producer_run_id"
 
@@ -122,11 +122,21 @@ class PostgresLabelStore(LabelStoreBase):
     def schema_version(self) -> int:
         return self._refuse_newer(self._version(self._conn()))
 
-    def _version(self, conn: psycopg.Connection) -> int:
+    def _tables_present(self, conn: psycopg.Connection) -> tuple[bool, bool]:
+        """Whether the meta table and the generations table exist, as one statement sees them."""
         meta, generations = conn.execute(
             "SELECT to_regclass(%s) IS NOT NULL, to_regclass('generations') IS NOT NULL",
             (META_TABLE,),
         ).fetchone()
+        return bool(meta), bool(generations)
+
+    def _version(self, conn: psycopg.Connection) -> int:
+        meta, generations = self._tables_present(conn)
+        if generations and not meta:
+            # The two catalog lookups of one statement may straddle the commit of another
+            # process's create (catalog snapshots refresh within a statement), so ask again:
+            # that create committed both tables at once, and a new statement sees both.
+            meta, generations = self._tables_present(conn)
         if not meta:
             if generations:
                 raise StorageError(

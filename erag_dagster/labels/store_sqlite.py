@@ -69,7 +69,7 @@ class SqliteLabelStore(LabelStoreBase):
         if read_only:
             if not self.path.is_file():
                 raise StorageError(f"{self.path}: no label store here")
-            version = self.schema_version()
+            version = self._refuse_empty(self.schema_version())
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             version = self._create_or_migrate()
