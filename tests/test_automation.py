@@ -17,6 +17,7 @@ from erag_dagster.definitions import build_defs
 from erag_dagster.pipeline import materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
+from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 
@@ -37,7 +38,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
         registry = small_registry(root / "base", dataset=f"jsonl:{data_dir}")
         instance = dg.DagsterInstance.from_config(str(home))
         settings = EvalSettings(registry_path=str(registry))
-        materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
+        with shared_answers(tmp_path_factory):
+            materialize_all(
+                settings, instance=instance, stages=["labels", "meta"], log=lambda m: None
+            )
         yield {"root": root, "registry": registry, "instance": instance, "data": data_dir}
 
 

@@ -3,8 +3,6 @@ eRAG labels → reports, plus re-runs that take labels from the store."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +22,7 @@ from erag_dagster.pipeline import (
 )
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
+from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +39,10 @@ def env(tmp_path_factory: pytest.TempPathFactory):
         )
         instance = dg.DagsterInstance.from_config(str(home))
         settings = EvalSettings(registry_path=str(registry))
-        materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
+        with shared_answers(tmp_path_factory):
+            materialize_all(
+                settings, instance=instance, stages=["labels", "meta"], log=lambda m: None
+            )
         yield {"root": root, "registry": registry, "instance": instance, "settings": settings}
 
 
@@ -154,34 +156,6 @@ def test_labels_frame_carries_reader_fingerprint(env) -> None:
 
 
 @pytest.mark.slow
-def test_audit_prints_every_stored_label_of_a_pair(env, capsys) -> None:
-    from erag_dagster.cli import main
-
-    defs = build_defs(str(env["registry"]))
-    registry = load_registry(env["registry"])
-    part = _pair(registry.reader_partitions[0], registry.retriever_partitions[0])
-    with defs.get_asset_value_loader(instance=env["instance"]) as loader:
-        labels = loader.load_asset_value("doc_labels", partition_key=part)
-    row = labels.row(0, named=True)
-    store = Path(os.environ["ERAG_STORAGE"]) / "labels.sqlite"
-    code = main(
-        ["audit", "--query", row["query_id"], "--doc", row["doc_id"], "--store", str(store),
-         "--json"]
-    )  # fmt: skip
-    out = capsys.readouterr().out
-    assert code == 0
-    records = json.loads(out)
-    f1 = [r for r in records if r["metric"] == "f1"]  # the registry's downstream metric
-    assert f1, records
-    assert f1[0]["reader_fingerprint"] == row["reader_fingerprint"]
-    assert f1[0]["reader_name"] == "smollm2-135m"
-    assert f1[0]["answer"] == row["answer"]
-    assert f1[0]["score"] == row["label"]
-    assert f1[0]["generation_run_id"]
-    assert json.loads(f1[0]["decoding"])["max_new_tokens"] == 16
-    assert main(["audit", "--query", "nope", "--doc", "nope", "--store", str(store)]) == 2
-
-
 def test_plan_follows_the_asset_graph_and_takes_a_new_asset_without_edits() -> None:
     defs = build_defs()
     registry = load_registry()

@@ -25,6 +25,7 @@ from erag_dagster.errors import InputError
 from erag_dagster.pipeline import load_asset_value, materialize_all
 from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
+from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 from tests.test_automation import _sensor_result, requested
 
@@ -142,7 +143,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
         registry = _with_datasets(root / "base", datasets, extra=extra)
         instance = dg.DagsterInstance.from_config(str(home))
         settings = EvalSettings(registry_path=str(registry))
-        materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
+        with shared_answers(tmp_path_factory):
+            materialize_all(
+                settings, instance=instance, stages=["labels", "meta"], log=lambda m: None
+            )
         yield {
             "root": root, "registry": registry, "instance": instance, "datasets": datasets,
             "extra": extra, "scifact": scifact,

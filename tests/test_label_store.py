@@ -128,7 +128,10 @@ OPENER = textwrap.dedent(
     barrier, tag, openers, targets = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4:]
     for round_, target in enumerate(targets):
         (barrier / f"{round_}-{tag}").touch()  # a file barrier: all start each round together
+        deadline = time.monotonic() + 60  # a peer that died leaves no one waiting forever
         while len(list(barrier.glob(f"{round_}-*"))) < openers:
+            if time.monotonic() > deadline:
+                sys.exit(f"round {round_}: the other openers never came")
             time.sleep(0.001)
         time.sleep(0.01 * int(tag))  # then one after another, 10 ms apart: into each create
         try:  # a failure is reported and the round goes on (the others wait at the barrier)
@@ -164,7 +167,11 @@ def test_processes_creating_one_store_at_once_all_open_it(
         )
         for tag in range(openers)
     ]
-    outputs = [p.communicate(timeout=180)[0].split() for p in procs]
+    try:
+        outputs = [p.communicate(timeout=180)[0].split() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()  # (a no-op for those that ended)
     assert [p.returncode for p in procs] == [0] * openers
     failures = [line for lines in outputs for line in lines if line != str(SCHEMA_VERSION)]
     assert failures == []

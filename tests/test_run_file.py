@@ -21,6 +21,7 @@ from erag_dagster.registry import load_registry
 from erag_dagster.resources import EvalSettings
 from erag_dagster.retrieval.run_file import load_run_file
 from erag_dagster.retrieval.runs import read_trec_run
+from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 SAMPLE = "sample?max_questions=3"
@@ -116,7 +117,9 @@ def _partition_value(defs: dg.Definitions, instance, key: str, partition) -> pl.
 
 
 @pytest.mark.slow
-def test_run_file_of_the_bm25_run_gives_bm25s_labels_and_reports(tmp_path: Path) -> None:
+def test_run_file_of_the_bm25_run_gives_bm25s_labels_and_reports(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """The BM25 run written by ``erag-dagster retrieve``, registered as a run file: same
     content under another identity, so the same labels, answers and report rows."""
     home = write_instance_yaml(tmp_path / "home")
@@ -137,7 +140,10 @@ def test_run_file_of_the_bm25_run_gives_bm25s_labels_and_reports(tmp_path: Path)
         assert theirs.startswith("theirs-") and bm25.startswith("bm25-")
         instance = dg.DagsterInstance.from_config(str(home))
         settings = EvalSettings(registry_path=str(registry_path))
-        materialize_all(settings, instance=instance, stages=["labels", "meta"], log=lambda m: None)
+        with shared_answers(tmp_path_factory):
+            materialize_all(
+                settings, instance=instance, stages=["labels", "meta"], log=lambda m: None
+            )
 
         defs = build_defs(str(registry_path))
         runs = {p: _partition_value(defs, instance, "retrieval_run", p) for p in (bm25, theirs)}

@@ -181,6 +181,45 @@ def test_verbose_brings_the_dagster_log_back(quiet_and_verbose) -> None:
     assert all(title in done.stdout for title in (*REPORT_TITLES, FULL_ONLY_TITLE))
 
 
+@pytest.mark.slow
+def test_audit_names_the_run_that_generated_a_label(quiet_and_verbose, capsys) -> None:
+    """``audit`` of a label this run generated: its reader, answer, score and decoding, and the
+    id of the Dagster run (of this instance) that generated it."""
+    import json
+
+    from erag_dagster.cli import main
+    from erag_dagster.definitions import build_defs
+    from erag_dagster.registry import load_registry
+    from tests.pipeline_fixtures import scoped_env
+
+    root = quiet_and_verbose["root"]
+    registry_path = root / "reg" / "registry.yaml"
+    registry = load_registry(registry_path)
+    part = dg.MultiPartitionKey(
+        {"reader": registry.reader_partitions[0], "retriever": registry.retriever_partitions[0]}
+    )
+    home, storage = root / "home", root / "storage"
+    instance = dg.DagsterInstance.from_config(str(home))
+    with scoped_env(DAGSTER_HOME=str(home), ERAG_STORAGE=str(storage)):
+        defs = build_defs(str(registry_path))
+        with defs.get_asset_value_loader(instance=instance) as loader:
+            labels = loader.load_asset_value("doc_labels", partition_key=part)
+    row = labels.row(0, named=True)
+    store = str(storage / "labels.sqlite")
+    argv = ["audit", "--query", row["query_id"], "--doc", row["doc_id"], "--store", store]
+    assert main([*argv, "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    f1 = [r for r in records if r["metric"] == "f1"]  # the registry's downstream metric
+    assert f1, records
+    assert f1[0]["reader_fingerprint"] == row["reader_fingerprint"]
+    assert f1[0]["reader_name"] == "smollm2-135m"
+    assert (f1[0]["answer"], f1[0]["score"]) == (row["answer"], row["label"])
+    assert instance.get_run_by_id(f1[0]["generation_run_id"]) is not None
+    assert json.loads(f1[0]["decoding"])["max_new_tokens"] == 16
+    assert main(["audit", "--query", "nope", "--doc", "nope", "--store", store]) == 2
+    instance.dispose()
+
+
 def test_progress_lines_count_steps_and_estimate_the_rest() -> None:
     ticks = iter([0.0, 0.0, 2.0, 2.0, 12.0, 12.0, 22.0, 22.0, 52.0])
     lines: list[str] = []
