@@ -55,11 +55,13 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def shared_answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Around a materialisation: seed the label store the environment names now
-    (``$ERAG_LABEL_STORE`` or ``<storage root>/labels.sqlite``) with the session's answers,
-    and add its answers to them after it succeeded."""
-    store = default_store(storage_root())
+def shared_answers(
+    tmp_path_factory: pytest.TempPathFactory, store: str | Path | None = None
+) -> Iterator[None]:
+    """Around a materialisation: seed label store ``store`` (default: the one the environment
+    names now, ``$ERAG_LABEL_STORE`` or ``<storage root>/labels.sqlite``) with the session's
+    answers, and add its answers to them after it succeeded."""
+    store = str(store or default_store(storage_root()))
     root = _session_root(tmp_path_factory)
     seed, lock = root / SEED_NAME, root / "answer-seed.lock"
     with _locked(lock):

@@ -19,6 +19,7 @@ import pytest
 
 import erag_dagster
 from erag_dagster.cli import main
+from tests.answer_seed import shared_answers
 from tests.conftest import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "python-api.md"
@@ -43,7 +44,7 @@ def example(tmp_path_factory, monkeypatch_module) -> dict:
     monkeypatch_module.setenv("ERAG_STORAGE", str(root / "storage"))
     monkeypatch_module.delenv("ERAG_LABEL_STORE", raising=False)
     namespace: dict = {}
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
+    with contextlib.redirect_stdout(io.StringIO()) as printed, shared_answers(tmp_path_factory):
         exec(compile(_example(), str(DOC), "exec"), namespace)  # the doc block, as written
     return namespace | {"root": root, "printed": printed.getvalue()}
 

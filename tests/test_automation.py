@@ -142,11 +142,16 @@ def test_changed_reader_requests_only_its_partitions(world) -> None:
 
 
 def _schedule_result(world):
+    """One evaluation of the schedule, its context exited after: the instance copy the context
+    enters (``DagsterInstance.from_ref``) sets Dagster's current definitions-state storage, and
+    a context dropped unexited left that storage behind with its instance collected, failing a
+    later ``execute_in_process`` in the same test ("undefined DagsterInstance weakref", when
+    the garbage collector ran in between)."""
     defs = build_defs(str(world["registry"]))
-    context = dg.build_schedule_context(
+    with dg.build_schedule_context(
         instance=world["instance"], resources={"settings": defs.resources["settings"]}
-    )
-    return defs.resolve_schedule_def("reevaluation_schedule")(context)
+    ) as context:
+        return defs.resolve_schedule_def("reevaluation_schedule")(context)
 
 
 @pytest.mark.slow
@@ -187,10 +192,11 @@ def test_schedule_cron_comes_from_the_definitions_registry(tmp_path: Path) -> No
 
 
 def _sensor_result(defs: dg.Definitions, instance: dg.DagsterInstance):
-    context = dg.build_sensor_context(
+    """One tick of the input sensor, its context exited after (as :func:`_schedule_result`)."""
+    with dg.build_sensor_context(
         instance=instance, resources={"settings": defs.resources["settings"]}
-    )
-    return defs.resolve_sensor_def("input_change_sensor")(context)
+    ) as context:
+        return defs.resolve_sensor_def("input_change_sensor")(context)
 
 
 def test_fresh_instance_sensor_observes_every_input(tmp_path: Path) -> None:

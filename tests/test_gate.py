@@ -40,6 +40,7 @@ from erag_dagster.gate import (
 )
 from erag_dagster.gate.render import to_json, to_markdown, to_text
 from erag_dagster.labels.store import open_store
+from tests.answer_seed import shared_answers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO_ROOT / "docs" / "examples" / "erag-gate.yml"
@@ -122,8 +123,9 @@ def gate(tmp_path_factory: pytest.TempPathFactory, reader) -> Gate:
         _write_run(top, found.same)
         _write_run(top.with_columns(pl.col("score") * -1), found.reversed)
         _write_run(_without_answers(top, ds), found.worse)
-        made = make_baseline("bm25", found.baseline, found.settings(), reader=reader)
-        assert made.judged_now == 20 * K and made.from_store == 0
+        with shared_answers(tmp_path_factory, found.store):
+            made = make_baseline("bm25", found.baseline, found.settings(), reader=reader)
+        assert made.judged_now + made.from_store == 20 * K
         yield found
 
 
