@@ -128,7 +128,7 @@ def test_default_reader_answers_equal_the_stored_answers() -> None:
 def test_guard_sends_near_ties_to_float64_and_keeps_the_answer(monkeypatch) -> None:
     """With the floor raised above every gap, every row is decoded again in float64 alone; the
     answers stay the exact-arithmetic ones (the same as through float32 away from ties)."""
-    run, queries, corpus = sample_run(4, 2)
+    run, queries, corpus = sample_run(2, 2)  # 4 rows, each decoded again alone in float64
     question = dict(queries.select("query_id", "question").rows())
     text = {d: reader_passage(t, x) for d, t, x in corpus.select("doc_id", "title", "text").rows()}
     items = [(question[q], text[d]) for q, d in run.select("query_id", "doc_id").rows()]
