@@ -104,7 +104,9 @@ def test_efficiency_table_has_every_mode(small, run) -> None:
     assert (table.get_column("prefill_share") > 0).all()
     assert (table.get_column("peak_memory_mib") > 100).all()
     e2e = table.filter(pl.col("mode") == "end_to_end")
-    assert e2e.get_column("time_vs_end_to_end").to_list() == [1.0]
+    # the end-to-end cell against itself: 1 up to polars' vectorised division, which can be
+    # an ulp off for some values (13.956884408233488 / itself gave 0.9999999999999999)
+    assert e2e.get_column("time_vs_end_to_end").to_list() == [pytest.approx(1.0, abs=1e-12)]
     docs = dict(zip(table["mode"] + table["k"].cast(str), table["documents"], strict=True))
     assert docs["erag_doc_batch3"] == 3 and docs["end_to_end3"] == 3
 
