@@ -9,6 +9,7 @@ back. The run drives the real graph on three questions, a BM25-only registry and
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -19,10 +20,13 @@ import dagster as dg
 import pytest
 
 from erag_dagster.callbacks import NOTES
+from erag_dagster.cli import main
+from erag_dagster.definitions import build_defs
 from erag_dagster.errors import InputError
 from erag_dagster.pipeline import StepFailed, _failure, _run_config
 from erag_dagster.progress import Progress, relaying_notes
-from tests.pipeline_fixtures import small_registry, write_instance_yaml
+from erag_dagster.registry import load_registry
+from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")
 PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] \S.* \d+\.\ds · elapsed \d+:\d\d · ETA (\d+:\d\d|\?)$")
@@ -185,13 +189,6 @@ def test_verbose_brings_the_dagster_log_back(quiet_and_verbose) -> None:
 def test_audit_names_the_run_that_generated_a_label(quiet_and_verbose, capsys) -> None:
     """``audit`` of a label this run generated: its reader, answer, score and decoding, and the
     id of the Dagster run (of this instance) that generated it."""
-    import json
-
-    from erag_dagster.cli import main
-    from erag_dagster.definitions import build_defs
-    from erag_dagster.registry import load_registry
-    from tests.pipeline_fixtures import scoped_env
-
     root = quiet_and_verbose["root"]
     registry_path = root / "reg" / "registry.yaml"
     registry = load_registry(registry_path)
