@@ -213,7 +213,7 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
         DAGSTER_HOME=str(home),
         ERAG_STORAGE=str(tmp_path / "storage"),
         ERAG_REGISTRY=str(registry_path),
-        ERAG_SENSOR_INTERVAL_S="5",
+        ERAG_SENSOR_INTERVAL_S="3",  # each tick of the daemon's 5-s loop
         ERAG_STEP_EXECUTOR="in_process",  # one process per run, not per step: ~3x fewer starts
         ERAG_TORCH_THREADS="1",
         OMP_NUM_THREADS="1",

@@ -1,13 +1,13 @@
 """Labels are a function of (reader, query, document): the same whatever the batch layout, the
 order of the pairs, the shared prefix, the thread count and the machine.
 
-* 36 pairs of the embedded sample labelled by the default reader in three layouts, each into its
-  own label store: batch 1 without a shared prefix, the default batch with it, and the pairs in
-  shuffled order (other neighbours in every batch) in batches of 7 without it, with one thread:
-  identical answers and labels.
 * The default reader's answers on 20 fixed pairs equal the answers stored in
-  ``reproductions/answers/reader_answers.yaml``: another CPU (or another torch, transformers or gguf
-  build) that answers differently fails here instead of silently moving the reports' numbers.
+  ``reproductions/answers/reader_answers.yaml``, in three layouts: the default batch with the
+  shared prefix; the pairs in shuffled order (other neighbours in every batch) in batches of 7
+  without it, with one thread, labelled into a label store; and batch 1 without it (each pair
+  alone), labelled likewise. The same stored answers for every layout, so the same answers and
+  labels across layouts; and another CPU (or another torch, transformers or gguf build) that
+  answers differently fails here instead of silently moving the reports' numbers.
 * The answers ``make test``'s default run is seeded with
   (``reproductions/answers/default_run.jsonl``: both registry readers' eRAG answers, end-to-end
   answers and P(yes)) are what this machine's readers answer: a sample of each kind is answered
@@ -18,7 +18,6 @@ order of the pairs, the shared prefix, the thread count and the machine.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import polars as pl
@@ -64,65 +63,68 @@ def default_reader(**overrides: object):
     return reader_from_config(DEFAULT_READER, {**entry.config, **overrides})
 
 
-@pytest.mark.slow
-def test_labels_identical_across_layouts_orders_and_threads(tmp_path: Path) -> None:
-    run, queries, corpus = sample_run(12)
-    assert run.height == 36
-    shuffled = run.sample(fraction=1.0, shuffle=True, seed=3)
-    # three layouts (batch 1, 16 and 7; shared prefix on and off; input and shuffled order; 2
-    # threads and 1): between them every row meets other neighbours, padding and kernels
-    layouts = {
-        "batch1": ({"batch_size": 1, "share_prefix": False}, run),
-        "default": ({}, run),
-        "shuffled_unshared_1thread": (
-            {"num_threads": 1, "batch_size": 7, "share_prefix": False},
-            shuffled,
-        ),
-    }
-    got = {}
-    fingerprints = set()
-    for name, (overrides, rows) in layouts.items():
-        reader = default_reader(**overrides)
-        store = LabelStore(tmp_path / f"{name}.sqlite")
-        result = label_run(rows, queries, corpus, reader, "em", store, name)
-        assert result.judged_now == 36  # each layout generated every answer itself
-        fingerprints.add(reader.fingerprint)
-        got[name] = result.labels.select("query_id", "doc_id", "answer", "label").sort(
-            "query_id", "doc_id"
-        )
-    assert len(fingerprints) == 1  # layouts are not part of the identity...
-    first = got["batch1"]
-    for name, frame in got.items():
-        assert frame.equals(first), name  # ...because they do not change a single answer
-    assert first.get_column("label").sum() >= 1  # real answers, some of them exact
-    assert first.get_column("answer").n_unique() > 12
-
-
-def test_default_reader_answers_equal_the_stored_answers() -> None:
+def stored_answers() -> tuple[dict, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """``stored, run, queries, corpus``: the stored answers and the run of their 20 pairs."""
     stored = yaml.safe_load(ANSWERS.read_text(encoding="utf-8"))
     assert stored["reader"] == DEFAULT_READER
     run, queries, corpus = sample_run(stored["questions"], stored["per_query"])
+    expected = [(row["query_id"], row["doc_id"]) for row in stored["answers"]]
+    assert len(expected) == 20 and expected == run.select("query_id", "doc_id").rows()
+    return stored, run, queries, corpus
+
+
+def _differences(stored: dict, got: dict[tuple[str, str], str]) -> list[str]:
+    return [
+        f"{row['query_id']} / {row['doc_id']}: stored {row['answer']!r}, "
+        f"here {got[(row['query_id'], row['doc_id'])]!r}"
+        for row in stored["answers"]
+        if got[(row["query_id"], row["doc_id"])] != row["answer"]
+    ]
+
+
+def test_default_reader_answers_equal_the_stored_answers() -> None:
+    """The default layout (batches of 16, shared prefix) on this machine: the stored answers."""
+    stored, run, queries, corpus = stored_answers()
     reader = default_reader()
     question = dict(queries.select("query_id", "question").rows())
     passage = dict(corpus.select("doc_id", "text").rows())
     title = dict(corpus.select("doc_id", "title").rows())
-    items = [
-        (question[q], reader_passage(title[d], passage[d]))
-        for q, d in run.select("query_id", "doc_id").rows()
-    ]
-    answers = reader.answer(items)
-    expected = [(row["query_id"], row["doc_id"], row["answer"]) for row in stored["answers"]]
-    assert len(expected) == 20
-    mismatches = [
-        f"{q} / {d}: stored {want!r}, this machine {have!r}"
-        for (q, d, want), have in zip(expected, answers, strict=True)
-        if want != have
-    ]
+    pairs = run.select("query_id", "doc_id").rows()
+    items = [(question[q], reader_passage(title[d], passage[d])) for q, d in pairs]
+    mismatches = _differences(stored, dict(zip(pairs, reader.answer(items), strict=True)))
     assert not mismatches, (
         "the default reader answers differently on this machine "
         f"({reader.identity().get('libraries')}): " + "; ".join(mismatches)
     )
-    assert [(q, d) for q, d, _ in expected] == run.select("query_id", "doc_id").rows()
+
+
+def _labelled_in_layout(tmp_path: Path, overrides: dict, shuffle: bool) -> None:
+    """Label the stored pairs with the default reader in another layout, into a fresh store:
+    every answer generated here equals the stored one, so every label is the same too."""
+    stored, run, queries, corpus = stored_answers()
+    rows = run.sample(fraction=1.0, shuffle=True, seed=3) if shuffle else run
+    reader = default_reader(**overrides)
+    assert reader.fingerprint == default_reader().fingerprint  # a layout is not an identity
+    result = label_run(rows, queries, corpus, reader, "em", LabelStore(tmp_path / "l.sqlite"))
+    assert result.judged_now == 20  # every answer generated in this layout
+    got = {(q, d): a for q, d, a in result.labels.select("query_id", "doc_id", "answer").rows()}
+    mismatches = _differences(stored, got)
+    assert not mismatches, f"layout {overrides}: " + "; ".join(mismatches)
+    assert result.labels.get_column("label").sum() >= 1  # real answers, some of them exact
+
+
+def test_shuffled_neighbours_do_not_change_answers(tmp_path: Path) -> None:
+    """Shuffled order (other neighbours in every batch), batches of 7, one thread, no shared
+    prefix: the default layout's answers."""
+    _labelled_in_layout(
+        tmp_path, {"num_threads": 1, "batch_size": 7, "share_prefix": False}, shuffle=True
+    )
+
+
+@pytest.mark.slow
+def test_each_pair_alone_answers_as_in_a_batch(tmp_path: Path) -> None:
+    """Batch 1, no shared prefix (no neighbour, no padding): the batched layouts' answers."""
+    _labelled_in_layout(tmp_path, {"batch_size": 1, "share_prefix": False}, shuffle=False)
 
 
 def test_guard_sends_near_ties_to_float64_and_keeps_the_answer(monkeypatch) -> None:
@@ -174,19 +176,6 @@ def test_auto_dtype_is_float32_and_bf16_records_the_hardware() -> None:
     assert fingerprint_of(other) != bf16.fingerprint
     assert hw.hardware_dependent(torch.bfloat16, torch.device("cpu"))
     assert not hw.hardware_dependent(torch.float32, torch.device("cpu"))
-
-
-def test_shuffled_neighbours_do_not_change_answers() -> None:
-    """The same 12 pairs answered in two orders and batch sizes (fast: one reader)."""
-    run, queries, corpus = sample_run(6, 2)
-    question = dict(queries.select("query_id", "question").rows())
-    text = {d: reader_passage(t, x) for d, t, x in corpus.select("doc_id", "title", "text").rows()}
-    items = [(question[q], text[d]) for q, d in run.select("query_id", "doc_id").rows()]
-    order = list(range(len(items)))
-    random.Random(11).shuffle(order)
-    first = default_reader(batch_size=5).answer(items)
-    second = default_reader(batch_size=3).answer([items[i] for i in order])
-    assert [second[order.index(i)] for i in range(len(items))] == first
 
 
 @pytest.mark.slow

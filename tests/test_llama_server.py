@@ -85,6 +85,13 @@ def top_logprobs_by_hand(server: LlamaCppServer, question: str, passage: str, ap
         client.close()
 
 
+@pytest.fixture(scope="module")
+def chat_tops(llama: LlamaCppServer) -> list[dict]:
+    """:func:`top_logprobs_by_hand` through the chat API for every pair of :data:`PAIRS`, asked
+    once for the module (the P(yes) and the annotation cases compare with the same readings)."""
+    return [top_logprobs_by_hand(llama, q, p, "chat") for q, p in PAIRS]
+
+
 def p_yes_by_hand(top: dict) -> float:
     """yes / (yes + no) over the top tokens whose text is "yes" / "no" (case, spaces aside);
     0.5 when neither is there."""
@@ -94,12 +101,12 @@ def p_yes_by_hand(top: dict) -> float:
 
 
 @pytest.mark.slow
-def test_p_yes_is_read_from_the_servers_logprobs(llama: LlamaCppServer) -> None:
+def test_p_yes_is_read_from_the_servers_logprobs(llama: LlamaCppServer, chat_tops) -> None:
     reader = reader_from_config("llama", config(llama.base_url, llama.model))
     assert isinstance(reader, OpenAIReader)
     assert reader.p_yes_unavailable() is None
     got = reader.yes_probability(PAIRS)
-    tops = [top_logprobs_by_hand(llama, q, p, "chat") for q, p in PAIRS]
+    tops = chat_tops
     # through the chat template yes/no are the likely first tokens, so P(yes) is a real reading
     for top in tops:
         mass = sum(math.exp(v) for t, v in top.items() if t.strip().lower() in ("yes", "no"))
@@ -136,7 +143,7 @@ def test_completion_api_p_yes_or_one_line_where_the_model_ends_at_once(
 
 @pytest.mark.slow
 def test_llm_annotation_baseline_runs_through_the_server(
-    llama: LlamaCppServer, tmp_path: Path
+    llama: LlamaCppServer, chat_tops, tmp_path: Path
 ) -> None:
     from erag_dagster.meta.system_outputs import baseline_label_set
     from erag_dagster.retrieval.encoder import TextEncoder
@@ -155,10 +162,8 @@ def test_llm_annotation_baseline_runs_through_the_server(
     assert annotated.height == EVERY_PAIR
     got = {(q, d): lab for q, d, lab in annotated.select("query_id", "doc_id", "label").rows()}
     want = {
-        (q, d): float(p_yes_by_hand(top_logprobs_by_hand(llama, question, passage, "chat")) >= 0.5)
-        for (q, d), (question, passage) in zip(
-            RUN.select("query_id", "doc_id").rows(), PAIRS, strict=True
-        )
+        (q, d): float(p_yes_by_hand(top) >= 0.5)
+        for (q, d), top in zip(RUN.select("query_id", "doc_id").rows(), chat_tops, strict=True)
     }
     assert got == want
 
