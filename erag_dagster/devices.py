@@ -1,16 +1,26 @@
-"""Device and dtype selection shared by the encoder and the reader (config: ``auto|cpu|cuda:N``)."""
+"""Device and dtype selection shared by the encoder and the reader (config: ``auto|cpu|cuda:N``).
+
+torch is imported where a device or dtype is resolved, not with this module: the Dagster
+definitions import it, and every run process and CLI call would pay torch's import (about a
+second of CPU) even when no step of theirs runs a model."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from erag_dagster.errors import InputError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+#: The explicit dtypes a config may name (``auto`` aside): torch attribute names.
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
     """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``; ``cuda:N`` must exist."""
+    import torch
+
     name = (device or "auto").strip().lower()
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -38,11 +48,13 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     14 of the 120 dense top-10 lists; in float32 by 1.5e-7 and none. bf16 stays an explicit
     choice (``dtype: bfloat16``), recorded in the encoder's identity.
     """
+    import torch
+
     name = (dtype or "auto").strip().lower()
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    if name not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}; use auto, {', '.join(DTYPES)}")
-    return DTYPES[name]
+    if name not in DTYPE_NAMES:
+        raise InputError(f"unknown dtype {dtype!r}; use auto, {', '.join(DTYPE_NAMES)}")
+    return getattr(torch, name)

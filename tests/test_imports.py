@@ -69,3 +69,21 @@ def test_import_contracts_hold() -> None:
     # every contract of pyproject.toml was checked
     for contract in ("Layers of docs/ARCHITECTURE.md", "No import cycle", "no Dagster imports"):
         assert contract in done.stdout
+
+
+#: Libraries only a step that runs a model or computes statistics needs (about 2.5 s of CPU to
+#: import together here): the Dagster definitions and the CLI load without them, so every run
+#: process, code-server reload and CLI call that runs no such step does not pay for them.
+HEAVY = ("torch", "transformers", "sklearn", "scipy", "pyserini")
+
+
+def test_definitions_and_cli_load_without_the_heavy_libraries() -> None:
+    code = (
+        "import sys, erag_dagster.definitions, erag_dagster.cli; "
+        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "", f"imported at load: {done.stdout.strip()}"

@@ -64,19 +64,19 @@ import json
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import polars as pl
-import torch
-from sklearn.exceptions import UndefinedMetricWarning
-from sklearn.metrics import cohen_kappa_score
 
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.dense import passage_texts
 from erag_dagster.retrieval.encoder import TextEncoder
+
+if TYPE_CHECKING:
+    import torch
 
 Method = Literal["cosine", "bertscore"]
 Against = Literal["answer", "question"]
@@ -111,6 +111,8 @@ def _token_embeddings(
     encoder: TextEncoder, texts: Sequence[str], batch_size: int
 ) -> list[torch.Tensor]:
     """Per text, its non-special tokens' last-layer states, L2-normalised: ``(n_i, d)`` float32."""
+    import torch
+
     # The encoder's (tokenizer, model) pair: the same weights as its sentence embeddings.
     tokenizer, model = encoder._loaded
     if encoder.num_threads and encoder.device.type == "cpu":
@@ -138,6 +140,8 @@ def _token_embeddings(
 
 def _pad(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack ``(n_i, d)`` tensors into ``(b, max n, d)`` plus a ``(b, max n)`` validity mask."""
+    import torch
+
     width = max(1, *(t.shape[0] for t in tensors))
     dim = tensors[0].shape[1]
     padded = torch.zeros((len(tensors), width, dim))
@@ -152,6 +156,8 @@ def _greedy_match(
     refs: Sequence[torch.Tensor], cands: Sequence[torch.Tensor]
 ) -> tuple[np.ndarray, np.ndarray]:
     """BERTScore ``(P, R)`` of aligned (reference, candidate) token-embedding pairs."""
+    import torch
+
     ref, ref_mask = _pad(refs)
     cand, cand_mask = _pad(cands)
     sim = torch.bmm(ref, cand.transpose(1, 2))  # (b, m, n) token cosines
@@ -328,6 +334,9 @@ def agreement(
     ``only_humans``/``neither`` (the 2x2 counts), ``label_positive_rate`` and
     ``human_positive_rate``. An empty ``labels`` table is an :class:`InputError`.
     """
+    from sklearn.exceptions import UndefinedMetricWarning
+    from sklearn.metrics import cohen_kappa_score
+
     if labels.height == 0:
         raise InputError("agreement needs at least one labelled (query, document) pair")
     human = qrels.select(

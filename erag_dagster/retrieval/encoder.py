@@ -32,13 +32,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from erag_dagster.devices import resolve_device, resolve_dtype
 from erag_dagster.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 PACKAGED_ENCODER = "packaged:all-minilm-l6-v2"
 Progress = Callable[[str], None]
@@ -167,6 +169,8 @@ class TextEncoder:
         return vectors
 
     def _memo_key(self, texts: Sequence[str]) -> str:
+        import torch
+
         digest = hashlib.sha256()
         settings = (
             self.path, str(self.dtype), str(self.device),
@@ -181,6 +185,8 @@ class TextEncoder:
         return digest.hexdigest()
 
     def _encode(self, texts: Sequence[str], progress: Progress | None) -> np.ndarray:
+        import torch
+
         tokenizer, model = self._loaded
         if self.num_threads and self.device.type == "cpu":
             torch.set_num_threads(self.num_threads)

@@ -44,11 +44,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import polars as pl
-import torch
 
 from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError
@@ -57,6 +56,9 @@ from erag_dagster.metrics.report import ListMetricReport
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score, top_k
 from erag_dagster.stats.significance import compare_paired
+
+if TYPE_CHECKING:
+    import torch
 
 Pairs = Sequence[tuple[str, str]]
 
@@ -139,6 +141,8 @@ class CrossEncoderScorer:
         self._loaded  # noqa: B018 - the cached property loads on first access
 
     def __call__(self, pairs: Pairs) -> list[float]:
+        import torch
+
         tokenizer, model = self._loaded
         out: list[float] = []
         with torch.inference_mode():

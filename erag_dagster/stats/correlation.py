@@ -83,7 +83,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats as sps
 
 from erag_dagster.errors import InputError
 
@@ -148,6 +147,8 @@ def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float:
 
     Returns ``nan`` when either side is constant or there are fewer than two pairs.
     """
+    from scipy import stats as sps
+
     xa, ya = as_pair(x, y)
     if _is_constant(xa) or _is_constant(ya):
         return math.nan
@@ -159,6 +160,8 @@ def spearman_rho(x: ArrayLike, y: ArrayLike) -> float:
 
     Returns ``nan`` when either side is constant or there are fewer than two pairs.
     """
+    from scipy import stats as sps
+
     xa, ya = as_pair(x, y)
     if _is_constant(xa) or _is_constant(ya):
         return math.nan
@@ -243,6 +246,8 @@ def _spearman_kernel(
     x: NDArray[np.float64], y: NDArray[np.float64]
 ) -> Callable[[NDArray[np.intp]], NDArray[np.float64]]:
     """Vectorised Spearman rho over resamples: Pearson of row-wise average ranks."""
+
+    from scipy import stats as sps
 
     def kernel(idx: NDArray[np.intp]) -> NDArray[np.float64]:
         xs, ys = x[idx], y[idx]

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats as sps
 
 from erag_dagster.errors import InputError
 from erag_dagster.stats.correlation import (
@@ -104,6 +103,8 @@ def paired_t_test(a: ArrayLike, b: ArrayLike) -> tuple[float, float]:
 
     Zero-variance and ``n < 2`` cases follow the module's edge-case policy.
     """
+    from scipy import stats as sps
+
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if d.size < 2:
         return math.nan, math.nan
