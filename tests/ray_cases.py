@@ -106,33 +106,12 @@ def _generations(path: Path) -> list[tuple[str, int]]:
 
 
 @pytest.mark.slow
-def test_ray_labels_equal_in_process_labels(ray_cluster, sample, in_process, tmp_path) -> None:
-    corpus, queries, run = sample
-    path = tmp_path / "labels.sqlite"
-    messages: list[str] = []
-    result = label_run(
-        run, queries, corpus, reader_from_config("smollm2", READER), "f1",
-        LabelStore(path), log=messages.append, executor=RAY_2,
-        commit=CommitPolicy(every_pairs=3),  # 4 chunks, so both actors work
-    )  # fmt: skip
-    assert result.labels.equals(in_process), "Ray and in-process labels differ"
-    assert result.judged_now == run.height
-    assert any("2 reader actors ready" in m for m in messages)
-    assert ray.is_initialized(), "the pool must not shut down a cluster it did not start"
-    # a second call finds every answer stored: no actor is even started
-    messages.clear()
-    again = label_run(
-        run, queries, corpus, reader_from_config("smollm2", READER), "f1",
-        LabelStore(path), log=messages.append, executor=RAY_2,
-    )  # fmt: skip
-    assert again.judged_now == 0 and again.labels.equals(in_process)
-    assert not any("actors ready" in m for m in messages), messages
-
-
-@pytest.mark.slow
 def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(
     ray_cluster, sample, in_process, tmp_path
 ) -> None:
+    """Two actors on this process's cluster, one killed after the first commit: the labels
+    equal the in-process labels, no pair is lost or stored twice; the pool leaves the cluster
+    it did not start running, and a second call takes every answer from the store."""
     corpus, queries, run = sample
     path = tmp_path / "labels.sqlite"
     store = LabelStore(path)
@@ -167,12 +146,22 @@ def test_an_actor_killed_mid_run_loses_nothing_and_duplicates_nothing(
         log=messages.append, commit=commit, executor=RAY_2,
     )  # fmt: skip
     killer.join(timeout=10)
+    assert any("2 reader actors ready" in m for m in messages), messages
     assert killed, "no actor was killed (the run ended before the first commit was seen?)"
     assert any(f"actor {killed[0]} died" in m for m in messages), messages
     stored = _generations(path)
     assert len(stored) == run.height, "a pair was lost"
     assert all(count == 1 for _, count in stored), "a pair was stored twice"
-    assert result.labels.equals(in_process), "labels differ after the retry"
+    assert result.labels.equals(in_process), "Ray and in-process labels differ"
+    assert ray.is_initialized(), "the pool must not shut down a cluster it did not start"
+    # a second call finds every answer stored: no actor is even started
+    messages.clear()
+    again = label_run(
+        run, queries, corpus, reader_from_config("smollm2", READER), "f1",
+        LabelStore(path), log=messages.append, executor=RAY_2,
+    )  # fmt: skip
+    assert again.judged_now == 0 and again.labels.equals(in_process)
+    assert not any("actors ready" in m for m in messages), messages
 
 
 def test_executor_spec_refuses_bad_values_in_one_line() -> None:
