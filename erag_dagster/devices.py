@@ -13,8 +13,9 @@ from erag_dagster.errors import InputError
 if TYPE_CHECKING:
     import torch
 
-#: The explicit dtypes a config may name (``auto`` aside): torch attribute names.
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
+#: The explicit dtypes a config (an encoder's, a reranker's, a reader's) may name, ``auto``
+#: aside: torch attribute names.
+EXPLICIT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -55,6 +56,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    if name not in DTYPE_NAMES:
-        raise InputError(f"unknown dtype {dtype!r}; use auto, {', '.join(DTYPE_NAMES)}")
+    if name not in EXPLICIT_DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}; use auto, {', '.join(EXPLICIT_DTYPES)}")
     return getattr(torch, name)

@@ -44,7 +44,6 @@ from erag_dagster.readers.prompts import POSTPROCESS_VERSION, prompt_identity
 from erag_dagster.readers.spec import ReaderSpec
 
 FINGERPRINT_VERSION = 2
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def short(fingerprint: str) -> str:
@@ -58,7 +57,7 @@ def resolve_reader_dtype(spec: ReaderSpec, device: torch.device | None = None) -
     device = device or resolve_device(spec.device)
     if spec.dtype == "auto":
         return torch.float32
-    dtype = _DTYPES[spec.dtype]
+    dtype = getattr(torch, spec.dtype)  # an EXPLICIT_DTYPES name: ReaderSpec checked it
     if device.type == "cpu" and dtype == torch.float16:
         raise InputError(f"reader {spec.name!r}: float16 is not supported on CPU; use bfloat16")
     return dtype

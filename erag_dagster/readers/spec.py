@@ -82,6 +82,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from erag_dagster.credentials import looks_like_key, mask_credentials, url_credentials
+from erag_dagster.devices import EXPLICIT_DTYPES
 from erag_dagster.errors import InputError
 from erag_dagster.readers.addresses import link_local_reason
 
@@ -112,7 +113,7 @@ INTEGER_KEYS = (
     "max_retries", "tensor_parallel_size", "max_model_len",
 )  # fmt: skip
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+DTYPE_NAMES = ("auto", *EXPLICIT_DTYPES)
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 PLACEHOLDERS = ("{question}", "{passage}")
 
