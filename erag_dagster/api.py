@@ -17,7 +17,8 @@ registry, run file, labels file, metric or reader raises
 store or environment raises :class:`~erag_dagster.errors.EnvironmentFault`. The label store
 is ``store``, else ``$ERAG_LABEL_STORE``, else ``<storage root>/labels.sqlite``
 (:mod:`erag_dagster.paths`): labels computed by the CLI, the main job or this API are shared.
-Defaults left as ``None`` come from the registry's ``evaluation`` section, as for the main job.
+Defaults left as ``None`` come from the registry's ``evaluation`` section — the one typed
+configuration every front door reads (:func:`evaluation_config`), as for the main job.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def evaluate(
     label_k: int | None = None,
     registry: str | Path | None = None,
     store: str | Path | None = None,
-    n_resamples: int = 1000,
-    seed: int = 0,
+    n_resamples: int | None = None,
+    seed: int | None = None,
     log: Log | None = None,
 ) -> RunReport:
     """Evaluate ``retrievers`` by what they do for ``reader`` (eRAG) on ``dataset``.
@@ -69,10 +70,12 @@ def evaluate(
         metric: downstream metric of the reader's answers (``em``, ``f1``, ``rougel``,
             ``accuracy``, ``contains``); default the registry's.
         k: retrieval depth per query; ``label_k``: documents labelled per query (capped at
-            ``k``); defaults the registry's (50 and 10 when unset there).
+            ``k``); defaults the registry's.
         registry: registry YAML (default: the packaged one).
         store: label store (path or URL, as ``--store``).
-        n_resamples: bootstrap resamples of every CI; ``seed``: seed of every draw.
+        n_resamples: bootstrap resamples of every CI; ``seed``: seed of every draw (defaults:
+            the registry's ``bootstrap_resamples`` and ``seed``, 1000 and 0 unless set there:
+            the same call gives the same CIs and p-values).
         log: receives progress lines (default: silent).
 
     Returns:
@@ -89,10 +92,9 @@ def evaluate(
     import polars as pl
 
     from erag_dagster.data.spec import parse_spec
+    from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
     from erag_dagster.meta.per_query import erag_per_query, erag_summary
-    from erag_dagster.metrics.downstream import DEFAULT_METRIC, get_downstream_metric
-    from erag_dagster.metrics.names import parse_metric_names
     from erag_dagster.reports.leaderboard import leaderboard
     from erag_dagster.reports.run_report import RunReport, Section
     from erag_dagster.reports.verdict import verdict
@@ -101,15 +103,15 @@ def evaluate(
 
     say = log or (lambda _message: None)
     reg = load_registry_file(registry)
-    defaults = reg.evaluation
-    depth = _positive(k, "k") or int(defaults.get("k", 50))
-    label_depth = min(_positive(label_k, "label_k") or int(defaults.get("label_k", 10)), depth)
-    downstream = metric or str(defaults.get("metric", DEFAULT_METRIC))
-    get_downstream_metric(downstream)
-    list_metrics = metric_list(metrics) if metrics else list(defaults.get("list_metrics", []))
-    human_metrics = list(defaults.get("human_metrics", ["nDCG@10", "R@10"]))
-    parse_metric_names(list_metrics)
-    spec = dataset or str(defaults.get("dataset", "sample"))
+    config = evaluation_config(
+        reg, "evaluate", dataset=dataset or None, k=k, label_k=label_k, metric=metric,
+        list_metrics=metric_list(metrics) if metrics is not None else None,
+        bootstrap_resamples=n_resamples, seed=seed,
+    )  # fmt: skip
+    depth, label_depth, downstream = config.k, config.label_k, config.metric
+    list_metrics, human_metrics = list(config.list_metrics), list(config.human_metrics)
+    n_resamples, seed = config.bootstrap_resamples, config.seed
+    spec = config.dataset
     names = [reg.retriever(r).name for r in retrievers] if retrievers else list(reg.retrievers)
     if not names:
         raise InputError("evaluate: no retriever given and none in the registry")
@@ -127,13 +129,14 @@ def evaluate(
             reg, name, ds.corpus, ds.queries, depth, log=log, question_subset=subset
         )
     labels: dict[tuple[str, str], pl.DataFrame] = {}
+    producer = evaluation_id("api")  # what `erag-dagster audit` shows for this call's labels
     for reader_key, model in models:  # each model loads on its first pair, stays loaded
         for key, run in runs.items():
             say(f"label {key} with {reader_key}")
             with concerning(target):
                 result = _label(
                     top_k(run, label_depth), ds, model, downstream, label_store,
-                    reg.generation, log,
+                    reg.generation, log, producer,
                 )  # fmt: skip
             labels[(reader_key, key)] = result.labels
     per_query = erag_per_query(labels, list_metrics)
@@ -141,7 +144,7 @@ def evaluate(
     if ds.qrels.height:
         board = leaderboard(
             ds.qrels, runs, human_metrics, n_resamples=n_resamples, seed=seed,
-            relevance_level=int(defaults.get("relevance_level", 1)),
+            relevance_level=config.relevance_level,
         )  # fmt: skip
     erag_report = erag_summary(per_query, list_metrics)
     doc_labels = pl.concat(
@@ -196,8 +199,8 @@ def label(
     ``.from_store``). Raises :class:`InputError` for a bad dataset, run file, reader, metric
     or ``k``; :class:`EnvironmentFault` for an unusable store.
     """
+    from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.metrics.downstream import DEFAULT_METRIC
     from erag_dagster.retrieval.runs import read_trec_run, top_k
 
     reg = load_registry_file(registry)
@@ -214,9 +217,9 @@ def label(
         "--executor/--ray-address", executor=executor, address=ray_address
     )
     ((_key, model),) = _readers(reader, reg)
-    downstream = metric or str(reg.evaluation.get("metric", DEFAULT_METRIC))
+    downstream = evaluation_config(reg, "label", metric=metric).metric
     with concerning(target):
-        return _label(run, ds, model, downstream, label_store, spec, log)
+        return _label(run, ds, model, downstream, label_store, spec, log, evaluation_id("api"))
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,14 @@ def score(
 
 
 # --- shared with the CLI ------------------------------------------------------------------
+
+
+def evaluation_config(registry: Registry, where: str, **given: Any):
+    """The registry's :class:`~erag_dagster.config.evaluation.EvaluationConfig` with the
+    caller's non-``None`` arguments applied, each checked by the registry's own rules (one
+    :class:`InputError` naming the argument). Every front door without Dagster (this API, the
+    CLI, the gate) resolves its settings here."""
+    return registry.evaluation.with_overrides(where, **given)
 
 
 def metric_list(metrics: Sequence[str] | str) -> list[str]:
@@ -415,7 +426,13 @@ def _is_config(value: str) -> bool:
     return Path(value).exists() and not Path(value).is_dir()
 
 
-def _label(run, ds, model, metric: str, store, executor, log: Log | None) -> LabelResult:
+def _label(
+    run, ds, model, metric: str, store, executor, log: Log | None, producer: str
+) -> LabelResult:
+    """:func:`label_run`, recording ``producer`` (an :func:`evaluation_id`) with every row."""
     from erag_dagster.labels.labeller import label_run
 
-    return label_run(run, ds.queries, ds.corpus, model, metric, store, log=log, executor=executor)
+    return label_run(
+        run, ds.queries, ds.corpus, model, metric, store, run_id=producer, log=log,
+        executor=executor,
+    )  # fmt: skip

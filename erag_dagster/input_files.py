@@ -342,3 +342,20 @@ def load_yaml(path: Path | str, limit: int = MAX_CONFIG_BYTES) -> Any:
     """Parse a YAML config file (regular, at most ``limit`` bytes, BOM stripped, safe tags,
     no aliases, anchors or duplicate keys)."""
     return parse_yaml(read_text(path, limit), str(path))
+
+
+def yaml_key_lines(path: Path | str, *section: str) -> dict[str, int]:
+    """The 1-based line of each key of the mapping at ``section`` (a path of keys from the
+    top) of a YAML file already parsed by :func:`load_yaml`; ``{}`` when there is no such
+    mapping or the file cannot be read again. For error lines only: never raises."""
+    try:
+        node = yaml.compose(read_text(path, MAX_CONFIG_BYTES), Loader=yaml.SafeLoader)
+    except (InputError, OSError, yaml.YAMLError, RecursionError):
+        return {}
+    for key in section:
+        if not isinstance(node, yaml.MappingNode):
+            return {}
+        node = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(k.value): k.start_mark.line + 1 for k, _ in node.value}

@@ -30,10 +30,11 @@ from dagster._core.storage.defs_state.base import set_defs_state_storage
 # isort: on
 
 from erag_dagster.callbacks import Log
+from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.definitions import build_defs
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.progress import Progress
-from erag_dagster.resources import EvalSettings, Evaluation
+from erag_dagster.resources import EvalSettings
 from erag_dagster.run_slots import process_tags, release_dead_runs, slot_wait_line, step_pools
 
 #: The optional stages of the main job (``stages=`` of :func:`materialize_all`), by asset group:
@@ -147,7 +148,7 @@ class StepFailed(EnvironmentFault):
 
 def check_settings(
     settings: EvalSettings, load_dataset: Callable[[str], object] | None = None
-) -> list[Evaluation]:
+) -> list[EvaluationConfig]:
     """The settings in force for each registry dataset (one without a ``datasets`` section),
     checked before any run starts: registry, downstream metric, list and human metric names,
     the dataset (loaded once with ``load_dataset``, default
@@ -157,20 +158,13 @@ def check_settings(
     """
     from erag_dagster.data.loaders import load_dataset as default_loader
     from erag_dagster.data.spec import parse_spec
-    from erag_dagster.meta.label_methods import check_label_methods
-    from erag_dagster.metrics.downstream import get_downstream_metric
-    from erag_dagster.metrics.names import parse_metric_names
     from erag_dagster.retrieval.run_file import load_run_file
 
     settings.check_dataset_override()  # parses the registry
     checked = []
     for name in settings.registry().dataset_names:
-        params = settings.resolve(name)
         try:
-            get_downstream_metric(params.metric)
-            parse_metric_names(params.list_metrics)
-            parse_metric_names(params.human_metrics)
-            check_label_methods(params.label_methods)
+            params = settings.resolve(name)  # names and values checked by EvaluationConfig
             dataset = (load_dataset or default_loader)(params.dataset)
             subset = parse_spec(params.dataset).question_subset
             for entry in settings.registry(name).retrievers.values():

@@ -24,9 +24,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from erag_dagster.config.evaluation import DATASET_OVERRIDES, EvaluationConfig
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
-from erag_dagster.input_files import load_yaml, regular_file_sha256
+from erag_dagster.input_files import load_yaml, regular_file_sha256, yaml_key_lines
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.readers.spec import refuse_secrets
 from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
@@ -38,13 +39,14 @@ OPERATIONAL_KEYS = frozenset(
      # backend: openai — how requests are sent, not what is answered
      "concurrency", "timeout_seconds", "max_retries", "api_key_env", "allow_link_local"}
 )  # fmt: skip
-RETRIEVER_KINDS = ("bm25", "dense", "hybrid", "run_file", "rerank")
+RETRIEVER_KINDS = ("bm25", "dense", "hybrid", "run_file", "rerank", "asset")
 RETRIEVER_KEYS = {
     "bm25": frozenset({"kind", "k1", "b"}),
     "dense": frozenset({"kind", "encoder", "dtype", "max_length", "pooling", "normalize"})
     | {"query_prefix", "passage_prefix", "index"},
     "hybrid": frozenset({"kind", "fuse", "rrf_k", "depth"}),
     "run_file": frozenset({"kind", "path", "format", "sha256"}),
+    "asset": frozenset({"kind", "asset_key"}),  # the eRAG Dagster component only
     "rerank": frozenset({"kind", "first_stage", "top_n", "k", "scorer", "dtype", "max_length"}),
 }
 """Keys each retriever kind reads, besides :data:`OPERATIONAL_KEYS` and :data:`SCOPE_KEYS`; any
@@ -83,6 +85,10 @@ _VALUE_RULES: dict[str, tuple[Any, str]] = {
     "top_n": (_count, "an integer >= 1"),
     "k": (_count, "an integer >= 1"),
     "path": (lambda v: isinstance(v, str) and v != "", "a file path"),
+    "asset_key": (
+        lambda v: asset_key_path(v) is not None,
+        "an asset key: a list of names such as [my, retrieval_run] or 'my/retrieval_run'",
+    ),
     "format": (lambda v: v in ("trec", "parquet"), "trec or parquet"),
     "sha256": (lambda v: isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v), "64 hex digits"),
     "first_stage": (lambda v: isinstance(v, str) and v != "", "a retriever name"),
@@ -104,6 +110,22 @@ _VALUE_RULES: dict[str, tuple[Any, str]] = {
     "dtype": (lambda v: isinstance(v, str), "a dtype name such as float32 or auto"),
     "device": (lambda v: isinstance(v, str), "auto, cpu, cuda or cuda:N"),
 }
+ASSET_KEY_PART = re.compile(r"^[A-Za-z0-9_]+$")
+"""One part of a Dagster asset key (what Dagster accepts in a key built from a prefix)."""
+
+
+def asset_key_path(value: Any) -> list[str] | None:
+    """A ``kind: asset`` retriever's ``asset_key`` as a list of parts (``"a/b"`` → ``["a",
+    "b"]``); ``None`` when it is not a non-empty list (or ``/``-joined string) of names made
+    of letters, digits and ``_``."""
+    parts = value.split("/") if isinstance(value, str) else value
+    if not isinstance(parts, list) or not parts:
+        return None
+    if not all(isinstance(p, str) and ASSET_KEY_PART.match(p) for p in parts):
+        return None
+    return list(parts)
+
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*$")
 
 
@@ -129,12 +151,14 @@ class Entry:
 
 @dataclass(frozen=True)
 class Registry:
-    """Retriever and reader configs plus the main job's evaluation defaults."""
+    """Retriever and reader configs plus the evaluation settings every front door uses."""
 
     path: str
     retrievers: dict[str, Entry]
     readers: dict[str, Entry]
-    evaluation: dict[str, Any] = field(default_factory=dict)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    """The ``evaluation`` section, typed and validated (:mod:`erag_dagster.config.evaluation`);
+    on the view of one dataset, with that dataset's overrides and its spec as ``dataset``."""
     generation: ExecutorSpec = field(default_factory=ExecutorSpec)
     """Where readers generate (``generation`` section, operational: hashes nothing)."""
     datasets: dict[str, DatasetEntry] = field(default_factory=dict)
@@ -162,7 +186,12 @@ class Registry:
         ]:
             scoped = {n: e for n, e in scoped.items() if n not in dropped}
         kept = scoped
-        evaluation = {**self.evaluation, **entry.evaluation, "dataset": entry.spec}
+        evaluation = EvaluationConfig.from_mapping(
+            entry.evaluation,
+            f"{self.path}: dataset {name!r}",
+            base=self.evaluation,
+            allowed=DATASET_OVERRIDES,
+        ).with_overrides(dataset=entry.spec)
         return replace(
             self,
             retrievers=kept,
@@ -222,7 +251,18 @@ def load_registry(path: str | Path | None = None) -> Registry:
     path = str(path or default_registry_path())
     if not Path(path).exists():
         raise InputError(f"{path}: registry file not found")
-    raw = load_yaml(path) or {}
+    return parse_registry(load_yaml(path) or {}, path)
+
+
+def parse_registry(
+    raw: Any, path: str, section: tuple[str, ...] = (), asset_retrievers: bool = False
+) -> Registry:
+    """Validate a registry mapping read from the YAML file ``path`` (errors name it, with the
+    line of an ``evaluation`` key; relative paths resolve against its folder). ``section``: the
+    keys leading from the file's top to the mapping (``("attributes",)`` for the eRAG Dagster
+    component's ``defs.yaml``: :mod:`erag_dagster.component`). ``asset_retrievers``: allow
+    ``kind: asset`` retrievers (an upstream asset of the Dagster project holding the registry,
+    so only the component allows them; a registry file is refused with one line)."""
     if not isinstance(raw, dict):
         raise InputError(f"{path}: the registry must be a mapping with 'retrievers' and 'readers'")
     unknown = set(raw) - set(TOP_LEVEL_KEYS)
@@ -232,6 +272,11 @@ def load_registry(path: str | Path | None = None) -> Registry:
     readers_raw = _section(raw, "readers", path)
     for name, cfg in retrievers_raw.items():
         kind = cfg.get("kind")
+        if kind == "asset" and not asset_retrievers:
+            raise InputError(
+                f"{path}: retriever {name!r} has kind 'asset', which only the eRAG Dagster "
+                "component reads (an asset of your project: docs/dagster-ui.md); use run_file here"
+            )
         if kind not in RETRIEVER_KINDS:
             raise InputError(
                 f"{path}: retriever {name!r} has kind {kind!r}; use one of {RETRIEVER_KINDS}"
@@ -251,37 +296,24 @@ def load_registry(path: str | Path | None = None) -> Registry:
         refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{path}: reader {name!r}")
     readers = {n: Entry(n, dict(c), content_hash(c)) for n, c in readers_raw.items()}
     retrievers = _retriever_entries(retrievers_raw, readers, path)
-    evaluation = raw.get("evaluation") or {}
-    if not isinstance(evaluation, dict):
-        raise InputError(f"{path}: 'evaluation' must be a mapping")
-    check_evaluation(evaluation, f"{path}: evaluation")
+    evaluation = EvaluationConfig.from_mapping(
+        raw.get("evaluation"), path, yaml_key_lines(path, *section, "evaluation")
+    )
     generation = raw.get("generation")
     if generation is not None and not isinstance(generation, dict):
         raise InputError(f"{path}: 'generation' must be a mapping")
     spec = ExecutorSpec.from_mapping(generation, f"{path}: generation")
     datasets = parse_datasets(raw.get("datasets"), Path(path).resolve().parent, path)
     _check_scopes(retrievers, datasets, path)
-    for entry in datasets.values():
-        check_evaluation(entry.evaluation, f"{path}: dataset {entry.name!r} evaluation")
+    for entry in datasets.values():  # each dataset's overrides checked now, not at first use
+        EvaluationConfig.from_mapping(
+            entry.evaluation,
+            path,
+            yaml_key_lines(path, *section, "datasets", entry.name, "evaluation"),
+            base=evaluation,
+            allowed=DATASET_OVERRIDES,
+        )
     return Registry(path, retrievers, readers, evaluation, spec, datasets)
-
-
-def check_evaluation(evaluation: dict[str, Any], where: str) -> None:
-    """The integer settings of an ``evaluation`` mapping (or a dataset's overrides) are >= 1."""
-    for key in (
-        "k",
-        "label_k",
-        "relevance_level",
-        "efficiency_queries",
-        "efficiency_rounds",
-        "e2e_ks",
-        "efficiency_ks",
-    ):
-        value = evaluation.get(key, 1)
-        counts = value if key.endswith("_ks") and isinstance(value, list) else [value]
-        if not counts or not all(_count(v) and v <= 2**31 - 1 for v in counts):
-            wanted = "a list of integers >= 1" if key.endswith("_ks") else "an integer >= 1"
-            raise InputError(f"{where} {key} is {value!r}; it must be {wanted}")
 
 
 def _references(config: dict[str, Any]) -> list[str]:
@@ -352,6 +384,8 @@ def _retriever_entries(
                 )
         if kind == "run_file" and "path" not in cfg:
             raise InputError(f"{path}: run_file {name!r} needs 'path' (a TREC or parquet run)")
+        if kind == "asset" and "asset_key" not in cfg:
+            raise InputError(f"{path}: asset retriever {name!r} needs 'asset_key' (your asset)")
     resolved = {name: _resolve_paths(name, dict(cfg), folder, path) for name, cfg in raw.items()}
     digests: dict[str, str] = {}
 
@@ -388,6 +422,8 @@ def _resolve_paths(name: str, cfg: dict[str, Any], folder: Path, path: str) -> d
                 f"{path}: run_file {name!r}: {cfg['path']} has sha256 {digest[:16]}..., not the "
                 f"pinned {cfg['sha256'][:16]}..."
             )
+    if cfg["kind"] == "asset":  # one spelling, so "a/b" and [a, b] name one partition
+        cfg["asset_key"] = asset_key_path(cfg["asset_key"])
     if cfg["kind"] == "rerank" and not cfg["scorer"].startswith(READER_SCORER):
         scorer = folder / Path(cfg["scorer"]).expanduser()
         if not scorer.is_dir():

@@ -37,16 +37,11 @@ from urllib.parse import quote
 from erag_dagster.data.spec import COMMON_OPTIONS, KIND_OPTIONS, parse_spec
 from erag_dagster.errors import InputError
 
-__all__ = ["DATASET_NAME_RE", "EVALUATION_OVERRIDES", "DatasetEntry", "parse_datasets"]
+__all__ = ["DATASET_NAME_RE", "DatasetEntry", "parse_datasets"]
 
 DATASET_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 #: Names a dataset cannot take: the unprefixed assets and groups of the graph.
 RESERVED_NAMES = frozenset({"cross_dataset", "reader_models", "dataset_files", "inputs"})
-#: ``evaluation`` keys a dataset may override (the rest are one per graph: schedule, ...).
-EVALUATION_OVERRIDES = frozenset(
-    {"k", "label_k", "metric", "list_metrics", "human_metrics", "relevance_level", "e2e_ks"}
-    | {"label_methods"}
-)
 _ENTRY_KEYS = frozenset({"spec", "reader_labels", "evaluation"})
 
 
@@ -99,11 +94,10 @@ def _entry(name: Any, value: Any, folder: Path, path: str) -> DatasetEntry:
     if not isinstance(reader_labels, bool):
         raise InputError(f"{where}: reader_labels is {reader_labels!r}; it must be true or false")
     overrides = config.get("evaluation") or {}
-    if not isinstance(overrides, dict) or set(overrides) - EVALUATION_OVERRIDES:
-        raise InputError(
-            f"{where}: evaluation overrides must be a mapping of "
-            f"{', '.join(sorted(EVALUATION_OVERRIDES))}"
-        )
+    if not isinstance(overrides, dict):
+        raise InputError(f"{where}: evaluation overrides must be a mapping")
+    # Their keys and values: EvaluationConfig.from_mapping(allowed=DATASET_OVERRIDES), in
+    # registry.load_registry, where the shared evaluation section they override is known.
     return DatasetEntry(name, spec, reader_labels, dict(overrides))
 
 

@@ -73,7 +73,7 @@ def test_changed_retriever_requests_only_its_partitions(world) -> None:
     base = build_defs(str(world["registry"]))
     tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
     edited = small_registry(
-        world["root"] / "bm25-edit", dataset=load_registry(world["registry"]).evaluation["dataset"],
+        world["root"] / "bm25-edit", dataset=load_registry(world["registry"]).evaluation.dataset,
         **{"retrievers.bm25.k1": 1.2},
     )  # fmt: skip
     new_bm25 = load_registry(edited).retriever("bm25").partition_key
@@ -115,7 +115,7 @@ def test_changed_reader_requests_only_its_partitions(world) -> None:
     tick = dg.evaluate_automation_conditions(defs=base, instance=world["instance"])
     edited = small_registry(
         world["root"] / "reader-edit",
-        dataset=load_registry(world["registry"]).evaluation["dataset"],
+        dataset=load_registry(world["registry"]).evaluation.dataset,
         **{"readers.smollm2-135m.max_new_tokens": 12},
     )
     registry = load_registry(edited)
@@ -182,7 +182,7 @@ def test_schedule_cron_comes_from_the_definitions_registry(tmp_path: Path) -> No
     from erag_dagster.errors import InputError
 
     packaged = build_defs().resolve_schedule_def("reevaluation_schedule")
-    assert packaged.cron_schedule == load_registry().evaluation["schedule"]
+    assert packaged.cron_schedule == load_registry().evaluation.schedule
     weekly = small_registry(tmp_path / "weekly", **{"evaluation.schedule": "15 4 * * 1"})
     schedule = build_defs(str(weekly)).resolve_schedule_def("reevaluation_schedule")
     assert schedule.cron_schedule == "15 4 * * 1"

@@ -95,6 +95,14 @@ def bad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "retrievers:\n  bm25:\n    kind: bm25\nreaders:\n  r:\n    model: m\n"
         "evaluation:\n  k: abc\n"
     )
+    (tmp_path / "evaltypo.yaml").write_text(
+        "retrievers:\n  bm25:\n    kind: bm25\nreaders:\n  r:\n    model: m\n"
+        "evaluation:\n  k: 5\n  lable_k: 2\n"
+    )
+    (tmp_path / "evallist.yaml").write_text(
+        "retrievers:\n  bm25:\n    kind: bm25\nreaders:\n  r:\n    model: m\n"
+        "evaluation:\n  list_metrics: P@3\n"
+    )
     (tmp_path / "typo.yaml").write_text(
         "retrievers:\n  bm25:\n    kind: bm25\n    k1: 0.9\n    bb: 0.4\n"
         "readers:\n  r:\n    model: m\n"
@@ -163,7 +171,11 @@ CASES = [
     ("k not a number", [*RETRIEVE, "--k", "ten"], {}, 2, ["--k", "'ten'"]),
     ("registry k1 abc", [*RETRIEVE, "--registry", "k1.yaml"], {}, 2, ["k1.yaml", "'bm25'", "k1"]),
     ("registry evaluation k", [*RETRIEVE, "--registry", "evalk.yaml"], {}, 2,
-     ["evalk.yaml", "evaluation k", "'abc'"]),
+     ["evalk.yaml:8", "evaluation.k", "'abc'", "integer >= 1"]),
+    ("registry evaluation unknown key", [*RETRIEVE, "--registry", "evaltypo.yaml"], {}, 2,
+     ["evaltypo.yaml:9", "evaluation.lable_k", "not a setting", "label_k"]),
+    ("registry evaluation list as a string", [*RETRIEVE, "--registry", "evallist.yaml"], {}, 2,
+     ["evallist.yaml:8", "evaluation.list_metrics", "'P@3'", "list of metric names"]),
     ("registry unknown key", [*RETRIEVE, "--registry", "typo.yaml"], {}, 2,
      ["typo.yaml", "'bm25'", "unknown key 'bb'"]),
     ("run file: unknown doc", [*THEIRS, "baddoc.yaml"], {}, 2,

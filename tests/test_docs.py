@@ -24,11 +24,11 @@ import pytest
 
 from erag_dagster import registry as reg
 from erag_dagster.cli import build_parser
+from erag_dagster.config.evaluation import DATASET_OVERRIDES, FIELDS
 from erag_dagster.data.spec import COMMON_OPTIONS, KIND_OPTIONS
 from erag_dagster.labels import executor
 from erag_dagster.readers import spec as reader_spec
-from erag_dagster.registry_datasets import _ENTRY_KEYS, EVALUATION_OVERRIDES
-from erag_dagster.resources import Evaluation
+from erag_dagster.registry_datasets import _ENTRY_KEYS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
@@ -181,12 +181,10 @@ def test_registry_page_documents_every_reader_key_and_its_backends() -> None:
 
 
 def test_registry_page_documents_every_evaluation_key() -> None:
-    # Evaluation's fields are the registry keys resolve() reads, but bootstrap_resamples is
-    # run config only; schedule is read by the re-evaluation schedule (assets/automation.py).
-    accepted = {f.name for f in fields(Evaluation)} - {"bootstrap_resamples"} | {"schedule"}
-    assert keys_in("Evaluation") == accepted
+    # EvaluationConfig's settings, each with its one default (config/evaluation.py).
+    assert keys_in("Evaluation") == set(FIELDS)
     per_dataset = {documented([r])[0] for r in REGISTRY["Evaluation"] if r[1] == "yes"}
-    assert per_dataset == EVALUATION_OVERRIDES
+    assert per_dataset == DATASET_OVERRIDES
     assert {r[1] for r in REGISTRY["Evaluation"]} == {"yes", "no"}
 
 

@@ -23,10 +23,10 @@
 
 import json
 import os
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-from dagster._utils.schedules import is_valid_cron_string
 
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
@@ -48,8 +48,6 @@ RECOMPUTE_WHEN_STALE = (
     & ~AC.in_progress()
 ).with_label("eager_on_data_version_or_code_change")
 
-DEFAULT_CRON = "0 3 * * *"
-
 
 def reader_digest(name: str, config: dict) -> str:
     """The reader fingerprint: model file hash, libraries, prompt, decoding (no model load)."""
@@ -68,32 +66,43 @@ READER_MODELS_BY_READER = dg.AssetDep(
 """A reader x retriever partition depends on its own reader's ``reader_models`` partition only."""
 
 
-def dataset_files_key(dataset: str | None) -> dg.AssetKey:
-    """``dataset_files``, prefixed by the registry dataset's name when there is one."""
-    return DATASET_FILES.with_prefix(dataset) if dataset else DATASET_FILES
+def dataset_files_key(dataset: str | None, key_prefix: Sequence[str] = ()) -> dg.AssetKey:
+    """``dataset_files``, prefixed by the registry dataset's name when there is one, and by the
+    eRAG component's ``key_prefix`` (:mod:`erag_dagster.component`) before it."""
+    return DATASET_FILES.with_prefix([*key_prefix, *([dataset] if dataset else [])])
+
+
+def reader_models_key(context: dg.AssetExecutionContext) -> dg.AssetKey:
+    """The ``reader_models`` key the running asset depends on (under a key prefix, if any)."""
+    deps = context.assets_def.asset_deps[context.asset_key]
+    return next((k for k in deps if k.path[-1] == READER_MODELS.path[-1]), READER_MODELS)
 
 
 def current_input_versions(
-    settings: EvalSettings,
+    settings: EvalSettings, key_prefix: Sequence[str] = ()
 ) -> dict[tuple[dg.AssetKey, str | None], str]:
     """What the observable inputs would report now: ``{(asset key, partition): data version}``
     (partition ``None`` for each dataset's ``dataset_files``; one entry per registry reader
-    partition of ``reader_models``)."""
+    partition of ``reader_models``); keys under ``key_prefix``."""
     registry = settings.registry()
     versions: dict[tuple[dg.AssetKey, str | None], str] = {
-        (dataset_files_key(name), None): dataset_digest(settings.resolve(name).dataset)
+        (dataset_files_key(name, key_prefix), None): dataset_digest(settings.resolve(name).dataset)
         for name in registry.dataset_names
     }
+    reader_models = READER_MODELS.with_prefix(list(key_prefix))
     for entry in registry.readers.values():
-        versions[(READER_MODELS, entry.partition_key)] = reader_digest(entry.name, entry.config)
+        versions[(reader_models, entry.partition_key)] = reader_digest(entry.name, entry.config)
     return versions
 
 
-def build_dataset_files(dataset: str | None) -> dg.SourceAsset:
-    """``dataset_files`` of one registry dataset (``None``: the only one, unprefixed)."""
+def build_dataset_files(dataset: str | None, key_prefix: Sequence[str] = ()) -> dg.SourceAsset:
+    """``dataset_files`` of one registry dataset (``None``: the only one, unprefixed), under
+    ``key_prefix``."""
 
     @dg.observable_source_asset(
-        name="dataset_files", key_prefix=[dataset] if dataset else None, group_name="inputs"
+        name="dataset_files",
+        key_prefix=[*key_prefix, *([dataset] if dataset else [])] or None,
+        group_name="inputs",
     )
     def dataset_files(settings: EvalSettings) -> dg.DataVersion:
         """The dataset's files (content hash); the embedded sample's file for ``sample``."""
@@ -102,7 +111,7 @@ def build_dataset_files(dataset: str | None) -> dg.SourceAsset:
     return dataset_files
 
 
-def build_reader_models(registry: Registry) -> dg.SourceAsset:
+def build_reader_models(registry: Registry, key_prefix: Sequence[str] = ()) -> dg.SourceAsset:
     """``reader_models``, partitioned by registry reader: each partition's data version is that
     reader's fingerprint (model files, libraries, dtype, prompt, decoding), so one reader's
     change is one partition's new version and reaches only that reader's partitions downstream.
@@ -110,6 +119,7 @@ def build_reader_models(registry: Registry) -> dg.SourceAsset:
 
     @dg.observable_source_asset(
         name="reader_models",
+        key_prefix=list(key_prefix) or None,
         group_name="inputs",
         partitions_def=dg.StaticPartitionsDefinition(registry.reader_partitions),
     )
@@ -125,7 +135,9 @@ def build_reader_models(registry: Registry) -> dg.SourceAsset:
     return reader_models
 
 
-def reader_lineage_tags(instance: dg.DagsterInstance, reader_partition: str) -> dict[str, str]:
+def reader_lineage_tags(
+    instance: dg.DagsterInstance, reader_partition: str, key: dg.AssetKey = READER_MODELS
+) -> dict[str, str]:
     """The ``dagster/input_data_version|input_event_pointer/reader_models`` tags of an output made
     with ``reader_partition``: the data version last observed for *that* reader's partition.
 
@@ -133,28 +145,30 @@ def reader_lineage_tags(instance: dg.DagsterInstance, reader_partition: str) -> 
     (``DataVersionCache._get_partitions_data_version_from_keys``: "TODO: this needs to account for
     observations also"), so for an observed source it records sha256 of nothing; an output's
     own tags take precedence over those. Empty when the partition was never observed.
+    ``key``: ``reader_models`` under the component's key prefix (:func:`reader_models_key`).
+    The tag names are Dagster's documented ``dagster/input_data_version/<asset key>`` and
+    ``dagster/input_event_pointer/<asset key>`` (the key as ``to_user_string`` writes it).
     """
-    from dagster._core.definitions.data_version import (
-        get_input_data_version_tag,
-        get_input_event_pointer_tag,
-    )
-
     record = instance.get_latest_data_version_record(
-        READER_MODELS, is_source=True, partition_key=reader_partition
+        key, is_source=True, partition_key=reader_partition
     )
     version = _observed_version(record)
     if record is None or version is None:
         return {}
     return {
-        get_input_data_version_tag(READER_MODELS): version,
-        get_input_event_pointer_tag(READER_MODELS): str(record.storage_id),
+        f"dagster/input_data_version/{key.to_user_string()}": version,
+        f"dagster/input_event_pointer/{key.to_user_string()}": str(record.storage_id),
     }
 
 
 OBSERVE_INPUTS = "observe_inputs"
 
+#: What ``dg.define_asset_job`` returns: a job resolved against the asset graph when the
+#: Definitions load (Dagster does not export its class, so the hint cannot name it).
+AssetJob: TypeAlias = Any
 
-def build_observe_inputs_job(registry: Registry) -> UnresolvedAssetJobDefinition:
+
+def build_observe_inputs_job(registry: Registry) -> AssetJob:
     """``observe_inputs``: every dataset's ``dataset_files`` and ``reader_models``."""
     keys = [dataset_files_key(name) for name in registry.dataset_names]
     return dg.define_asset_job(
@@ -163,11 +177,23 @@ def build_observe_inputs_job(registry: Registry) -> UnresolvedAssetJobDefinition
 
 
 def schedule_cron(registry: Registry) -> str:
-    """The registry's ``evaluation.schedule`` (default :data:`DEFAULT_CRON`), validated."""
-    cron = str(registry.evaluation.get("schedule", DEFAULT_CRON))
-    if not is_valid_cron_string(cron):
+    """The registry's ``evaluation.schedule`` (its default: :mod:`erag_dagster.config.
+    evaluation`), validated as a cron string."""
+    cron = registry.evaluation.schedule
+    if not is_valid_cron(cron):
         raise InputError(f"{registry.path}: evaluation.schedule {cron!r} is not a cron string")
     return cron
+
+
+def is_valid_cron(cron: str) -> bool:
+    """Whether Dagster accepts ``cron`` as a schedule's cron string (five fields, no seconds,
+    no 30th/31st of February): asked of Dagster's public ``ScheduleDefinition`` itself, which
+    refuses any other string with ``DagsterInvalidDefinitionError``."""
+    try:
+        dg.ScheduleDefinition(name="cron_check", cron_schedule=cron, job_name="cron_check")
+    except dg.DagsterInvalidDefinitionError:
+        return False
+    return True
 
 
 def _observed_version(record) -> str | None:
@@ -211,7 +237,7 @@ def _reevaluation(context: dg.ScheduleEvaluationContext, settings: EvalSettings)
 
 
 def build_reevaluation_schedule(
-    registry: Registry, job: UnresolvedAssetJobDefinition
+    registry: Registry, job: AssetJob
 ) -> dg.ScheduleDefinition:
     """``reevaluation_schedule`` on the cron of ``registry`` (see :func:`schedule_cron`),
     running ``job`` (:func:`build_observe_inputs_job`)."""
@@ -233,7 +259,7 @@ def sensor_interval_s(default: int) -> int:
     return int(raw)
 
 
-def build_input_change_sensor(job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
+def build_input_change_sensor(job: AssetJob) -> dg.SensorDefinition:
     """``input_change_sensor`` (running by default, every 60 s): requests an observation of the
     inputs when one differs from its last observation, or was never observed — so a fresh
     deployment observes its inputs on the first tick and then builds the graph, and a changed

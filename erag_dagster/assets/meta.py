@@ -18,18 +18,25 @@ from erag_dagster.assets.common import (
     CODE_VERSION,
     by_system,
     dataset_of,
+    evaluation_of,
     frame_version,
     reader_retriever_partitions,
     report_folder,
     table_md,
 )
 from erag_dagster.assets.labels import GPU_OP_TAGS, GPU_POOL, RUN_BY_RETRIEVER
+from erag_dagster.code_versions import asset_code_version
 from erag_dagster.data.spec import parse_spec
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation import table1
 from erag_dagster.meta.correlation_report import correlation_report as build_correlation_report
 from erag_dagster.meta.efficiency import efficiency_report as measure_efficiency_report
-from erag_dagster.meta.system_outputs import baseline_label_set, end_to_end_at_depths
+from erag_dagster.meta.end_to_end import end_to_end_code_versions
+from erag_dagster.meta.system_outputs import (
+    baseline_code_versions,
+    baseline_label_set,
+    end_to_end_at_depths,
+)
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.retrieval.encoder import encoder_from_config
@@ -64,7 +71,7 @@ def _end_to_end(
         metadata={
             "reader_fingerprint": model.fingerprint,
             "metric": params.metric,
-            "ks": params.e2e_ks,
+            "ks": list(params.e2e_ks),
             "seconds": round(result.seconds, 2),
             "mean_score_by_k": table_md(means),
         },
@@ -185,17 +192,27 @@ def efficiency_report(
         metadata={
             "report": table_md(table),
             "retriever": first,
-            "ks": params.efficiency_ks,
+            "ks": list(params.efficiency_ks),
             "rounds": params.efficiency_rounds,
         },
     )
 
 
-def build_meta_partitioned(registry: Registry) -> list[dg.AssetsDefinition]:
-    """``end_to_end`` and ``baseline_labels``, partitioned by reader x retriever."""
+def build_meta_partitioned(
+    registry: Registry, settings: EvalSettings | None = None
+) -> list[dg.AssetsDefinition]:
+    """``end_to_end`` and ``baseline_labels``, partitioned by reader x retriever; each one's
+    ``code_version`` is derived from the versions of the code it runs under the metric and
+    label methods in force (``settings``, default the registry's):
+    :func:`~erag_dagster.meta.end_to_end.end_to_end_code_versions`,
+    :func:`~erag_dagster.meta.system_outputs.baseline_code_versions`."""
+    params = evaluation_of(registry, settings)
+    e2e_version = asset_code_version(end_to_end_code_versions(params.metric))
+    baseline_version = asset_code_version(
+        baseline_code_versions(params.metric, params.label_methods)
+    )
     common = {
         "group_name": "meta_evaluation",
-        "code_version": CODE_VERSION,
         "automation_condition": RECOMPUTE_WHEN_STALE,
         "pool": GPU_POOL,
         "deps": [READER_MODELS_BY_READER],
@@ -203,11 +220,17 @@ def build_meta_partitioned(registry: Registry) -> list[dg.AssetsDefinition]:
         "ins": {"retrieval_run": RUN_BY_RETRIEVER},
     }
     return [
-        dg.asset(name="end_to_end", partitions_def=reader_retriever_partitions(registry), **common)(
-            _end_to_end
-        ),
         dg.asset(
-            name="baseline_labels", partitions_def=reader_retriever_partitions(registry), **common
+            name="end_to_end",
+            partitions_def=reader_retriever_partitions(registry),
+            code_version=e2e_version,
+            **common,
+        )(_end_to_end),
+        dg.asset(
+            name="baseline_labels",
+            partitions_def=reader_retriever_partitions(registry),
+            code_version=baseline_version,
+            **common,
         )(_baseline_labels),
     ]
 

@@ -90,8 +90,11 @@ def _retrieval_run(
     settings: EvalSettings,
     corpus: pl.DataFrame,
     queries: pl.DataFrame,
+    **upstream: object,
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-    """Top-k run ``(query_id, doc_id, rank, score)`` of one retriever config (the partition)."""
+    """Top-k run ``(query_id, doc_id, rank, score)`` of one retriever config (the partition).
+    ``upstream``: the values of the user's assets ``kind: asset`` retrievers read, by input
+    name (:func:`asset_run_inputs`)."""
     registry = settings.registry(dataset_of(context))
     params = settings.resolve(dataset_of(context))
     k = params.k
@@ -100,6 +103,10 @@ def _retrieval_run(
     run = run_retriever(
         registry, entry.name, corpus, queries, k, context.log.info, timing,
         question_subset=parse_spec(params.dataset).question_subset,
+        asset_runs={
+            e.name: upstream[asset_input_name(e.config["asset_key"])]
+            for e in registry.retrievers.values() if e.config["kind"] == "asset"
+        },
     )  # fmt: skip
     exhaustive = checks.scores_every_document(
         {e.name: e.config for e in registry.retrievers.values()}, entry.name, k
@@ -174,8 +181,26 @@ def retrieval_report(
     yield from asset_checks.checked(output, results)
 
 
+def asset_input_name(asset_key: list[str]) -> str:
+    """The input of ``retrieval_run`` that receives the user's asset ``asset_key``."""
+    return "upstream__" + "__".join(asset_key)
+
+
+def asset_run_inputs(registry: Registry) -> dict[str, dg.AssetIn]:
+    """One input of ``retrieval_run`` per asset the registry's ``kind: asset`` retrievers read
+    (the eRAG component: an asset of the user's project), so lineage runs from that asset into
+    the runs, the labels and the reports. Unpartitioned, such an asset is an input of every
+    partition of ``retrieval_run``: Dagster loads it for each (materialise it first)."""
+    keys = {
+        tuple(e.config["asset_key"]) for e in registry.retrievers.values()
+        if e.config["kind"] == "asset"
+    }  # fmt: skip
+    return {asset_input_name(list(k)): dg.AssetIn(key=dg.AssetKey(list(k))) for k in sorted(keys)}
+
+
 def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
-    """``retrieval_run`` partitioned by the registry's retriever configs."""
+    """``retrieval_run`` partitioned by the registry's retriever configs; the assets its
+    ``kind: asset`` retrievers read are its inputs (:func:`asset_run_inputs`)."""
     partitions = retriever_partitions(registry)
     return dg.asset(
         name="retrieval_run",
@@ -184,6 +209,7 @@ def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
         deps=[bm25_index, dense_index],
+        ins=asset_run_inputs(registry) or None,
         check_specs=asset_checks.run_check_specs("retrieval_run", partitions),
     )(_retrieval_run)
 
@@ -203,7 +229,7 @@ def _rerank_lift(
     entry = registry.retriever(context.partition_key)
     first = registry.retriever(entry.config["first_stage"]).partition_key
     cost = _latest_run_metadata(context, entry.partition_key)
-    meta = {"retriever": entry.name, "first_stage": first, "metrics": params.human_metrics}
+    meta = {"retriever": entry.name, "first_stage": first, "metrics": list(params.human_metrics)}
     if qrels.height == 0:
         context.log.warning("the dataset has no judgments: no lift report")
         return dg.Output(pl.DataFrame(schema=LIFT_SCHEMA), metadata=meta)

@@ -42,7 +42,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
     registry = load_registry(args.registry)
     entry = registry.retriever(args.retriever)
-    k = args.k if args.k is not None else int(registry.evaluation.get("k", 50))
+    k = registry.evaluation.with_overrides("--k", k=args.k).k
     reads = [*registry_inputs(registry), *dataset_inputs(args.dataset)]
     guard_output(args.output, "retrieve", reads, force=args.force)
     ds = load_dataset(args.dataset)
@@ -190,7 +190,7 @@ def cmd_correlate(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         dataset=args.dataset,
         registry_path=str(path),
-        k=max(args.k, int(registry.evaluation.get("k", args.k))),
+        k=max(args.k, registry.evaluation.k),
         label_k=args.k,
         e2e_ks=sorted({1, args.k} | ({3} if args.k > 3 else set())),
     )

@@ -40,7 +40,6 @@ from erag_dagster.gate.identity import (
     write_baseline,
 )
 from erag_dagster.gate.verdict import GateRule, MetricVerdict, metric_verdicts, overall_verdict
-from erag_dagster.metrics.downstream import DEFAULT_METRIC
 
 
 @dataclass(frozen=True)
@@ -96,25 +95,29 @@ class _Context:
     """The dataset, registry, reader and store shared by both sides (each loaded once)."""
 
     def __init__(self, settings: GateSettings, reader: Any = None, log: Log | None = None):
-        from erag_dagster.metrics.downstream import get_downstream_metric
-        from erag_dagster.metrics.list_metrics import evaluate_labels
+        from erag_dagster.labels.audit import evaluation_id
         from erag_dagster.registry import load_registry
 
         self.log = log or (lambda _m: None)
         with concerning(settings.registry or None):
             self.registry = load_registry(settings.registry or None)
-        evaluation = self.registry.evaluation
-        self.spec = settings.dataset or str(evaluation.get("dataset", "sample"))
-        self.k = settings.k or int(evaluation.get("label_k", 3))
-        self.downstream = settings.downstream_metric or str(
-            evaluation.get("metric", DEFAULT_METRIC)
+        # The registry's EvaluationConfig with the gate's flags applied, checked by the same
+        # rules before any work: the gate evaluates at the labelled depth (label_k).
+        self.config = self.registry.evaluation.with_overrides(
+            "compare",
+            dataset=settings.dataset or None,
+            k=max(settings.k, self.registry.evaluation.k) if settings.k else None,
+            label_k=settings.k or None,
+            metric=settings.downstream_metric or None,
+            list_metrics=list(settings.metrics) or None,
         )
-        self.metrics = tuple(settings.metrics) or tuple(
-            evaluation.get("list_metrics", ["P@3", "Success@3", "RR", "AP", "nDCG@3"])
-        )
-        get_downstream_metric(self.downstream)  # bad names fail before any work
-        evaluate_labels({"check": []}, list(self.metrics))
+        self.spec = self.config.dataset
+        self.k = self.config.label_k
+        self.downstream = self.config.metric
+        self.metrics = tuple(self.config.list_metrics)
         self.store_target = settings.store
+        # one id for this baseline or comparison: every label row it writes records it (audit)
+        self.evaluation_id = evaluation_id("gate")
         self._reader, self._reader_name = reader, settings.reader
         self._dataset = None
         self._store = None
@@ -150,12 +153,15 @@ class _Context:
 
     def identity(self) -> EvalIdentity:
         from erag_dagster.inputs import dataset_digest
+        from erag_dagster.metrics.downstream import get_downstream_metric
 
         return EvalIdentity(
             dataset_digest=dataset_digest(self.spec),
             reader_fingerprint=self.reader.fingerprint,
             label_method=LABEL_METHOD,
-            downstream_metric=self.downstream,
+            # the metric's tag ("f1"; "f1/v2" once its version is raised): a baseline scored
+            # by another version of the metric is refused, not compared
+            downstream_metric=get_downstream_metric(self.downstream).tag,
             metrics=self.metrics,
             k=self.k,
         )
@@ -214,7 +220,7 @@ def evaluate(ref: str, ctx: _Context) -> Evaluation:
     if run.height:
         with concerning(redact_url(resolve_store(ctx.store_target or None))):
             result = label_run(run, ctx.dataset.queries, ctx.dataset.corpus, ctx.reader,
-                               ctx.downstream, ctx.store, log=ctx.log,
+                               ctx.downstream, ctx.store, run_id=ctx.evaluation_id, log=ctx.log,
                                executor=ctx.registry.generation)  # fmt: skip
         labels = result.labels.select("query_id", "doc_id", "rank", "label")
         judged, stored = result.judged_now, result.from_store

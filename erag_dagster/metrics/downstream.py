@@ -20,6 +20,10 @@ name              formula
 ``contains``      ``1`` if the normalised gold occurs as a contiguous token run in the prediction
 ================  =======================================================================
 
+Each metric is declared once, with its version, in :data:`DOWNSTREAM_METRICS` (a
+:class:`DownstreamMeasure`); a change to a formula or to :func:`normalize_answer` raises the
+version of every metric it changes (rules: :mod:`erag_dagster.code_versions`).
+
 Edge-case policy: an empty ``golds`` (or a bare ``str`` passed for ``golds``) is an
 :class:`InputError` — a label cannot be computed without gold answers. Empty or whitespace-only
 predictions are allowed and follow each formula (``em`` is 1 only if a gold also normalises to
@@ -32,7 +36,9 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.errors import InputError
 
 DownstreamMetric = Callable[[str, Sequence[str]], float]
@@ -229,22 +235,40 @@ def answer_containment(prediction: str, golds: Sequence[str]) -> float:
     return _max_over_golds(_contains_one, prediction, golds)
 
 
-DEFAULT_METRIC = "f1"
-"""The downstream metric when a registry's ``evaluation`` section names none (the packaged
-registry names it too): token F1 grades the partial answers of small readers, where exact
-match leaves most labels 0 (docs/default-run.md)."""
+@dataclass(frozen=True)
+class DownstreamMeasure(CodeVersion):
+    """A downstream metric declared once: ``name``, ``version`` and its ``function``
+    (``(prediction, golds) -> float`` in ``[0, 1]``); calling the measure calls the function.
 
-DOWNSTREAM_METRICS: dict[str, DownstreamMetric] = {
-    "em": exact_match,
-    "f1": token_f1,
-    "rougel": rouge_l,
-    "accuracy": accuracy,
-    "contains": answer_containment,
+    The version is part of the key of every score it computes (the label store's score key,
+    :func:`erag_dagster.labels.keys.score_key`) and of the ``code_version`` of the assets that
+    use it (rules: :mod:`erag_dagster.code_versions`): raise it when the formula or the
+    normalisation changes, and exactly its scores are computed again, from the stored answers.
+    """
+
+    function: DownstreamMetric | None = None
+
+    def __call__(self, prediction: str, golds: Sequence[str]) -> float:
+        assert self.function is not None, f"measure {self.name!r} declared without a function"
+        return self.function(prediction, golds)
+
+
+#: Every downstream metric, each with its version: edit a version here, nowhere else.
+DOWNSTREAM_METRICS: dict[str, DownstreamMeasure] = {
+    m.name: m
+    for m in (
+        DownstreamMeasure("em", "1", exact_match),
+        DownstreamMeasure("f1", "1", token_f1),
+        DownstreamMeasure("rougel", "1", rouge_l),
+        DownstreamMeasure("accuracy", "1", accuracy),
+        DownstreamMeasure("contains", "1", answer_containment),
+    )
 }
 
 
-def get_downstream_metric(name: str) -> DownstreamMetric:
-    """The downstream metric called ``name``; :class:`InputError` listing the known names."""
+def get_downstream_metric(name: str) -> DownstreamMeasure:
+    """The downstream metric called ``name`` (a callable :class:`DownstreamMeasure`, read from
+    :data:`DOWNSTREAM_METRICS` at each call); :class:`InputError` listing the known names."""
     try:
         return DOWNSTREAM_METRICS[name]
     except (KeyError, TypeError):

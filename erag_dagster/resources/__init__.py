@@ -7,45 +7,43 @@ modules; per-deployment choices (device, storage paths) live here, not in the as
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.errors import InputError
-from erag_dagster.metrics.downstream import DEFAULT_METRIC
+from erag_dagster.hashing import sha256_file
 from erag_dagster.registry import Registry, load_registry
 
+Evaluation = EvaluationConfig
+"""The settings in force for one evaluation (:meth:`EvalSettings.resolve`): the one typed
+configuration every front door uses (:mod:`erag_dagster.config.evaluation`)."""
 
-@dataclass(frozen=True)
-class Evaluation:
-    """The resolved settings of one evaluation: each name is the registry ``evaluation`` key,
-    the :class:`EvalSettings` field and the ``erag-dagster run`` flag of the same setting."""
+#: The registries bound Definitions were built from, by :func:`bound_registry_name`: how a
+#: settings copy Dagster makes for a run (it keeps public fields only) finds its registry.
+_BOUND_REGISTRIES: dict[str, Registry] = {}
 
-    dataset: str
-    k: int  # retrieval depth per query
-    label_k: int  # eRAG labels for the top label_k documents (<= k)
-    metric: str  # downstream metric of the reader's answers
-    list_metrics: list[str]
-    human_metrics: list[str]
-    relevance_level: int  # binary human metrics count a judgment >= this (trec_eval -l)
-    e2e_ks: list[int]  # end-to-end depths (sorted, unique, each <= k)
-    bootstrap_resamples: int
-    efficiency_ks: list[int]
-    efficiency_queries: int
-    efficiency_rounds: int  # alternating timing rounds per Table 2 cell (median, range)
-    label_methods: list[str]  # extra Table-1 labellings: likelihood, signed (meta/label_methods)
+
+def bound_registry_name(registry: Registry) -> str:
+    """``<path>#<sha256 of the file's bytes>`` (digest empty when the file is gone): one name
+    per file content, so an edited file bound again by new Definitions is a new entry while
+    the Definitions built before keep the registry they parsed."""
+    digest = sha256_file(registry.path) if Path(registry.path).is_file() else ""
+    return f"{registry.path}#{digest}"
 
 
 class EvalSettings(dg.ConfigurableResource):
     """What to evaluate: dataset spec, registry file, cut-offs, downstream and list metrics.
 
-    Empty values fall back to the registry's ``evaluation`` section; :meth:`resolve` gives the
-    values in force. The registry is parsed once per Definitions (:meth:`bound_to`) and handed
-    on to every copy Dagster makes of this resource for a run; run config that points
-    ``registry_path`` at another file than the one the partitions came from is refused.
+    Empty values (``""``, ``0``, ``[]``) fall back to the registry's ``evaluation`` section,
+    which holds the one set of defaults (:class:`~erag_dagster.config.evaluation.
+    EvaluationConfig`); :meth:`resolve` gives the values in force. The registry is parsed once
+    per Definitions (:meth:`bound_to`) and handed on to every copy Dagster makes of this
+    resource for a run; run config that points ``registry_path`` at another file than the one
+    the partitions came from is refused.
     """
 
     dataset: str = Field(default="", description="dataset spec, e.g. sample, beir:DIR, squad:PATH")
@@ -59,27 +57,33 @@ class EvalSettings(dg.ConfigurableResource):
         default=0, description="binary human metrics: relevant when judged >= this (0 = default)"
     )
     e2e_ks: list[int] = Field(default_factory=list, description="end-to-end depths (Figure 1)")
-    bootstrap_resamples: int = Field(default=1000, description="bootstrap resamples for CIs")
+    bootstrap_resamples: int = Field(
+        default=0, description="bootstrap resamples for CIs (0 = registry default)"
+    )
     efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
     efficiency_queries: int = Field(default=0, description="queries timed for Table 2")
     efficiency_rounds: int = Field(default=0, description="timing rounds per Table 2 cell")
     label_methods: list[str] = Field(
         default_factory=list, description="extra Table-1 labellings: likelihood, signed"
     )
+    bound_registry: str = Field(
+        default="",
+        description="set by the definitions: the registry their partitions came from "
+        "(path#sha256 of its bytes); not for run config",
+    )
 
     _registry: Registry | None = PrivateAttr(default=None)
 
     def bound_to(self, registry: Registry) -> EvalSettings:
-        """A copy holding an already parsed ``registry`` (the one the Definitions' partitions
-        came from); refuses a ``registry_path`` naming another file."""
-        copy = self.model_copy()
+        """A copy bound to an already parsed ``registry`` (the one the Definitions' partitions
+        came from): it, and every copy Dagster makes from it for a run (public fields only:
+        ``bound_registry`` names the registry in :data:`_BOUND_REGISTRIES`), uses that object,
+        never a new parse of the file; refuses a ``registry_path`` naming another file."""
+        name = bound_registry_name(registry)
+        _BOUND_REGISTRIES[name] = registry
+        copy = self.model_copy(update={"bound_registry": name})
         copy._registry = registry
         copy._check_registry_path()
-        return copy
-
-    def _with_updated_values(self, values):  # Dagster's per-run copy: keep the parsed registry
-        copy = super()._with_updated_values(values)
-        copy._registry = self._registry
         return copy
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -97,57 +101,57 @@ class EvalSettings(dg.ConfigurableResource):
             )
 
     def _check_registry_path(self) -> None:
-        bound = self._registry
-        if bound is None or not self.registry_path:
+        if not self.bound_registry or not self.registry_path:
             return
-        if Path(self.registry_path).resolve() != Path(bound.path).resolve():
+        bound_path = self.bound_registry.rpartition("#")[0]
+        if Path(self.registry_path).resolve() != Path(bound_path).resolve():
             raise InputError(
                 f"settings.registry_path {self.registry_path} is not the registry these "
-                f"definitions were built from ({bound.path}); set ERAG_REGISTRY to it instead"
+                f"definitions were built from ({bound_path}); set ERAG_REGISTRY to it instead"
             )
 
+    def _bound(self) -> Registry | None:
+        """The registry ``bound_registry`` names: the object the Definitions parsed or, in a
+        process that did not build them (a hand-written ``bound_registry``), that file parsed
+        once here; ``None`` when unbound."""
+        if not self.bound_registry:
+            return None
+        found = _BOUND_REGISTRIES.get(self.bound_registry)
+        if found is None:
+            found = load_registry(self.bound_registry.rpartition("#")[0])
+            _BOUND_REGISTRIES[self.bound_registry] = found
+        return found
+
     def registry(self, dataset: str | None = None) -> Registry:
-        """The registry (parsed at most once per settings object); with ``dataset``, the view
-        of that registry dataset (:meth:`Registry.for_dataset`)."""
+        """The registry (parsed at most once per settings object, and once per Definitions for
+        a bound one); with ``dataset``, the view of that registry dataset
+        (:meth:`Registry.for_dataset`)."""
         if self._registry is None:
-            self._registry = load_registry(self.registry_path or None)
+            self._registry = self._bound() or load_registry(self.registry_path or None)
         self._check_registry_path()
         return self._registry.for_dataset(dataset)
 
-    def resolve(self, dataset: str | None = None) -> Evaluation:
+    def resolve(self, dataset: str | None = None) -> EvaluationConfig:
         """The settings in force: explicit values, else the registry's ``evaluation`` section
-        (with ``dataset``: that registry dataset's overrides first), else the built-in defaults;
-        ``label_k`` and ``e2e_ks`` are capped at ``k``.
+        (with ``dataset``: that registry dataset's overrides first), else its defaults —
+        checked by the registry's rules; ``label_k`` and ``e2e_ks`` are capped at ``k``.
 
         A registry dataset's spec is its own: ``dataset``/``$ERAG_DATASET`` replace the spec of
         a registry without a ``datasets`` section only (:meth:`check_dataset_override`)."""
-        defaults = self.registry(dataset).evaluation
-        k = self.k or int(defaults.get("k", 50))
-        label_k = min(self.label_k or int(defaults.get("label_k", 10)), k)
-        e2e_ks = self.e2e_ks or defaults.get("e2e_ks", [label_k])
-        return Evaluation(
-            dataset=str(defaults["dataset"])
-            if dataset is not None
-            else self.dataset
-            or os.environ.get("ERAG_DATASET")
-            or str(defaults.get("dataset", "sample")),
-            k=k,
-            label_k=label_k,
-            metric=self.metric or str(defaults.get("metric", DEFAULT_METRIC)),
-            list_metrics=list(self.list_metrics or defaults.get("list_metrics", ["P@5", "nDCG@5"])),
-            human_metrics=list(
-                self.human_metrics or defaults.get("human_metrics", ["nDCG@10", "R@10"])
-            ),
-            relevance_level=self.relevance_level or int(defaults.get("relevance_level", 1)),
-            e2e_ks=sorted({min(int(x), k) for x in e2e_ks}),
-            bootstrap_resamples=self.bootstrap_resamples,
-            efficiency_ks=[
-                int(x) for x in (self.efficiency_ks or defaults.get("efficiency_ks", [10, 50]))
-            ],
-            efficiency_queries=self.efficiency_queries
-            or int(defaults.get("efficiency_queries", 10)),
-            efficiency_rounds=self.efficiency_rounds or int(defaults.get("efficiency_rounds", 3)),
-            label_methods=list(self.label_methods or defaults.get("label_methods", [])),
+        config = self.registry(dataset).evaluation
+        spec = None
+        if dataset is None:
+            spec = self.dataset or os.environ.get("ERAG_DATASET") or None
+        explicit = {
+            "k": self.k, "label_k": self.label_k, "metric": self.metric,
+            "list_metrics": self.list_metrics, "human_metrics": self.human_metrics,
+            "relevance_level": self.relevance_level, "e2e_ks": self.e2e_ks,
+            "bootstrap_resamples": self.bootstrap_resamples,
+            "efficiency_ks": self.efficiency_ks, "efficiency_queries": self.efficiency_queries,
+            "efficiency_rounds": self.efficiency_rounds, "label_methods": self.label_methods,
+        }  # fmt: skip
+        return config.with_overrides(
+            "settings", dataset=spec, **{k: v for k, v in explicit.items() if v}
         )
 
 
