@@ -41,10 +41,14 @@ def source_assets(registry: Registry) -> list[dg.SourceAsset]:
     ]
 
 
-def dataset_assets(registry: Registry) -> list[dg.AssetsDefinition]:
+def dataset_assets(
+    registry: Registry, settings: EvalSettings | None = None
+) -> list[dg.AssetsDefinition]:
     """The materialisable assets of one dataset, partitioned by ``registry`` (the dataset's
     view: :meth:`Registry.for_dataset`), unprefixed. A dataset without ``reader_labels`` gets
-    the human-judgment assets only (no reader stage can run without gold answers).
+    the human-judgment assets only (no reader stage can run without gold answers). The label
+    assets' ``code_version`` follows the metric and label methods of ``settings`` (default: the
+    registry's; :mod:`erag_dagster.code_versions`).
 
     The order is the order of the main job (:func:`erag_dagster.pipeline.materialize_all`)
     among assets that do not depend on each other.
@@ -61,17 +65,19 @@ def dataset_assets(registry: Registry) -> list[dg.AssetsDefinition]:
         return judged
     return [
         *judged,
-        labels.build_doc_labels(registry),
+        labels.build_doc_labels(registry, settings),
         labels.erag_per_query,
         labels.erag_report,
-        *meta.build_meta_partitioned(registry),
+        *meta.build_meta_partitioned(registry, settings),
         meta.correlation_report,
         meta.label_agreement,
         meta.efficiency_report,
     ]
 
 
-def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
+def build_assets(
+    registry: Registry, settings: EvalSettings | None = None
+) -> list[dg.AssetsDefinition]:
     """Every materialisable asset: :func:`dataset_assets` once per registry dataset, its keys
     prefixed by the dataset's name (none without a ``datasets`` section), then the reports
     across datasets (:mod:`erag_dagster.assets.cross_dataset`; two or more datasets) and the
@@ -79,7 +85,7 @@ def build_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     per_dataset = [
         asset
         for name in registry.dataset_names
-        for asset in prefixed(dataset_assets(registry.for_dataset(name)), name)
+        for asset in prefixed(dataset_assets(registry.for_dataset(name), settings), name)
     ]
     return [
         *per_dataset,
@@ -123,7 +129,7 @@ def build_defs(
     registry = load_registry(registry_path or (settings.registry_path if settings else None))
     observe = automation.build_observe_inputs_job(registry)
     return dg.Definitions(
-        assets=[*source_assets(registry), *build_assets(registry)],
+        assets=[*source_assets(registry), *build_assets(registry, settings)],
         jobs=[observe],
         schedules=[automation.build_reevaluation_schedule(registry, observe)],
         sensors=[

@@ -7,13 +7,18 @@ from typing import TypeVar
 import dagster as dg
 import polars as pl
 
+from erag_dagster.code_versions import BASE_CODE_VERSION
 from erag_dagster.hashing import sha256_frame
 from erag_dagster.meta.per_query import System
 from erag_dagster.paths import storage_dir
 from erag_dagster.registry import Registry
 from erag_dagster.reports.tables import to_markdown
+from erag_dagster.resources import EvalSettings, Evaluation
 
-CODE_VERSION = "1"
+CODE_VERSION = BASE_CODE_VERSION
+"""The ``code_version`` of the assets whose computation has no versioned code of its own; the
+assets that run a downstream metric, the prompt builder or a label method derive theirs
+(:func:`erag_dagster.code_versions.asset_code_version`)."""
 T = TypeVar("T")
 
 
@@ -56,6 +61,13 @@ def _renamed_node(assets_def: dg.AssetsDefinition, dataset: str) -> dg.AssetsDef
     renamed = node.with_replaced_properties(name=f"{dataset}__{node.name}")
     attributes = {**assets_def.get_attributes_dict(), "node_def": renamed}
     return assets_def.__class__.dagster_internal_init(**attributes)
+
+
+def evaluation_of(registry: Registry, settings: EvalSettings | None = None) -> Evaluation:
+    """The settings the assets built from ``registry`` (a dataset's view) run with:
+    ``settings`` (default: the registry's own) resolved against it. Their downstream metric and
+    label methods decide the derived ``code_version`` of the label assets."""
+    return (settings or EvalSettings()).bound_to(registry).resolve()
 
 
 def retriever_partitions(registry: Registry) -> dg.StaticPartitionsDefinition:

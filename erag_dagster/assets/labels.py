@@ -16,13 +16,15 @@ from erag_dagster.assets.common import (
     CODE_VERSION,
     by_system,
     dataset_of,
+    evaluation_of,
     frame_version,
     reader_retriever_partitions,
     system_of,
     table_md,
 )
+from erag_dagster.code_versions import asset_code_version
 from erag_dagster.credentials import mask_in
-from erag_dagster.labels.labeller import label_run
+from erag_dagster.labels.labeller import erag_code_versions, label_run
 from erag_dagster.meta.per_query import erag_per_query as erag_per_query_table
 from erag_dagster.meta.per_query import erag_summary
 from erag_dagster.registry import Registry
@@ -164,14 +166,20 @@ RUN_BY_RETRIEVER = dg.AssetIn(
 )
 
 
-def build_doc_labels(registry: Registry) -> dg.AssetsDefinition:
-    """``doc_labels`` partitioned by reader x retriever (registry configs)."""
+def build_doc_labels(
+    registry: Registry, settings: EvalSettings | None = None
+) -> dg.AssetsDefinition:
+    """``doc_labels`` partitioned by reader x retriever (registry configs); its
+    ``code_version`` is derived from the versions of the metric in force (``settings``,
+    default the registry's), the prompt builder and the post-processing
+    (:func:`~erag_dagster.labels.labeller.erag_code_versions`)."""
     partitions = reader_retriever_partitions(registry)
+    metric = evaluation_of(registry, settings).metric
     return dg.asset(
         name="doc_labels",
         group_name="labels",
         partitions_def=partitions,
-        code_version=CODE_VERSION,
+        code_version=asset_code_version(erag_code_versions(metric)),
         automation_condition=RECOMPUTE_WHEN_STALE,
         pool=GPU_POOL,
         deps=[READER_MODELS_BY_READER],

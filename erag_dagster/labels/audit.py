@@ -1,8 +1,16 @@
-"""Audit of stored labels: who made each label of a (query, document) pair, and how."""
+"""Audit of stored labels: who made each label of a (query, document) pair, and how.
+
+Who: every stored answer and score records the id of what produced it (``producer_run_id``):
+a Dagster run's id for the assets, and an evaluation id (:func:`evaluation_id`,
+``api:<32 hex>`` / ``gate:<32 hex>``) for one call of the Python API
+(:func:`erag_dagster.evaluate`, ``label``) or of the regression gate (``compare``,
+``baseline``). Rows written before ids were recorded outside Dagster have none (null).
+"""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,7 +18,20 @@ import polars as pl
 
 from erag_dagster.hashing import sha256_json
 
-__all__ = ["AUDIT_COLUMNS", "IDENTITY_COLUMNS", "audit_rows", "identity_columns"]
+__all__ = ["AUDIT_COLUMNS", "IDENTITY_COLUMNS", "audit_rows", "evaluation_id", "identity_columns"]
+
+#: The front doors outside Dagster whose evaluations record an :func:`evaluation_id`.
+FRONT_DOORS = ("api", "gate")
+
+
+def evaluation_id(front_door: str) -> str:
+    """A new id for one evaluation made outside Dagster: ``"<front door>:<uuid4 hex>"``
+    (``api:…`` for :func:`erag_dagster.evaluate` / ``label``, ``gate:…`` for ``compare`` /
+    ``baseline``); recorded as the ``producer_run_id`` of every row it writes, as a Dagster
+    run records its run id. Unique per call (122 random bits)."""
+    if front_door not in FRONT_DOORS:
+        raise ValueError(f"unknown front door {front_door!r}; known: {', '.join(FRONT_DOORS)}")
+    return f"{front_door}:{uuid.uuid4().hex}"
 
 
 Query = Callable[[str, Sequence[Any]], tuple[list[str], list[tuple[Any, ...]]]]

@@ -5,14 +5,19 @@ document ALONE; the downstream metric scores the answer against the query's gold
 the score in [0, 1] is the document's relevance label.
 
 Work is done once per content: answers are keyed by (reader fingerprint, query id, question
-text, doc id, document text) and scores by (answer, gold answers, metric) in the
+text, document text) and scores by (answer, gold answers, metric and its version) in the
 :class:`~erag_dagster.labels.store.LabelStore`, so
 
 * the same pair retrieved by two retrievers (or two runs) is generated once;
 * a re-run after a crash resumes: generations are committed by count or time
   (:class:`~erag_dagster.labels.cached.CommitPolicy`, default every 64 pairs or 10 s), so a
   ``kill -9`` loses at most that window plus one model batch of reader work;
-* changing only the metric re-scores stored answers and runs the reader zero times.
+* changing only the metric, or raising its version (:mod:`erag_dagster.code_versions`),
+  re-scores stored answers and runs the reader zero times.
+
+eRAG labels have no version of their own: a label is the metric's score of the reader's answer,
+so its identity is the reader fingerprint (the prompt builder's and post-processing's versions
+included: :mod:`erag_dagster.readers.fingerprint`) and the metric's version.
 
 Input policy (one-line :class:`~erag_dagster.errors.InputError`): an empty run, a run missing
 ``query_id``/``doc_id``/``rank``, a run naming an unknown document or query (the first one in
@@ -30,6 +35,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from erag_dagster.callbacks import NOTES, Log
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.data.schema import require_answers, require_questions
 from erag_dagster.errors import InputError
 from erag_dagster.labels.cached import (
@@ -42,8 +48,9 @@ from erag_dagster.labels.cached import (
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls, spec_dict
 from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
-from erag_dagster.metrics.downstream import get_downstream_metric
+from erag_dagster.metrics.downstream import DownstreamMeasure, get_downstream_metric
 from erag_dagster.metrics.label_value import checked_label
+from erag_dagster.readers import prompts
 from erag_dagster.readers.accounting import (
     estimate_line,
     estimate_summary,
@@ -118,7 +125,7 @@ def label_run(
     for the input policy.
     """
     say = log or (lambda _msg: None)
-    score_fn = get_downstream_metric(metric)
+    measure = get_downstream_metric(metric)
     policy = commit or CommitPolicy.from_env()
     rows = _joined(run, queries, corpus)
     # One subject per distinct (query, doc); similar lengths together keep padding small.
@@ -201,7 +208,7 @@ def label_run(
         pl.Series(
             "score_key",
             [
-                score_key(g, golds[tuple(a)], metric)
+                score_key(g, golds[tuple(a)], measure)
                 for g, a in rows.select("generation_key", "answers").iter_rows()
             ],
             dtype=pl.String,
@@ -212,7 +219,7 @@ def label_run(
             dtype=pl.String,
         ),
     )
-    scores, scored_now = _score(rows, metric, score_fn, store, run_id)
+    scores, scored_now = _score(rows, measure, store, run_id)
     if scored_now:
         say(f"scored {scored_now} new answers with {metric}")
     labels = (
@@ -234,6 +241,13 @@ def label_run(
         estimate=generated.estimate,
         usage=used,
     )
+
+
+def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
+    """The versioned code an eRAG label of ``metric`` depends on: the metric, the prompt
+    builder and the answer post-processing (:mod:`erag_dagster.code_versions`); an unknown
+    metric is an :class:`InputError`."""
+    return (get_downstream_metric(metric), prompts.PROMPT_BUILDER, prompts.POSTPROCESS)
 
 
 # -- steps ---------------------------------------------------------------------------------------
@@ -264,20 +278,18 @@ def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> p
 
 
 def _score(
-    rows: pl.DataFrame,
-    metric: str,
-    score_fn: Callable[[str, Sequence[str]], float],
-    store: LabelStoreBase,
-    run_id: str | None,
+    rows: pl.DataFrame, measure: DownstreamMeasure, store: LabelStoreBase, run_id: str | None
 ) -> tuple[pl.DataFrame, int]:
     """``(score_key, score)`` for every distinct score key of ``rows``, and how many of them
-    were computed now (the others come from the store)."""
+    were computed now (the others come from the store). The store's ``metric`` column records
+    the metric's tag (its name, ``name/vN`` from version 2 on)."""
     distinct = rows.unique("score_key", keep="first", maintain_order=True)
     stored = store.lookup_scores(distinct.get_column("score_key"))
     missing = distinct.join(stored.select("score_key"), on="score_key", how="anti")
     values = [
         checked_label(
-            score_fn(answer, golds), f"downstream metric {metric!r} for query {qid!r}, doc {did!r}"
+            measure(answer, golds),
+            f"downstream metric {measure.name!r} for query {qid!r}, doc {did!r}",
         )
         for qid, did, answer, golds in missing.select(
             "query_id", "doc_id", "answer", "answers"
@@ -287,7 +299,7 @@ def _score(
     if missing.height:
         store.put_scores(
             missing.select("score_key", "generation_key", "gold_hash").with_columns(
-                pl.lit(metric).alias("metric"),
+                pl.lit(measure.tag).alias("metric"),
                 fresh.get_column("score"),
                 pl.lit(run_id, dtype=pl.String).alias("producer_run_id"),
                 missing.get_column("answers").alias("gold_answers"),

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.data.schema import require_answers
 from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
@@ -45,7 +46,9 @@ from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
-LIKELIHOOD_TASK = "gold_likelihood/v1"
+#: The likelihood task's version: its ``name/vN`` is part of every stored value's key
+#: (:func:`likelihood_fingerprint`); raise it when a formula above changes.
+LIKELIHOOD = CodeVersion("gold_likelihood", "1")
 #: Pairs per engine step (its continuations are one reader call, or Ray chunks of this many).
 LIKELIHOOD_STEP = 64
 LABEL_METRICS = frozenset({"accuracy"})
@@ -94,7 +97,7 @@ def likelihood_identity(reader, labels: tuple[str, ...] | None) -> dict:
     shaping.pop("postprocess_version", None)
     formula = "label-set normalised P(gold)" if labels else "exp(mean log p(gold tokens))"
     return {
-        "task": LIKELIHOOD_TASK,
+        "task": LIKELIHOOD.task,
         "formula": formula,
         "label_set": list(labels) if labels else None,
         "reader": shaping,

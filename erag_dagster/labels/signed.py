@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.data.schema import require_answers
 from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
 from erag_dagster.labels.executor import ExecutorSpec
@@ -30,14 +31,19 @@ from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
 from erag_dagster.metrics.downstream import get_downstream_metric
 
-CLOSED_BOOK_TASK = "closed_book/v1"
+#: The closed-book answer's task (the reader's end-to-end prompt with no passage); its
+#: ``name/vN`` is part of the answers' store key (:func:`closed_book_fingerprint`).
+CLOSED_BOOK = CodeVersion("closed_book", "1")
+#: The signed label's formula (eRAG label − closed-book score). Its values are not stored (both
+#: terms are), so its version enters the ``code_version`` of the assets that compute it only.
+SIGNED_UTILITY = CodeVersion("signed_utility", "1")
 LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "label": pl.Float64}
 
 
 def closed_book_fingerprint(reader) -> str:
     """Fingerprint of closed-book answering: the reader's fingerprint + the task version (its
     prompt, decoding and post-processing all shape the answer)."""
-    return task_fingerprint(reader.fingerprint, CLOSED_BOOK_TASK)
+    return task_fingerprint(reader.fingerprint, CLOSED_BOOK.task)
 
 
 def closed_book_answers(
@@ -65,7 +71,7 @@ def closed_book_answers(
             store,
             closed_book_fingerprint(reader),
             f"{reader.name}:closed_book",
-            {"task": CLOSED_BOOK_TASK, "reader": reader.identity()},
+            {"task": CLOSED_BOOK.task, "reader": reader.identity()},
             run_id=run_id,
             step=calls.step(step, len(subjects)),
         ).outputs

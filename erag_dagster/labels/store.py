@@ -18,10 +18,16 @@ reuses every stored answer whose text is unchanged. (Stores written before this 
 ``[..., doc_id, sha256(doc text)]``: their rows stay, readable and auditable, but lookups no
 longer find them, so each such pair is generated once more under its text key.)
 
-``scores`` — one score per (generation, gold answers, metric)::
+``scores`` — one score per (generation, gold answers, metric and its version)::
 
-    score_key = sha256(canonical JSON [generation_key, gold_hash, metric])
+    score_key = sha256(canonical JSON [generation_key, gold_hash, metric tag])
     gold_hash = sha256(canonical JSON of the sorted gold answers)
+
+A metric's tag — also what the ``metric`` column records — is its name at version 1 and
+``name/vN`` from version 2 on (:mod:`erag_dagster.code_versions`): scores stored before metrics
+had versions keep their keys, and raising a metric's version (``metrics/downstream.py``) makes
+its scores be computed again from the stored answers, without a reader call. The reader
+fingerprint (part of ``generation_key``) holds the prompt builder's version by the same rule.
 
 The columns of every table are declared once, in :data:`TABLES` (SQL type and polars type side
 by side). ``gen_seconds`` is reader wall time per pair in seconds (a step's time / its size);

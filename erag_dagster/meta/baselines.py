@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
-from erag_dagster.metrics.downstream import answer_containment
+from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.passages import run_with_passages
 
 LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "label": pl.Float64}
@@ -55,8 +56,9 @@ def containment_labels(
 ) -> pl.DataFrame:
     """1.0 when the document contains a (normalised) gold answer, else 0.0."""
     joined = _with_text(run, queries, corpus)
+    contains = get_downstream_metric("contains")
     labels = [
-        answer_containment(passage, answers or [""]) if answers else 0.0
+        contains(passage, answers or [""]) if answers else 0.0
         for passage, answers in zip(
             joined["passage"].to_list(), joined["answers"].to_list(), strict=True
         )
@@ -80,7 +82,10 @@ def semantic_labels(
     return similarity_labels(run, corpus, queries, encoder, method=method, against=against)
 
 
-ANNOTATION_TASK = "relevance_yes_probability/v1"
+#: The LLM annotation's task version: its ``name/vN`` is part of every stored P(yes)'s key
+#: (:func:`annotation_fingerprint`). The other baselines are computed, not stored: the
+#: containment labels are the ``contains`` downstream metric (its version is theirs).
+ANNOTATION = CodeVersion("relevance_yes_probability", "1")
 #: Pairs per Ray actor call of the annotation (in this process: one call for all pairs).
 ANNOTATION_CHUNK = 64
 
@@ -91,18 +96,23 @@ def annotation_identity(reader) -> dict:
     reader's ``max_input_tokens`` budget, and the task version. Not the reader's own prompt,
     ``max_new_tokens`` or post-processing: P(yes) reads one forward pass's logits, generates
     nothing and ignores the reader's template."""
-    from erag_dagster.readers.prompts import RELEVANCE_SYSTEM_PROMPT, RELEVANCE_TEMPLATE
+    from erag_dagster.readers.prompts import (
+        RELEVANCE_SYSTEM_PROMPT,
+        RELEVANCE_TEMPLATE,
+        prompt_builder_part,
+    )
 
     identity = reader.identity()
     shaping = {k: v for k, v in identity.items() if k not in ("prompt", "decoding")}
     shaping.pop("postprocess_version", None)
     shaping["prompt"] = {
+        **prompt_builder_part(),  # the relevance prompt is built by the same builder
         "system_prompt": RELEVANCE_SYSTEM_PROMPT,
         "prompt_template": RELEVANCE_TEMPLATE,
         "max_input_tokens": identity["prompt"]["max_input_tokens"],
     }
     shaping["decoding"] = {"scored": "P(yes) of the first answer token", "max_new_tokens": 0}
-    return {"task": ANNOTATION_TASK, "reader": shaping}
+    return {"task": ANNOTATION.task, "reader": shaping}
 
 
 def annotation_fingerprint(reader) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from erag_dagster.callbacks import Log
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
@@ -24,6 +25,7 @@ from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
 from erag_dagster.labels.store import generation_key
 from erag_dagster.metrics.downstream import get_downstream_metric
+from erag_dagster.readers import prompts
 from erag_dagster.readers.passages import run_with_passages
 
 
@@ -121,7 +123,7 @@ def evaluate_end_to_end(
             store,
             end_to_end_fingerprint(reader),
             f"{reader.name}:end_to_end",
-            {"task": E2E_TASK, "reader": reader.identity()},
+            {"task": END_TO_END.task, "reader": reader.identity()},
             run_id=run_id,
             step=calls.step(STEP, len(rest)),
             streams=calls.streams("answer_with_contexts"),
@@ -150,7 +152,9 @@ def evaluate_end_to_end(
     return EndToEndResult(frame, seconds)
 
 
-E2E_TASK = "end_to_end_concatenated/v1"
+#: The end-to-end answer task's version (passages concatenated in rank order): its ``name/vN``
+#: is part of the answers' store key (:func:`end_to_end_fingerprint`).
+END_TO_END = CodeVersion("end_to_end_concatenated", "1")
 #: Queries per reader call in this process (and per chunk on a Ray actor).
 STEP = 32
 
@@ -161,9 +165,16 @@ def list_text(passages: list[str]) -> str:
     return "\n\n".join(passages)
 
 
+def end_to_end_code_versions(metric: str) -> tuple[CodeVersion, ...]:
+    """The versioned code an end-to-end score of ``metric`` depends on: the metric, the prompt
+    builder, the post-processing and this task (:mod:`erag_dagster.code_versions`)."""
+    measure = get_downstream_metric(metric)
+    return (measure, prompts.PROMPT_BUILDER, prompts.POSTPROCESS, END_TO_END)
+
+
 def end_to_end_fingerprint(reader) -> str:
     """Fingerprint of end-to-end answering: the reader's fingerprint + the task version."""
-    return task_fingerprint(reader.fingerprint, E2E_TASK)
+    return task_fingerprint(reader.fingerprint, END_TO_END.task)
 
 
 def _erag_answers(store, reader, subjects: list[Subject], rows: list[dict]) -> dict[int, str]:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.errors import InputError
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls
@@ -45,6 +46,25 @@ def check_label_methods(names: Sequence[str]) -> list[str]:
         if name not in LABEL_METHODS:
             raise InputError(f"unknown label method {name!r}; known: {', '.join(LABEL_METHODS)}")
     return list(dict.fromkeys(names))
+
+
+def label_method_code_versions(metric: str, methods: Sequence[str]) -> tuple[CodeVersion, ...]:
+    """The versioned code the labels of ``methods`` (settings) depend on
+    (:mod:`erag_dagster.code_versions`): ``likelihood`` its task and the prompt builder (it
+    scores the eRAG prompt, decodes nothing); ``signed`` the eRAG label's code, the closed-book
+    task and the signed formula. An unknown method is an :class:`InputError`."""
+    from erag_dagster.labels.labeller import erag_code_versions
+    from erag_dagster.labels.likelihood import LIKELIHOOD
+    from erag_dagster.labels.signed import CLOSED_BOOK, SIGNED_UTILITY
+    from erag_dagster.readers import prompts
+
+    versions: list[CodeVersion] = []
+    for name in check_label_methods(methods):
+        if name == "likelihood":
+            versions += [LIKELIHOOD, prompts.PROMPT_BUILDER]
+        else:
+            versions += [*erag_code_versions(metric), CLOSED_BOOK, SIGNED_UTILITY]
+    return tuple(versions)
 
 
 def extra_labels(

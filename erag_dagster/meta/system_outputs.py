@@ -9,16 +9,20 @@ from dataclasses import dataclass
 import polars as pl
 
 from erag_dagster.callbacks import Log
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import reader_calls
 from erag_dagster.meta.baselines import (
+    ANNOTATION,
     containment_labels,
     llm_annotation_labels,
     provenance_labels,
     semantic_labels,
 )
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
-from erag_dagster.meta.label_methods import extra_labels
+from erag_dagster.meta.label_methods import extra_labels, label_method_code_versions
+from erag_dagster.metrics.downstream import get_downstream_metric
+from erag_dagster.readers import prompts
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,20 @@ def end_to_end_at_depths(
             frames.append(result.scores)
             seconds += result.seconds
     return EndToEndScores(pl.concat(frames), seconds)
+
+
+def baseline_code_versions(metric: str, methods: Sequence[str]) -> tuple[CodeVersion, ...]:
+    """The versioned code :func:`baseline_label_set` depends on
+    (:mod:`erag_dagster.code_versions`): the ``contains`` metric (the containment labels), the
+    LLM annotation's task and the prompt builder (it builds the relevance prompt), and the code
+    of the extra label ``methods`` under ``metric``. Provenance and semantic labels are
+    computed from the judgments and the encoder, and stored nowhere."""
+    return (
+        get_downstream_metric("contains"),
+        ANNOTATION,
+        prompts.PROMPT_BUILDER,
+        *label_method_code_versions(metric, methods),
+    )
 
 
 def baseline_label_set(

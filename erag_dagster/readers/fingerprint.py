@@ -13,8 +13,10 @@ short form shown in logs). The identity holds:
 * ``hardware`` — only where answers depend on the machine (bf16/fp16, any GPU:
   :mod:`.hardware`): the CPU model and kernel flags or the GPU model and CUDA build, so a store
   keeps answers of different hardware apart;
-* ``prompt`` — system prompt, user template, answer prefix, few-shot examples and
-  ``max_input_tokens`` (the truncation budget);
+* ``prompt`` — system prompt, user template, answer prefix, few-shot examples,
+  ``max_input_tokens`` (the truncation budget) and, from its version 2 on, the prompt builder's
+  version ``builder_version`` (:data:`erag_dagster.readers.prompts.PROMPT_BUILDER`; at version 1
+  it adds nothing, so fingerprints made before it had a version still hold);
 * ``decoding`` — greedy (``do_sample=False``, ``num_beams=1``), ``max_new_tokens`` and, in
   float32, the margin guard's rule (``exact_greedy``: :mod:`.exact_greedy`);
 * ``postprocess_version`` — :data:`erag_dagster.readers.prompts.POSTPROCESS_VERSION`.

@@ -8,6 +8,15 @@ get the same parts as plain text separated by blank lines (see :func:`plain_prom
 
 Which text of a document the reader sees: :func:`reader_passage`.
 
+Versions (:mod:`erag_dagster.code_versions`), declared here once: :data:`PROMPT_BUILDER` covers
+every rule above and below that shapes what the reader is sent (:func:`reader_passage`,
+:func:`render_template`, :func:`build_messages`, :func:`plain_prompt`,
+:func:`build_context_prompt`); :data:`POSTPROCESS` covers :func:`postprocess_answer`. Raise one
+when its rules change. Both are part of the reader fingerprint: the post-processing version
+always was (``postprocess_version``); the prompt builder's enters the ``prompt`` part only from
+version 2 on (:func:`prompt_builder_part`), so the answers stored before it had a version —
+the seeded answer files included — keep their keys.
+
 Post-processing (:data:`POSTPROCESS_VERSION`; part of the reader fingerprint): strip whitespace,
 drop one leading ``:``, keep the first non-empty line, drop one final ``.``, strip again. So
 nothing after the first line's end can change an answer, and generation stops there
@@ -25,9 +34,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from erag_dagster.code_versions import CodeVersion
 from erag_dagster.readers.spec import FewShotExample, ReaderSpec
 
-POSTPROCESS_VERSION = "1"
+#: The prompt builder's version (module docstring): what the reader is sent.
+PROMPT_BUILDER = CodeVersion("prompt_builder", "1")
+#: The answer post-processing's version (module docstring): what is kept of its output.
+POSTPROCESS = CodeVersion("postprocess", "1")
+POSTPROCESS_VERSION = POSTPROCESS.version
 CONTEXT_SEPARATOR = "\n\n"
 _PLACEHOLDER = re.compile(r"\{(question|passage)\}")
 
@@ -193,11 +207,19 @@ def build_context_prompt(
     return ContextPrompt(cut, 1, True, count_tokens(cut))
 
 
+def prompt_builder_part() -> dict[str, str]:
+    """What the prompt builder's version adds to a prompt identity: nothing at version 1,
+    ``{"builder_version": N}`` from version 2 on (rule: module docstring)."""
+    return {} if PROMPT_BUILDER.initial else {"builder_version": PROMPT_BUILDER.version}
+
+
 def prompt_identity(spec: ReaderSpec, answer_prefix: str | None) -> dict[str, object]:
     """The prompt part of every backend's reader identity (what of the prompt shapes an
     answer): system prompt, template, the answer prefix actually sent (``None`` when the
-    backend cannot send it), few-shot examples and the input-token budget."""
+    backend cannot send it), few-shot examples, the input-token budget and, from version 2
+    on, the prompt builder's version (:func:`prompt_builder_part`)."""
     return {
+        **prompt_builder_part(),
         "system_prompt": spec.system_prompt,
         "prompt_template": spec.prompt_template,
         "answer_prefix": answer_prefix,

@@ -1,0 +1,277 @@
+"""Code in the identity: versions of the downstream metrics, the prompt builder and the label
+methods are part of the store keys and of the assets' ``code_version`` (erag_dagster/
+code_versions.py); labels made outside Dagster record an evaluation id that ``audit`` shows.
+
+The acceptance case materialises a real graph (one reader, the bm25 retriever, 4 questions,
+labels and meta-evaluation, answers seeded from the session's store), raises the ``f1``
+metric's version in this process, and checks with Dagster's public API (the asset specs' code
+versions, the ``dagster/code_version`` tag of each asset's latest materialisation,
+``evaluate_automation_conditions``) that exactly the assets that run ``f1`` are stale and
+requested, and that running them computes exactly the ``f1`` scores again, from the stored
+answers: the reader generates nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+import yaml
+
+import erag_dagster
+from erag_dagster.cli import main
+from erag_dagster.code_versions import CodeVersion, asset_code_version, key_parts
+from erag_dagster.definitions import build_defs
+from erag_dagster.hashing import sha256_json
+from erag_dagster.labels.keys import score_key
+from erag_dagster.labels.store import open_store
+from erag_dagster.labels.tables import SCORES
+from erag_dagster.metrics import downstream
+from erag_dagster.pipeline import materialize_all
+from erag_dagster.readers import prompts
+from erag_dagster.resources import EvalSettings
+from tests.answer_seed import FIXTURE_ANSWERS, shared_answers
+from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
+
+# -- the rules, without Dagster ------------------------------------------------------------------
+
+
+def test_version_one_adds_nothing_and_later_versions_are_named() -> None:
+    first, second = CodeVersion("f1"), CodeVersion("f1", "2")
+    assert (first.tag, first.task) == ("f1", "f1/v1")
+    assert (second.tag, second.task) == ("f1/v2", "f1/v2")
+    assert key_parts([first, CodeVersion("prompt_builder", "3"), second]) == [
+        "prompt_builder/v3",
+        "f1/v2",
+    ]
+    assert asset_code_version([first, CodeVersion("postprocess")]) == "1"
+    assert asset_code_version([CodeVersion("zz", "2"), second, second]) == "1+f1/v2+zz/v2"
+    for bad in (("", "1"), ("a/b", "1"), ("a+b", "1"), ("f1", "v2"), ("f1", ""), ("f1", 2)):
+        with pytest.raises(ValueError):
+            CodeVersion(*bad)
+
+
+def test_a_score_key_holds_the_metric_version_from_version_two_on() -> None:
+    measure = downstream.get_downstream_metric("f1")
+    assert measure.version == "1" and measure("The Broncos", ["broncos"]) == 1.0
+    # version 1: the key every store written before versions existed holds
+    assert (
+        score_key("g", "h", measure) == sha256_json(["g", "h", "f1"]) == score_key("g", "h", "f1")
+    )
+    raised = dataclasses.replace(measure, version="2")
+    assert score_key("g", "h", raised) == sha256_json(["g", "h", "f1/v2"])
+    assert score_key("g", "h", raised) != score_key("g", "h", measure)
+
+
+def test_the_prompt_builder_version_enters_the_reader_identity_from_version_two_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from erag_dagster.readers.spec import ReaderSpec
+
+    spec = ReaderSpec.from_dict({"model": "packaged:smollm2-135m-instruct"}, name="r")
+    before = prompts.prompt_identity(spec, spec.answer_prefix)
+    assert "builder_version" not in before  # version 1: the seeded answers' keys hold
+    monkeypatch.setattr(prompts, "PROMPT_BUILDER", CodeVersion("prompt_builder", "2"))
+    after = prompts.prompt_identity(spec, spec.answer_prefix)
+    assert after == {**before, "builder_version": "2"}
+    assert sha256_json(after) != sha256_json(before)
+
+
+def _code_versions(registry: Path, settings: EvalSettings | None = None) -> dict[str, str]:
+    defs = build_defs(str(registry), settings)
+    return {s.key.to_user_string(): s.code_version for s in defs.resolve_all_asset_specs()}
+
+
+def test_asset_code_versions_follow_exactly_the_code_they_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = small_registry(tmp_path / "reg")
+    base = _code_versions(registry)
+    assert set(base.values()) <= {"1", None}  # every part at version 1: what was declared before
+
+    def raised(name: str) -> dict[str, str]:
+        changed = dataclasses.replace(downstream.DOWNSTREAM_METRICS[name], version="2")
+        with monkeypatch.context() as patch:
+            patch.setitem(downstream.DOWNSTREAM_METRICS, name, changed)
+            now = _code_versions(registry)
+        return {key: version for key, version in now.items() if version != base[key]}
+
+    # the registry's metric is f1: the labels and the end-to-end scores run it
+    assert raised("f1") == {"doc_labels": "1+f1/v2", "end_to_end": "1+f1/v2"}
+    assert raised("em") == {}  # a metric nothing runs changes nothing
+    assert raised("contains") == {"baseline_labels": "1+contains/v2"}  # containment labels
+    # the metric in force is the settings' (``erag-dagster run --metric em``)
+    with monkeypatch.context() as patch:
+        em = dataclasses.replace(downstream.DOWNSTREAM_METRICS["em"], version="3")
+        patch.setitem(downstream.DOWNSTREAM_METRICS, "em", em)
+        by_em = _code_versions(registry, EvalSettings(registry_path=str(registry), metric="em"))
+    assert by_em["doc_labels"] == by_em["end_to_end"] == "1+em/v3"
+    # signed labels run the metric too (baseline_labels), and the prompt builder is everywhere
+    signed = small_registry(tmp_path / "signed", **{"evaluation.label_methods": ["signed"]})
+    with monkeypatch.context() as patch:
+        patch.setitem(
+            downstream.DOWNSTREAM_METRICS,
+            "f1",
+            dataclasses.replace(downstream.DOWNSTREAM_METRICS["f1"], version="2"),
+        )
+        patch.setattr(prompts, "PROMPT_BUILDER", CodeVersion("prompt_builder", "2"))
+        both = _code_versions(signed)
+    assert both["baseline_labels"] == "1+f1/v2+prompt_builder/v2"
+    assert both["doc_labels"] == both["end_to_end"] == "1+f1/v2+prompt_builder/v2"
+    assert {k for k, v in both.items() if v not in ("1", None)} == {
+        "doc_labels",
+        "end_to_end",
+        "baseline_labels",
+    }
+
+
+# -- the acceptance case: a metric's version raised on a materialised graph ---------------------
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, shared_data: Path):
+    """One reader x bm25 over 4 questions, labels and meta-evaluation materialised."""
+    root = tmp_path_factory.mktemp("code_versions")
+    home = write_instance_yaml(root / "dagster_home")
+    path = small_registry(root / "reg", dataset="sample?max_questions=4")
+    raw = yaml.safe_load(path.read_text())
+    raw["retrievers"] = {"bm25": raw["retrievers"]["bm25"]}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {"ERAG_STORAGE": str(root / "storage"), "DAGSTER_HOME": str(home)}
+    with scoped_env(**env):
+        instance = dg.DagsterInstance.from_config(str(home))
+        with shared_answers(tmp_path_factory):
+            materialize_all(
+                EvalSettings(registry_path=str(path)),
+                instance=instance,
+                stages=["labels", "meta"],
+                log=lambda _m: None,
+            )
+        yield {"registry": path, "instance": instance, "env": env, "root": root}
+    instance.dispose()
+
+
+def stale_by_code(defs: dg.Definitions, instance: dg.DagsterInstance) -> set[str]:
+    """Assets whose code version differs from the one their latest materialisation recorded
+    (Dagster's ``dagster/code_version`` tag): what Dagster shows as stale for code."""
+    stale = set()
+    for spec in defs.resolve_all_asset_specs():
+        event = instance.get_latest_materialization_event(spec.key)
+        if event is None or event.asset_materialization is None:
+            continue
+        recorded = event.asset_materialization.tags.get("dagster/code_version")
+        if recorded != spec.code_version:
+            stale.add(spec.key.to_user_string())
+    return stale
+
+
+def requested(result) -> dict[str, set[str]]:
+    """Asset → the partitions (or ``{"None"}``) an automation tick requested."""
+    out: dict[str, set[str]] = {}
+    for spec_key in result._requested_partitions_by_asset_key:
+        parts = {str(p) for p in result.get_requested_partitions(spec_key)}
+        if parts:
+            out[spec_key.to_user_string()] = parts
+    return out
+
+
+def _scores(store_path: Path) -> pl.DataFrame:
+    with open_store(store_path, read_only=True) as store:
+        rows = [row for chunk in store.iter_rows(SCORES) for row in chunk]
+    return pl.DataFrame(rows, schema=SCORES.schema, orient="row")
+
+
+@pytest.mark.slow
+def test_raising_a_metric_version_recomputes_exactly_its_scores_and_assets(
+    world, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance, registry = world["instance"], world["registry"]
+    for name, value in world["env"].items():
+        monkeypatch.setenv(name, value)
+    store_path = world["root"] / "storage" / "labels.sqlite"
+    base = build_defs(str(registry))
+    assert stale_by_code(base, instance) == set()
+    tick = dg.evaluate_automation_conditions(defs=base, instance=instance)
+    assert not {"doc_labels", "end_to_end"} & set(requested(tick))  # materialised, unchanged
+    with open_store(store_path, read_only=True) as store:
+        generations = store.count_generations()
+    before = _scores(store_path)
+    assert "f1" in set(before["metric"]) and "f1/v2" not in set(before["metric"])
+
+    raised = dataclasses.replace(downstream.DOWNSTREAM_METRICS["f1"], version="2")
+    monkeypatch.setitem(downstream.DOWNSTREAM_METRICS, "f1", raised)
+    bumped = build_defs(str(registry))
+    # exactly the assets that run f1 are stale, and automation requests exactly those
+    assert stale_by_code(bumped, instance) == {"doc_labels", "end_to_end"}
+    result = dg.evaluate_automation_conditions(defs=bumped, instance=instance, cursor=tick.cursor)
+    todo = requested(result)
+    assert set(todo) == {"doc_labels", "end_to_end"}
+    for key, partitions in sorted(todo.items()):  # what the automation sensor would launch
+        for partition in sorted(partitions):
+            done = dg.materialize(
+                list(bumped.assets), selection=[key], partition_key=partition,
+                resources=dict(bumped.resources), instance=instance,
+            )  # fmt: skip
+            assert done.success
+
+    # the reader generated nothing: no new answer, and the labels say every pair was stored
+    with open_store(store_path, read_only=True) as store:
+        assert store.count_generations() == generations
+    made = instance.get_latest_materialization_event(dg.AssetKey("doc_labels"))
+    metadata = made.asset_materialization.metadata
+    assert metadata["pairs_judged_now"].value == 0
+    assert made.asset_materialization.tags["dagster/code_version"] == "1+f1/v2"
+    # exactly the f1 scores were computed again, once each, under their own keys; every
+    # stored score is kept as it was
+    after = _scores(store_path)
+    old = after.filter(pl.col("metric") == "f1")
+    new = after.filter(pl.col("metric") == "f1/v2")
+    assert after.height == before.height + new.height
+    assert (
+        after.filter(pl.col("metric") != "f1/v2").sort("score_key").equals(before.sort("score_key"))
+    )
+    assert new.height == metadata["pairs_from_store"].value  # one score per distinct pair
+    same = new.join(old, on=["generation_key", "gold_hash"], suffix="_v1")
+    assert same.height == new.height  # each re-scores a stored answer scored before
+    assert same["score"].to_list() == same["score_v1"].to_list()  # same formula, same values
+    assert stale_by_code(bumped, instance) == set()
+    # the labels did not change, so nothing downstream of them has anything to do
+    assert (
+        requested(
+            dg.evaluate_automation_conditions(defs=bumped, instance=instance, cursor=result.cursor)
+        )
+        == {}
+    )
+
+
+# -- who made a label outside Dagster -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_audit_shows_the_evaluation_id_of_a_label_made_by_evaluate(
+    storage: Path, capsys: pytest.CaptureFixture
+) -> None:
+    store = storage / "api-labels.sqlite"
+    with open_store(store) as seeded:  # the answers only: every score is this call's own
+        seeded.import_recovery(FIXTURE_ANSWERS)
+    report = erag_dagster.evaluate(
+        dataset="sample?spread_questions=6", retrievers=["bm25", "dense"],
+        reader="gemma3-270m", metrics=["nDCG@2"], k=10, label_k=2, store=store,
+    )  # fmt: skip
+    row = report["doc_labels"].row(0, named=True)
+    argv = ["audit", "--query", row["query_id"], "--doc", row["doc_id"], "--store", str(store)]
+    assert main([*argv, "--json"]) == 0
+    records = [r for r in json.loads(capsys.readouterr().out) if r["metric"] == "f1"]
+    assert len(records) == 1, records
+    made = records[0]["score_run_id"]
+    assert re.fullmatch(r"api:[0-9a-f]{32}", made), made
+    # one id for the whole call: every score it stored records the same one
+    ids = set(_scores(store)["producer_run_id"])
+    assert ids == {made}
+    assert main(argv) == 0  # the text form shows it too
+    assert f"score_run_id: {made}" in capsys.readouterr().out
