@@ -51,7 +51,7 @@ test: setup llama-server-background
 	@mkdir -p $(TEST_RUN_HOME)/storage/erag && cp deploy/local/dagster.yaml $(TEST_RUN_HOME)/dagster.yaml
 	@$(MAKE) --no-print-directory lint > $(TEST_RUN_HOME)/lint.out 2>&1 & lint=$$!; \
 	  echo "default run into $(TEST_RUN_HOME) (lint beside it)"; \
-	  .venv/bin/erag-dagster import-recovery $(DEFAULT_RUN_ANSWERS) --store $(TEST_RUN_HOME)/storage/erag/labels.sqlite \
+	  .venv/bin/erag-dagster import-recovery $(DEFAULT_RUN_ANSWERS) --create --store $(TEST_RUN_HOME)/storage/erag/labels.sqlite \
 	    && DAGSTER_HOME=$(TEST_RUN_HOME) .venv/bin/erag-dagster run > $(TEST_RUN_HOME)/run.out; run=$$?; \
 	  wait $$lint; linted=$$?; cat $(TEST_RUN_HOME)/lint.out; \
 	  if [ $$linted -ne 0 ]; then echo "make test: lint failed (above)" >&2; exit $$linted; fi; \

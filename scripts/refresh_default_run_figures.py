@@ -43,6 +43,7 @@ def export_answers(storage: Path, target: Path = ANSWERS) -> int:
     (sorted by key, so a re-export of the same answers is the same file); returns the count."""
     import polars as pl
 
+    from erag_dagster.labels.recovery import recovery_text
     from erag_dagster.labels.store import open_store
     from erag_dagster.labels.tables import GENERATIONS
 
@@ -52,7 +53,9 @@ def export_answers(storage: Path, target: Path = ANSWERS) -> int:
     rows = rows.with_columns(
         pl.lit(None, dtype=pl.String).alias("producer_run_id"), pl.lit(0.0).alias("gen_seconds")
     )
-    target.write_text(rows.write_ndjson(), encoding="utf-8")
+    readers = store.reader_records(rows.get_column("reader_fingerprint").unique())
+    # reader records and per-line digests: import-recovery verifies both (labels/recovery.py)
+    target.write_text(recovery_text(rows, readers), encoding="utf-8")
     return rows.height
 
 

@@ -23,6 +23,7 @@ from erag_dagster.cli import main
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.data.spec import parse_spec
 from erag_dagster.errors import InputError, StorageError, as_fault
+from erag_dagster.labels.recovery import ReaderRecord
 from erag_dagster.labels.store import GENERATIONS_SCHEMA, LabelStore
 from erag_dagster.paths import atomic_write_text
 
@@ -410,25 +411,51 @@ def hostile(bad: Path) -> Path:
         '{"_id": "q1", "text": "alpha"}\n{"_id": "q2", "text": " \u200b \u200b "}\n'.encode(),
     )
     good_line = _recovery_line("q1", "d1")
-    # the key names (reader, query, question, document text): a line moved to another text
-    forged = {**good_line, "answer": "forged", "text_hash": "e" * 64}
-    (bad / "forged.jsonl").write_text(json.dumps(good_line) + "\n" + json.dumps(forged) + "\n")
-    (bad / "notjson.jsonl").write_text(json.dumps(good_line) + "\n{not json\n")
+    # the key names (reader, query, question, document text): a line moved to another text,
+    # its digest recomputed (the digest alone is no signature: the key is checked too)
+    forged = _digested({**good_line, "answer": "forged", "text_hash": "e" * 64})
+    (bad / "forged.jsonl").write_text(_recovery_text(good_line, forged))
+    (bad / "notjson.jsonl").write_text(_recovery_text(good_line) + "{not json\n")
     return bad
 
 
+#: The test reader of recovery lines: its fingerprint is the hash of its identity, so a file
+#: that carries its record imports into any store (labels/recovery.py).
+TEST_READER_IDENTITY = {"test_reader": "hostile inputs"}
+
+
+def _test_reader() -> ReaderRecord:
+    from erag_dagster.hashing import sha256_json
+
+    return ReaderRecord(sha256_json(TEST_READER_IDENTITY), "test", TEST_READER_IDENTITY)
+
+
+def _digested(line: dict) -> dict:
+    """``line`` with its ``line_sha256`` recomputed (as the writer does)."""
+    from erag_dagster.hashing import sha256_json
+
+    body = {k: v for k, v in line.items() if k != "line_sha256"}
+    return {**body, "line_sha256": sha256_json(body)}
+
+
+def _recovery_text(*lines: dict) -> str:
+    """A recovery file: the test reader's record, then ``lines`` (as given)."""
+    return "".join(json.dumps(x) + "\n" for x in (_test_reader().line(), *lines))
+
+
 def _recovery_line(query_id: str, doc_id: str) -> dict:
-    """One recovery-file line as :meth:`LabelStoreBase.write_recovery` writes it."""
+    """One recovery-file line as :meth:`LabelStoreBase.write_recovery` writes it (digested)."""
     from erag_dagster.hashing import sha256_text
     from erag_dagster.labels.keys import generation_key
 
-    fingerprint, qh, th = "f" * 64, sha256_text("alpha"), sha256_text("alpha beta")
-    return {
+    fingerprint, qh = _test_reader().fingerprint, sha256_text("alpha")
+    th = sha256_text("alpha beta")
+    return _digested({
         "generation_key": generation_key(fingerprint, query_id, qh, th),
         "reader_fingerprint": fingerprint, "query_id": query_id, "question_hash": qh,
         "doc_id": doc_id, "text_hash": th, "answer": "alpha", "gen_seconds": 0.5,
         "producer_run_id": None, "created_at": "2026-01-01T00:00:00+00:00",
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 ISSUE_24_CASES = [
@@ -506,9 +533,9 @@ ISSUE_24_CASES = [
     # forged recovery lines: nothing imported
     ("import-recovery: forged key",
      ["import-recovery", "forged.jsonl", "--store", "real.sqlite"], {}, 2,
-     ["forged.jsonl:2", "is not the key of the line's own content", "nothing of the file"]),
+     ["forged.jsonl:3", "is not the key of the line's own content", "nothing of the file"]),
     ("import-recovery: not JSON", ["import-recovery", "notjson.jsonl", "--store", "real.sqlite"],
-     {}, 2, ["notjson.jsonl:2", "not a JSON object"]),
+     {}, 2, ["notjson.jsonl:3", "malformed JSON line"]),
     # tracebacks before
     ("P(rel=1e20)@5", [*EVAL[:4], "P(rel=100000000000000000000)@5", "--dataset", "beir:good"],
      {}, 2, ["relevance level must be between 1 and 2147483647"]),
@@ -617,7 +644,7 @@ def test_import_recovery_is_all_or_nothing(hostile, capsys) -> None:
     assert main(["import-recovery", "forged.jsonl", "--store", "real.sqlite"]) == 2
     assert store.count_generations() == 0  # the good first line was not imported either
     good = hostile / "good.jsonl"
-    good.write_text(json.dumps(_recovery_line("q1", "d1")) + "\n")
+    good.write_text(_recovery_text(_recovery_line("q1", "d1")))
     assert main(["import-recovery", str(good), "--store", "real.sqlite"]) == 0
     assert store.count_generations() == 1
 
@@ -754,6 +781,8 @@ def test_sqlite_full_rolls_back_and_keeps_the_answers(tmp_path: Path, capsys) ->
     from erag_dagster.labels.cached import DEFAULT_COMMIT, _commit
 
     store = LabelStore(tmp_path / "s.sqlite")
+    reader = _test_reader()
+    store.register_reader(reader.fingerprint, reader.name, reader.identity)
     pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
     store._conn().execute(f"PRAGMA max_page_count = {pages}")
     lines = [{**_recovery_line(f"q{i}", "d1"), "answer": "x" * 200} for i in range(200)]

@@ -630,11 +630,11 @@ LOCK_SUBJECTS = [Subject(f"q{i}", "Who?", f"d{i}", f"text {i}") for i in range(5
 def test_a_lock_that_clears_is_waited_for(tmp_path: Path, store_target: str) -> None:
     path = store_target
     store = open_store(path, busy_timeout_s=0.2)
-    store.register_reader("t" * 64, "upper", {})
+    store.register_reader("7" * 64, "upper", {})
     holder = _hold_lock(tmp_path, path, 2.0)
     try:
         policy = CommitPolicy(every_pairs=2, every_seconds=60, lock_wait_seconds=30)
-        done = generate_stored(LOCK_SUBJECTS, _upper, store, "t" * 64, "upper", {}, commit=policy)
+        done = generate_stored(LOCK_SUBJECTS, _upper, store, "7" * 64, "upper", {}, commit=policy)
     finally:
         holder.wait(timeout=30)
     assert done.generated == 5 and store.count_generations() == 5
@@ -647,12 +647,12 @@ def test_a_lock_that_never_clears_sends_the_answers_to_a_recovery_file(
     """SQLite: the file goes beside the store; PostgreSQL: to <storage root>/label-recovery."""
     path = store_target
     store = open_store(path, busy_timeout_s=0.2)
-    store.register_reader("t" * 64, "upper", {})
+    store.register_reader("7" * 64, "upper", {})
     holder = _hold_lock(tmp_path, path, 600)
     try:
         policy = CommitPolicy(every_pairs=100, every_seconds=60, lock_wait_seconds=1.0)
         with pytest.raises(StorageError) as err:
-            generate_stored(LOCK_SUBJECTS, _upper, store, "t" * 64, "upper", {}, commit=policy)
+            generate_stored(LOCK_SUBJECTS, _upper, store, "7" * 64, "upper", {}, commit=policy)
     finally:
         holder.kill()
         holder.wait(timeout=30)
@@ -667,7 +667,7 @@ def test_a_lock_that_never_clears_sends_the_answers_to_a_recovery_file(
     assert cli_main(["import-recovery", str(recovery), "--store", path]) == 0
     assert store.count_generations() == 5
     assert store.import_recovery(recovery) == 0  # importing twice is harmless
-    again = generate_stored(LOCK_SUBJECTS, _upper, store, "t" * 64, "upper", {})
+    again = generate_stored(LOCK_SUBJECTS, _upper, store, "7" * 64, "upper", {})
     assert again.generated == 0 and again.outputs == _upper(list(range(5)))
 
 
@@ -682,7 +682,7 @@ def test_a_server_that_goes_away_sends_the_answers_to_a_recovery_file(
     with postgres_server() as server:
         url = server.create_database("flaky")
         store = open_store(url, busy_timeout_s=0.2)
-        store.register_reader("t" * 64, "upper", {})
+        store.register_reader("7" * 64, "upper", {})
 
         def upper_then_stop(part: list[int]) -> list[str]:
             server.stop()  # the server goes away after the store was read, before the commit
@@ -691,7 +691,7 @@ def test_a_server_that_goes_away_sends_the_answers_to_a_recovery_file(
         policy = CommitPolicy(every_pairs=100, every_seconds=60, lock_wait_seconds=1.0)
         with pytest.raises(StorageError) as err:
             generate_stored(
-                LOCK_SUBJECTS, upper_then_stop, store, "t" * 64, "upper", {}, commit=policy
+                LOCK_SUBJECTS, upper_then_stop, store, "7" * 64, "upper", {}, commit=policy
             )
         message = str(err.value)
         (recovery,) = (storage / "label-recovery").glob("flaky.recovery-*.jsonl")
@@ -699,5 +699,5 @@ def test_a_server_that_goes_away_sends_the_answers_to_a_recovery_file(
         assert f"5 generated answers saved to {recovery}" in message
         server.start()
         assert cli_main(["import-recovery", str(recovery), "--store", url]) == 0
-        again = generate_stored(LOCK_SUBJECTS, _upper, open_store(url), "t" * 64, "upper", {})
+        again = generate_stored(LOCK_SUBJECTS, _upper, open_store(url), "7" * 64, "upper", {})
         assert again.generated == 0 and again.outputs == _upper(list(range(5)))

@@ -32,14 +32,45 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_import_recovery(args: argparse.Namespace) -> int:
-    """Insert the answers of a label-store recovery file (written when the store stayed locked)."""
+    """Insert the answers of a label-store recovery file (written when the store stayed locked
+    or the disk was full) into an existing store; ``--create`` starts a new one. Every line is
+    checked before anything is written (:mod:`erag_dagster.labels.recovery`)."""
+    from erag_dagster.labels.recovery import read_recovery_file
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
 
     path = redact_url(resolve_store(args.store))
     with concerning(path, args.file):
-        added = open_store(args.store).import_recovery(args.file)
-    print(f"{args.file}: {added} answers added to {path} (already stored ones kept)")
+        file = read_recovery_file(args.file, args.accept_undigested)  # checked before the store
+        if not args.create and not _store_exists(args.store):
+            raise InputError(
+                f"{path}: no label store here; import-recovery adds answers to an existing store "
+                "(check --store for a typo), or pass --create to start a new one"
+            )
+        with open_store(args.store) as store:
+            done = store.import_recovery_file(file)
+    kept = f", {done.kept} stored with another answer (kept: the first answer wins)"
+    print(
+        f"{args.file}: {done.added} answers added to {path}, {done.same} already stored"
+        + (kept if done.kept else "")
+    )
     return 0
+
+
+def _store_exists(store: str | None) -> bool:
+    """Whether the store ``store`` names holds a label store (an SQLite file: exists and is not
+    empty; a server: its tables exist). Opens nothing for writing and creates nothing."""
+    from erag_dagster.labels.store import open_store, resolve_store
+    from erag_dagster.labels.store_base import NoLabelStore
+    from erag_dagster.labels.store_url import parse_store
+
+    target = parse_store(resolve_store(store))
+    if target.kind == "sqlite" and not Path(target.where).exists():
+        return False
+    try:
+        with open_store(store, read_only=True) as opened:
+            return opened.schema_version() > 0
+    except NoLabelStore:
+        return False
 
 
 def cmd_store_copy(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from erag_dagster.cli.cmd_data import cmd_check_dataset
 from erag_dagster.cli.cmd_eval import (
     cmd_correlate,
     cmd_evaluate_run,
@@ -44,6 +45,38 @@ def _count(text: str) -> int:
     return value
 
 
+class _OneValue(argparse._StoreAction):
+    """The store action of the gate's options: ``--margin=--`` (which argparse turns into an
+    empty list, skipping the option's type) is refused like any other bad value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        if isinstance(values, list) and self.nargs is None:
+            parser.error(f"argument {option_string}: expected one value, got '--'")
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _fraction(option: str, closed_low: bool):
+    """An argparse type: a finite decimal number in ``[0, 1)`` (``closed_low``) or ``(0, 1)``;
+    ``inf``, ``nan`` and 1 or more (values that would disable the gate) are refused."""
+    from erag_dagster.input_numbers import parse_score
+
+    interval = "[0, 1)" if closed_low else "(0, 1)"
+
+    def parse(text: str) -> float:
+        try:
+            value = parse_score(text, option)
+        except InputError:
+            value = None
+        if value is None or not (0 <= value < 1 if closed_low else 0 < value < 1):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number in {interval} (inf, nan and 1 or more would disable "
+                "the gate)"
+            )
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="erag-dagster",
@@ -67,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--full", action="store_true", help="print every cell of every table (default: compact)"
     )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "check-dataset",
+        parents=[common],
+        help="load a dataset spec as every command does and print what it holds (docs/data.md)",
+    )
+    p.add_argument("spec", help="dataset spec: sample, jsonl:DIR, parquet:DIR, beir:DIR, ...")
+    p.set_defaults(func=cmd_check_dataset)
 
     p = sub.add_parser(
         "retrieve", parents=[common], help="run one registry retriever and write a TREC run"
@@ -159,6 +200,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", help="the <store>.recovery-<time>-<pid>.jsonl file")
     p.add_argument("--store", help=_STORE_HELP)
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="create the store if it does not exist (default: refuse, so a mistyped --store "
+        "makes no new store)",
+    )
+    p.add_argument(
+        "--accept-undigested",
+        action="store_true",
+        help="also import lines written before recovery files had line digests (their answers "
+        "cannot be verified; keys, readers, sizes and times are still checked)",
+    )
     p.set_defaults(func=cmd_import_recovery)
 
     p = sub.add_parser("store", parents=[common], help="label store maintenance")
@@ -192,15 +245,28 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="regression gate: is a candidate retriever worse than a baseline? (docs/gate.md)",
     )
+    p.register("action", None, _OneValue)
     p.add_argument("--baseline", required=True, help=_REF_HELP)
     p.add_argument("--candidate", required=True, help=_REF_HELP)
     gate_options(p)
     p.add_argument(
-        "--margin", type=float, default=0.0, help="smallest difference that counts (default 0)"
+        "--margin",
+        type=_fraction("--margin", closed_low=True),
+        default=0.0,
+        help="smallest difference that counts, in [0, 1) metric units (default 0)",
     )
     p.add_argument(
-        "--alpha", type=float, default=0.05, help="level of the Holm-corrected p (default 0.05)"
+        "--alpha",
+        type=_fraction("--alpha", closed_low=False),
+        default=0.05,
+        help="level of the Holm-corrected p, in (0, 1) (default 0.05)",
     )
+    p.add_argument(
+        "--allow-underpowered",
+        action="store_true",
+        help="let --fail-if pass when the query count can never reach --alpha (docs/gate.md)",
+    )
+    p.add_argument("--force", action="store_true", help=_FORCE_HELP)
     p.add_argument(
         "--fail-if",
         choices=["worse", "worse-or-indistinguishable"],
@@ -216,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "baseline", parents=[common], help="evaluate a retriever and store it as a gate baseline"
     )
+    p.register("action", None, _OneValue)
+    p.add_argument("--force", action="store_true", help=_FORCE_HELP)
     p.add_argument("--retriever", required=True, help="a run file or a registry retriever")
     p.add_argument("--output", required=True, help="the baseline JSON file")
     gate_options(p)

@@ -42,6 +42,7 @@ import polars as pl
 from erag_dagster.callbacks import Log, OnBatch
 from erag_dagster.errors import EnvironmentFault, InputError, StorageError
 from erag_dagster.hashing import sha256_text
+from erag_dagster.labels.recovery import ReaderRecord
 from erag_dagster.labels.store import (
     GENERATIONS_SCHEMA,
     LabelStoreBase,
@@ -175,6 +176,7 @@ def generate_stored(
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
     batch = _Pending(subjects, fingerprint, reader_name, run_id, store, commit, log)
+    batch.reader = ReaderRecord(fingerprint, reader_name, dict(identity), spec)
     known: dict[str, str] = {}
     if store is not None:
         store.register_reader(fingerprint, reader_name, dict(identity), spec)
@@ -238,6 +240,7 @@ class _Pending:
             generation_key(fingerprint, s.query_id, qh, th)
             for s, qh, th in zip(subjects, self.question_hashes, self.text_hashes, strict=True)
         ]
+        self.reader: ReaderRecord | None = None  # carried into a recovery file
         self.outputs: dict[str, str] = {}
         self.rows: list[dict[str, Any]] = []
         self.last_commit = time.monotonic()
@@ -293,17 +296,23 @@ class _Pending:
         rows, self.rows = self.rows, []
         if rows and self.store is not None:
             frame = pl.DataFrame(rows, schema=GENERATIONS_SCHEMA)
-            _commit(self.store, frame, self.policy, self.log)
+            readers = [self.reader] if self.reader is not None else []
+            _commit(self.store, frame, self.policy, self.log, readers)
         self.last_commit = time.monotonic()
 
 
 def _recovered(
-    store: LabelStoreBase, frame: pl.DataFrame, why: str, when: str = "once there is space"
+    store: LabelStoreBase,
+    frame: pl.DataFrame,
+    why: str,
+    when: str = "once there is space",
+    readers: Sequence[ReaderRecord] = (),
 ) -> StorageError:
-    """Write ``frame`` to a recovery file; the one line saying why, where, and how to import
-    it (or, when no folder takes the file either, that the answers are lost)."""
+    """Write ``frame`` to a recovery file (with the ``readers`` records); the one line saying
+    why, where, and how to import it (or, when no folder takes the file either, that the
+    answers are lost)."""
     try:
-        path = store.write_recovery(frame)
+        path = store.write_recovery(frame, readers)
     except OSError as exc:
         return StorageError(
             f"{store.location}: {why}; the {frame.height} generated answers could not be saved "
@@ -321,7 +330,11 @@ def accepts_on_batch(method: Callable[..., Any]) -> bool:
 
 
 def _commit(
-    store: LabelStoreBase, frame: pl.DataFrame, policy: CommitPolicy, log: Log | None
+    store: LabelStoreBase,
+    frame: pl.DataFrame,
+    policy: CommitPolicy,
+    log: Log | None,
+    readers: Sequence[ReaderRecord] = (),
 ) -> None:
     """``put_generations``, retried with backoff while the store is locked; after
     ``lock_wait_seconds`` the rows go to a recovery file and a :class:`StorageError` says so. A
@@ -333,12 +346,13 @@ def _commit(
             store.put_generations(frame)
             return
         except StoreWriteFailed as failed:
-            raise _recovered(store, frame, f"the commit failed ({failed.reason})") from None
+            why = f"the commit failed ({failed.reason})"
+            raise _recovered(store, frame, why, readers=readers) from None
         except StoreLocked as locked:
             waited = time.monotonic() - began
             if waited >= policy.lock_wait_seconds:
                 why = f"still {locked.reason} after {waited:.0f} s"
-                raise _recovered(store, frame, why, "once the lock is gone") from None
+                raise _recovered(store, frame, why, "once the lock is gone", readers) from None
             if log is not None:
                 log(f"{store.location} is {locked.reason}; retrying in {delay:.1f} s")
             time.sleep(min(delay, max(policy.lock_wait_seconds - waited, 0.0)))

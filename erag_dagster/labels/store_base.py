@@ -26,6 +26,7 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,16 @@ import polars as pl
 
 from erag_dagster.credentials import mask_credentials, mask_in
 from erag_dagster.errors import InputError, StorageError
-from erag_dagster.input_files import text_lines
 from erag_dagster.labels.audit import audit_rows
-from erag_dagster.labels.keys import generation_key, utc_now
+from erag_dagster.labels.keys import utc_now
+from erag_dagster.labels.recovery import (
+    ReaderRecord,
+    RecoveryFile,
+    read_recovery_file,
+    recovery_text,
+)
 from erag_dagster.labels.tables import (
     GENERATIONS,
-    GENERATIONS_SCHEMA,
     GOLD_ANSWERS,
     READERS,
     SCHEMA_VERSION,
@@ -52,6 +57,8 @@ __all__ = [
     "BUSY_TIMEOUT_S",
     "COPY_ORDER",
     "LabelStoreBase",
+    "NoLabelStore",
+    "RecoveryImport",
     "StoreLocked",
     "StoreWriteFailed",
     "complete_frame",
@@ -77,6 +84,21 @@ class StoreWriteFailed(StorageError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class NoLabelStore(StorageError):
+    """A read-only open found no label store (no file, an empty file, no tables)."""
+
+
+@dataclass(frozen=True)
+class RecoveryImport:
+    """What importing a recovery file did: ``added`` answers stored now; ``same`` already
+    stored with the same answer; ``kept`` already stored with another answer (the stored one
+    kept: the first answer wins)."""
+
+    added: int
+    same: int
+    kept: int
 
 
 class LabelStoreBase(ABC):
@@ -144,7 +166,7 @@ class LabelStoreBase(ABC):
         """A read-only open of a store no one has created yet (schema version 0: an empty
         SQLite file, a database without the tables) finds nothing: :class:`StorageError`."""
         if version == 0:
-            raise StorageError(f"{self.location}: no label store here")
+            raise NoLabelStore(f"{self.location}: no label store here")
         return version
 
     def _refuse_write(self) -> None:
@@ -239,23 +261,27 @@ class LabelStoreBase(ABC):
 
     # -- recovery file -------------------------------------------------------------------------
 
-    def write_recovery(self, frame: pl.DataFrame) -> Path:
+    def write_recovery(self, frame: pl.DataFrame, readers: Iterable[ReaderRecord] = ()) -> Path:
         """Write generations that could not be committed to a JSON-lines file.
 
         The file, ``<store name>.recovery-<UTC time>-<pid>.jsonl`` (beside an SQLite store; in
-        the storage root's ``label-recovery`` folder for a server), holds one JSON object per
-        generation with the columns of :data:`GENERATIONS_SCHEMA`; it is written to a temporary
-        name, flushed to disk and renamed, so it is complete or absent. When that folder
-        refuses the file (the disk the store is on is full), the storage root's
-        ``label-recovery`` folder is tried, then the system's temporary folder; the ``OSError``
-        of the last is raised when all refuse. Returns its path.
+        the storage root's ``label-recovery`` folder for a server), holds the reader record of
+        each fingerprint the rows use, then one digested line per generation (format:
+        :mod:`.recovery`). ``readers``: the records the caller holds (the reader it ran); a
+        fingerprint they lack is looked up in this store (none found: no record, and the file
+        imports only into a store that has the reader). It is written to a temporary name,
+        flushed to disk and renamed, so it is complete or absent. When that folder refuses the
+        file (the disk the store is on is full), the storage root's ``label-recovery`` folder
+        is tried, then the system's temporary folder; the ``OSError`` of the last is raised
+        when all refuse. Returns its path.
         """
         from erag_dagster.paths import storage_root
 
         base = self._recovery_base()
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         name = f"{base.name}.recovery-{stamp}-{os.getpid()}.jsonl"
-        text = complete_frame(frame, GENERATIONS).write_ndjson()
+        frame = complete_frame(frame, GENERATIONS)
+        text = recovery_text(frame, self._reader_records(frame, readers))
         folders = [base.parent]
         with contextlib.suppress(StorageError):
             folders.append(storage_root(writable=False) / "label-recovery")
@@ -269,20 +295,105 @@ class LabelStoreBase(ABC):
         assert error is not None
         raise error
 
-    def import_recovery(self, path: str | Path) -> int:
-        """Insert the generations of a recovery file (:meth:`write_recovery`); returns how many
-        were new (keys already stored are kept, so importing twice is harmless).
+    def reader_records(self, fingerprints: Iterable[str]) -> list[ReaderRecord]:
+        """The registered readers among ``fingerprints`` (name, identity, spec as stored)."""
+        wanted = sorted(set(fingerprints))
+        if not wanted:
+            return []
+        marks = ", ".join("?" for _ in wanted)
+        sql = (
+            "SELECT reader_fingerprint, name, identity_json, spec_json FROM readers "
+            f"WHERE reader_fingerprint IN ({marks})"
+        )
+        _, rows = self._query(sql, wanted)
+        return [
+            ReaderRecord(fp, name, json.loads(identity), json.loads(spec) if spec else None)
+            for fp, name, identity, spec in rows
+        ]
 
-        Every line is checked before anything is written: it must be a JSON object with the
-        columns of :data:`GENERATIONS_SCHEMA` of the right types, and its ``generation_key``
-        must be the key of its own content (:func:`~erag_dagster.labels.keys.generation_key` of
-        its reader fingerprint, query id, question hash, doc id and text hash) — a line edited
-        or forged would otherwise store a second answer for one reader and pair. The first bad
-        line is an :class:`InputError` naming ``file:line``, and nothing of the file is
-        imported (all or nothing, one transaction).
+    def _reader_records(
+        self, frame: pl.DataFrame, given: Iterable[ReaderRecord]
+    ) -> list[ReaderRecord]:
+        """``given`` plus, for the frame's other fingerprints, what this store registered (a
+        store that cannot be read now — locked, gone — adds none)."""
+        records = {r.fingerprint: r for r in given}
+        rest = set(frame.get_column("reader_fingerprint").to_list()) - set(records)
+        if rest:
+            with contextlib.suppress(Exception):
+                records.update({r.fingerprint: r for r in self.reader_records(rest)})
+        return list(records.values())
+
+    def import_recovery(self, path: str | Path, accept_undigested: bool = False) -> int:
+        """Insert the generations of a recovery file; returns how many were new
+        (:meth:`import_recovery_counts` says more)."""
+        return self.import_recovery_counts(path, accept_undigested).added
+
+    def import_recovery_counts(
+        self, path: str | Path, accept_undigested: bool = False
+    ) -> RecoveryImport:
+        """Insert the generations of a recovery file (:meth:`write_recovery`); keys already
+        stored keep their answer (importing twice is harmless), and the counts say how many
+        were stored with the same answer and how many with another (first answer wins).
+
+        Every line is checked before anything is written (:func:`.recovery.read_recovery_file`:
+        JSON, fields and types, sizes, times, the line digest over every field — the answer
+        included — the key recomputed from the content, one answer per key). Then every
+        fingerprint the answers use must be registered in this store or carried by a reader
+        record of the file whose identity hashes to it (it is then registered); a record that
+        contradicts the store's registration is refused. The first failure is an
+        :class:`InputError` naming ``file:line``, and nothing of the file is imported (the
+        answers in one transaction). ``accept_undigested``: lines written before digests are
+        read (their answers cannot be verified).
         """
-        frame = read_recovery(path)
-        return self.put_generations(frame)
+        return self.import_recovery_file(read_recovery_file(path, accept_undigested))
+
+    def import_recovery_file(self, file: RecoveryFile) -> RecoveryImport:
+        """:meth:`import_recovery_counts` of a file already read and checked."""
+        frame = file.generations
+        to_register = self._check_readers(file)
+        stored = dict(
+            self.lookup_generations(frame.get_column("generation_key"))
+            .select("generation_key", "answer")
+            .rows()
+        )
+        same = differ = 0
+        for key, answer in frame.select("generation_key", "answer").rows():
+            if key in stored:
+                same, differ = (same + 1, differ) if stored[key] == answer else (same, differ + 1)
+        for record in to_register:
+            self.register_reader(record.fingerprint, record.name, record.identity, record.spec)
+        new = frame.filter(~pl.col("generation_key").is_in(list(stored)))
+        added = self.put_generations(new) if new.height else 0
+        return RecoveryImport(added, same, differ + (new.height - added))
+
+    def _check_readers(self, file: RecoveryFile) -> list[ReaderRecord]:
+        """The records to register; :class:`InputError` for a fingerprint the store does not
+        know and the file cannot vouch for, or a record contradicting the store."""
+        register = []
+        for fingerprint in sorted(file.used_at):
+            known = self.reader_identity(fingerprint)
+            record = file.readers.get(fingerprint)
+            if known is None and record is None:
+                raise InputError(
+                    f"{file.used_at[fingerprint]}: reader fingerprint {fingerprint[:16]}… is "
+                    f"not registered in {self.location} and the file carries no reader record "
+                    "for it (import into the store that labelled with it); nothing imported"
+                )
+            if known is None and record is not None:
+                if not record.verified:
+                    raise InputError(
+                        f"{file.reader_at[fingerprint]}: the reader record's identity does not "
+                        f"hash to its fingerprint {fingerprint[:16]}… and {self.location} does "
+                        "not know that reader; nothing imported"
+                    )
+                register.append(record)
+            elif record is not None and dict(record.identity) != known:
+                raise InputError(
+                    f"{file.reader_at[fingerprint]}: the reader record's identity differs from "
+                    f"the one {self.location} registered for {fingerprint[:16]}…; nothing "
+                    "imported"
+                )
+        return register
 
     # -- scores --------------------------------------------------------------------------------
 
@@ -359,55 +470,10 @@ class LabelStoreBase(ABC):
         return pl.DataFrame(rows, schema=table.schema, orient="row")
 
 
-def read_recovery(path: str | Path) -> pl.DataFrame:
-    """The generations of a recovery file, every line checked (rules:
-    :meth:`LabelStoreBase.import_recovery`); :class:`InputError` at the first bad line."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: recovery file not found")
-    rows: list[dict[str, Any]] = []
-    for number, line in text_lines(path):  # the input rule: a regular file, bounded, BOM stripped
-        if line.strip():
-            rows.append(_recovery_row(line, f"{path}:{number}"))
-    if not rows:
-        raise InputError(f"{path}: the recovery file holds no answers")
-    return pl.DataFrame(rows, schema=GENERATIONS_SCHEMA)
-
-
-def _recovery_row(line: str, where: str) -> dict[str, Any]:
-    """One checked line of a recovery file (:func:`read_recovery`)."""
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise InputError(f"{where}: not a JSON object ({exc}); not a recovery file line") from None
-    if not isinstance(row, dict):
-        raise InputError(f"{where}: not a JSON object; not a recovery file line")
-    unknown = sorted(set(row) - set(GENERATIONS_SCHEMA))
-    if unknown:
-        raise InputError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}")
-    for column, dtype in GENERATIONS_SCHEMA.items():
-        value = row.get(column)
-        if column == "producer_run_id" and value is None:
-            continue
-        numeric = dtype.is_numeric()
-        ok = (
-            isinstance(value, int | float) and not isinstance(value, bool)
-            if numeric
-            else isinstance(value, str)
-        )
-        if not ok:
-            wanted = "a number" if numeric else "a string"
-            raise InputError(f"{where}: {column} must be {wanted}, got {value!r}")
-    expected = generation_key(
-        row["reader_fingerprint"], row["query_id"], row["question_hash"], row["text_hash"]
-    )
-    if row["generation_key"] != expected:
-        raise InputError(
-            f"{where}: generation_key {row['generation_key'][:16]}… is not the key of the "
-            f"line's own content (query {row['query_id']!r}, doc {row['doc_id']!r}); the line "
-            "was edited or forged: nothing of the file was imported"
-        )
-    return {column: row.get(column) for column in GENERATIONS_SCHEMA}
+def read_recovery(path: str | Path, accept_undigested: bool = False) -> pl.DataFrame:
+    """The generations of a recovery file, every line checked (rules: :mod:`.recovery`);
+    :class:`InputError` at the first bad line."""
+    return read_recovery_file(path, accept_undigested).generations
 
 
 def _write_synced(path: Path, text: str) -> Path:

@@ -32,6 +32,7 @@ from erag_dagster.errors import InputError, StorageError
 from erag_dagster.labels.store_base import (
     BUSY_TIMEOUT_S,
     LabelStoreBase,
+    NoLabelStore,
     Row,
     StoreLocked,
     StoreWriteFailed,
@@ -68,7 +69,7 @@ class SqliteLabelStore(LabelStoreBase):
         self._local = threading.local()
         if read_only:
             if not self.path.is_file():
-                raise StorageError(f"{self.path}: no label store here")
+                raise NoLabelStore(f"{self.path}: no label store here")
             version = self._refuse_empty(self.schema_version())
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
