@@ -21,8 +21,10 @@ line naming what differs.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +32,27 @@ import polars as pl
 
 from erag_dagster.callbacks import Log
 from erag_dagster.errors import InputError, concerning
+from erag_dagster.gate.baseline_file import baseline_payload, read_baseline, write_baseline
+from erag_dagster.gate.escape import shown
 from erag_dagster.gate.identity import (
     LABEL_METHOD,
     EvalIdentity,
     RetrieverIdentity,
-    baseline_payload,
-    read_baseline,
     refuse_other_identity,
-    write_baseline,
 )
-from erag_dagster.gate.verdict import GateRule, MetricVerdict, metric_verdicts, overall_verdict
+from erag_dagster.gate.power import Power, gate_power
+from erag_dagster.gate.verdict import (
+    GateCannotDecide,
+    GateRule,
+    MetricVerdict,
+    metric_verdicts,
+    overall_verdict,
+)
+from erag_dagster.output_guard import Input
+
+LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
+                "label": pl.Float64, "answer_key": pl.String}  # fmt: skip
+"""The columns of an :class:`Evaluation`'s ``labels``."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,7 @@ class Evaluation:
     judged_now: int = 0
     from_store: int = 0
     stored: bool = False
+    checked: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,7 @@ class GateResult:
     verdict: str
     rule: GateRule
     notes: list[str] = field(default_factory=list)
+    power: Power | None = None
 
 
 class _Context:
@@ -144,12 +159,34 @@ class _Context:
 
     @property
     def store(self):
+        """The label store, opened for writing — or read-only when it is an SQLite file this
+        process cannot write (a CI cache mounted read-only): every stored label is then used,
+        and a pair it lacks is one StorageError naming the store."""
         if self._store is None:
             from erag_dagster.labels.store import open_store, redact_url, resolve_store
 
-            with concerning(redact_url(resolve_store(self.store_target or None))):
-                self._store = open_store(self.store_target or None)
+            target = resolve_store(self.store_target or None, writable=False)
+            read_only = _unwritable_sqlite(target)
+            if read_only:
+                self.log(f"the label store {redact_url(target)} is read-only: reading it only")
+            with concerning(redact_url(target)):
+                self._store = open_store(target, read_only=read_only)
         return self._store
+
+    @property
+    def read_store(self):
+        """The label store to check stored labels against, or None when there is none (a
+        store is never created for that)."""
+        from erag_dagster.errors import StorageError
+        from erag_dagster.labels.store import open_store, resolve_store
+
+        if self._store is not None:
+            return self._store
+        try:
+            return open_store(resolve_store(self.store_target or None, writable=False),
+                              read_only=True)  # fmt: skip
+        except (StorageError, InputError, OSError):
+            return None
 
     def identity(self) -> EvalIdentity:
         from erag_dagster.inputs import dataset_digest
@@ -167,18 +204,54 @@ class _Context:
         )
 
 
+def _unwritable_sqlite(target: str) -> bool:
+    """Whether ``target`` names an existing SQLite store this process cannot write (the file
+    or its folder, where SQLite keeps its ``-wal`` and ``-shm`` files)."""
+    from erag_dagster.labels.store_url import parse_store
+
+    kind, where = parse_store(target)
+    path = Path(where)
+    if kind != "sqlite" or not path.is_file():
+        return False
+    return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+
+# -- refs ---------------------------------------------------------------------------------------
+
+
+def _ref_kind(ref: str, ctx: _Context | None = None) -> str:
+    """``baseline``, ``run_file`` or ``registry`` (module docstring). Something that exists
+    but is not a regular file (a folder, a FIFO, ``/dev/null``) is refused saying what it is —
+    unless the registry has a retriever of that name; a file over ``ERAG_MAX_INPUT_BYTES`` is
+    refused too."""
+    from erag_dagster.input_files import regular_file
+
+    if not ref:
+        raise InputError("a ref is empty: give a baseline .json, a run file or a retriever name")
+    if not os.path.lexists(ref):
+        return "registry"
+    if not Path(ref).is_file() and ctx is not None and ref in ctx.registry.retrievers:
+        return "registry"
+    regular_file(ref)
+    return "baseline" if Path(ref).suffix == ".json" else "run_file"
+
+
+def _is_baseline_file(ref: str) -> bool:
+    return Path(ref).suffix == ".json" and Path(ref).is_file()
+
+
 def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
     """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
     from erag_dagster.data.spec import parse_spec
-    from erag_dagster.hashing import sha256_file
+    from erag_dagster.input_files import regular_file_sha256
     from erag_dagster.retrieval.run_file import load_run_file
     from erag_dagster.retrievers import run_retriever
 
     ds, subset = ctx.dataset, parse_spec(ctx.spec).question_subset
     path = Path(ref)
-    if path.is_file():
+    if _ref_kind(ref, ctx) == "run_file":
         with concerning(path):
-            digest = sha256_file(path)
+            digest = regular_file_sha256(path)
             fmt = "parquet" if path.suffix == ".parquet" else "trec"
             loaded = load_run_file(path, fmt, digest, ds.queries, ds.corpus, ctx.k, subset)
         return loaded.run, RetrieverIdentity("run_file", str(ref), digest)
@@ -187,12 +260,15 @@ def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
     except InputError:
         if path.suffix or "/" in ref:  # meant as a file
             raise InputError(
-                f"{ref}: no such file (a ref is a baseline, a run file or a retriever)"
+                f"{shown(ref)}: no such file (a ref is a baseline, a run file or a retriever)"
             ) from None
         raise
     run = run_retriever(ctx.registry, entry.name, ds.corpus, ds.queries, ctx.k, log=ctx.log,
                         question_subset=subset)  # fmt: skip
     return run, RetrieverIdentity("registry", entry.name, entry.digest)
+
+
+# -- scoring ------------------------------------------------------------------------------------
 
 
 def _scores(
@@ -207,28 +283,41 @@ def _scores(
     return report.per_query, report.aggregate
 
 
+def _empty_labels() -> pl.DataFrame:
+    return pl.DataFrame(schema=LABEL_SCHEMA)
+
+
 def evaluate(ref: str, ctx: _Context) -> Evaluation:
     """One side of the gate (module docstring)."""
+    from erag_dagster.errors import StorageError
+    from erag_dagster.gate.verify import answer_keys
     from erag_dagster.labels.labeller import label_run
     from erag_dagster.labels.store import redact_url, resolve_store
 
-    if _is_baseline_file(ref):
-        return _stored(ref)
+    if _ref_kind(ref, ctx) == "baseline":
+        return _stored(ref, ctx)
     run, retriever = _run_of(ref, ctx)
     query_ids = sorted(ctx.dataset.queries.get_column("query_id").cast(pl.String).to_list())
     judged = stored = 0
+    labels = _empty_labels()
     if run.height:
-        with concerning(redact_url(resolve_store(ctx.store_target or None))):
-            result = label_run(run, ctx.dataset.queries, ctx.dataset.corpus, ctx.reader,
-                               ctx.downstream, ctx.store, run_id=ctx.evaluation_id, log=ctx.log,
-                               executor=ctx.registry.generation)  # fmt: skip
-        labels = result.labels.select("query_id", "doc_id", "rank", "label")
+        where = redact_url(resolve_store(ctx.store_target or None))
+        try:
+            with concerning(where):
+                result = label_run(run, ctx.dataset.queries, ctx.dataset.corpus, ctx.reader,
+                                   ctx.downstream, ctx.store, run_id=ctx.evaluation_id,
+                                   log=ctx.log, executor=ctx.registry.generation)  # fmt: skip
+        except StorageError as exc:
+            if ctx.store.read_only:
+                raise StorageError(
+                    f"{where}: the label store is read-only and lacks answers that "
+                    f"{shown(ref)} needs; make it writable, or fill it first ({exc})"
+                ) from exc
+            raise
+        found = result.labels.select("query_id", "doc_id", "rank", "label")
+        keys = answer_keys(found.to_dicts(), ctx.reader.fingerprint, ctx.dataset)
+        labels = found.with_columns(pl.Series("answer_key", keys, dtype=pl.String))
         judged, stored = result.judged_now, result.from_store
-    else:
-        labels = pl.DataFrame(
-            schema={"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
-                    "label": pl.Float64}
-        )  # fmt: skip
     per_query, aggregate = _scores(labels, query_ids, ctx.metrics)
     return Evaluation(
         ref, ctx.identity(), retriever, ctx.spec, str(ctx.reader.name), query_ids, labels,
@@ -236,34 +325,177 @@ def evaluate(ref: str, ctx: _Context) -> Evaluation:
     )  # fmt: skip
 
 
-def _is_baseline_file(ref: str) -> bool:
-    return Path(ref).suffix == ".json" and Path(ref).is_file()
-
-
-def _stored(ref: str) -> Evaluation:
-    """A baseline file as an :class:`Evaluation` (metric values recomputed from its labels)."""
+def _read_stored(ref: str) -> dict[str, Any]:
+    """A baseline file read and checked (:func:`~erag_dagster.gate.baseline_file.read_baseline`)."""
     with concerning(ref):
-        data = read_baseline(ref)
-        labels = pl.DataFrame(
-            data["labels"],
-            schema={"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
-                    "label": pl.Float64},
-            orient="row" if data["labels"] and isinstance(data["labels"][0], list) else None,
-        )  # fmt: skip
+        return read_baseline(ref)
+
+
+def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Evaluation:
+    """A baseline file as an :class:`Evaluation` (metric values recomputed from its labels),
+    its labels verified against the dataset and the label store (:mod:`.verify`)."""
+    from erag_dagster.gate.verify import verify_stored_labels
+    from erag_dagster.inputs import dataset_digest
+
+    data = data if data is not None else _read_stored(ref)
     identity: EvalIdentity = data["identity"]
-    query_ids = [str(q) for q in data["query_ids"]]
+    if dataset_digest(ctx.spec) != identity.dataset_digest:
+        raise InputError(
+            f"{shown(ref)}: was evaluated on another dataset than {shown(ctx.spec)} (dataset "
+            f"digest {identity.dataset_digest[:12]} vs {dataset_digest(ctx.spec)[:12]}); give "
+            "--dataset with the baseline's dataset, or write the baseline again"
+        )
+    verified = verify_stored_labels(ref, data["labels"], identity, ctx.dataset, ctx.read_store)
+    rows = data["labels"]
+    labels = pl.DataFrame(rows, schema=LABEL_SCHEMA) if rows else _empty_labels()
+    query_ids = list(data["query_ids"])
     try:
         per_query, aggregate = _scores(labels, query_ids, identity.metrics)
     except InputError as exc:
-        raise InputError(f"{ref}: {exc}") from None
+        raise InputError(f"{shown(ref)}: {exc}") from None
     return Evaluation(
-        ref, identity, data["retriever"], str(data.get("dataset", "")),
-        str(data.get("reader", "")), query_ids, labels, per_query, aggregate, stored=True,
+        ref, identity, data["retriever"], data["dataset"], data["reader"], query_ids, labels,
+        per_query, aggregate, stored=True, checked=verified.note,
     )  # fmt: skip
 
 
-def save_baseline(evaluation: Evaluation, path: str | Path) -> None:
-    """Write ``evaluation`` as a baseline file that :func:`compare` reads back as a ref."""
+_OPTIONS = (("--k", "k"), ("--metrics", "metrics"), ("--metric", "downstream_metric"),
+            ("--dataset", "dataset"))  # fmt: skip
+
+
+def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateSettings:
+    """``settings`` with every option left out taken from the stored baseline(s); an option
+    given that contradicts one is refused in one line naming the option."""
+    from erag_dagster.inputs import dataset_digest
+    from erag_dagster.metrics.downstream import get_downstream_metric
+
+    for ref, data in stored.items():
+        ident: EvalIdentity = data["identity"]
+        found = {
+            "k": ident.k,
+            "metrics": ident.metrics,
+            "downstream_metric": ident.downstream_metric,
+            "dataset": ident.dataset_digest,
+        }
+        given = {
+            "k": settings.k or None,
+            "metrics": tuple(settings.metrics) or None,
+            "downstream_metric": (
+                get_downstream_metric(settings.downstream_metric).tag
+                if settings.downstream_metric
+                else None
+            ),
+            "dataset": dataset_digest(settings.dataset) if settings.dataset else None,
+        }
+        for option, name in _OPTIONS:
+            if given[name] is not None and given[name] != found[name]:
+                mine = getattr(settings, name)
+                theirs = found[name] if name != "dataset" else data["dataset"]
+                show = ",".join(x) if isinstance((x := mine), tuple) else str(mine)
+                was = ",".join(theirs) if isinstance(theirs, tuple) else str(theirs)
+                raise InputError(
+                    f"{option} {shown(show)} contradicts the stored baseline {shown(ref)} "
+                    f"({name} {shown(was)}); leave {option} out (a stored baseline's settings "
+                    "are used) or write the baseline again"
+                )
+        settings = replace(
+            settings,
+            k=settings.k or ident.k,
+            metrics=tuple(settings.metrics) or ident.metrics,
+            downstream_metric=settings.downstream_metric or ident.downstream_metric.split("/")[0],
+            dataset=settings.dataset or data["dataset"],
+        )
+    return settings
+
+
+def gate_inputs(settings: GateSettings, refs: Sequence[str]) -> list[Input]:
+    """Every file a gate run with ``settings`` over ``refs`` reads — the registry and its run
+    files, the dataset's files, the label store, the refs that are files — as the ``reads`` of
+    :func:`erag_dagster.output_guard.guard_output` (an output is never one of them)."""
+    from erag_dagster.data.loaders import dataset_source_files
+    from erag_dagster.labels.store import resolve_store
+    from erag_dagster.labels.store_url import store_files
+    from erag_dagster.registry import load_registry
+
+    with concerning(settings.registry or None):
+        registry = load_registry(settings.registry or None)
+    reads: list[Input] = [("the registry", registry.path)]
+    for entry in registry.retrievers.values():
+        if entry.config.get("kind") == "run_file":
+            reads.append((f"run_file {entry.name!r} of the registry", entry.config.get("path")))
+    specs = {settings.dataset or registry.evaluation.dataset}
+    for ref in refs:
+        if os.path.lexists(ref):
+            reads.append(("a ref of this gate", ref))
+            if _is_baseline_file(ref):
+                with contextlib.suppress(InputError, OSError):
+                    specs.add(_read_stored(ref)["dataset"])
+    for spec in sorted(s for s in specs if s):
+        with contextlib.suppress(Exception):  # a bad spec says why when it is loaded
+            reads += [("a dataset file", p) for p in dataset_source_files(spec)]
+    with contextlib.suppress(Exception):
+        reads += store_files(resolve_store(settings.store or None, writable=False))
+    return reads
+
+
+# -- the decision -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """:func:`decide`'s answer: per-metric verdicts, the overall verdict, the power the query
+    count allows, and notes (queries a side has no document for)."""
+
+    metrics: list[MetricVerdict]
+    verdict: str
+    power: Power
+    notes: list[str]
+
+
+def _uncovered(labels: pl.DataFrame, query_ids: Sequence[str]) -> int:
+    covered = set(labels.get_column("query_id").to_list()) if labels.height else set()
+    return sum(1 for q in query_ids if q not in covered)
+
+
+def decide(
+    baseline_labels: pl.DataFrame,
+    candidate_labels: pl.DataFrame,
+    query_ids: Sequence[str],
+    metrics: Sequence[str],
+    rule: GateRule,
+) -> Decision:
+    """The gate's decision on two label tables (``query_id, doc_id, rank, label``) over the same
+    ``query_ids`` — what :func:`compare` (and so ``erag-dagster compare``) decides with.
+
+    A query a side has no labelled row for scores 0 on every metric (an empty list) and is
+    counted in a note: a candidate without documents, or covering 1 of 6 queries, is scored as
+    retrieving nothing for the rest, never compared on the queries it kept. Power before
+    verdict: :func:`~erag_dagster.gate.power.gate_power` of ``len(query_ids)``.
+    """
+    n = len(query_ids)
+    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
+    base, _ = _scores(baseline_labels, query_ids, metrics)
+    cand, _ = _scores(candidate_labels, query_ids, metrics)
+    verdicts = metric_verdicts(base, cand, metrics, rule)
+    notes = []
+    for side, labels in (("baseline", baseline_labels), ("candidate", candidate_labels)):
+        missing = _uncovered(labels, query_ids)
+        if missing:
+            notes.append(
+                f"the {side} has no document for {missing} of {n} queries (each scored 0 on "
+                "every metric)"
+            )
+    if not power.can_decide:
+        notes.append(power.summary())
+    return Decision(verdicts, overall_verdict(verdicts), power, notes)
+
+
+def save_baseline(
+    evaluation: Evaluation, path: str | Path, command: str = "baseline", option: str = "--output"
+) -> None:
+    """Write ``evaluation`` as a baseline file that :func:`compare` reads back as a ref (an
+    ``OSError`` is one StorageError naming ``option`` and ``path``). The caller has applied
+    :func:`erag_dagster.output_guard.guard_output` to ``path``."""
     write_baseline(
         path,
         baseline_payload(
@@ -276,7 +508,13 @@ def save_baseline(evaluation: Evaluation, path: str | Path) -> None:
             evaluation.per_query,
             evaluation.aggregate,
         ),
+        command,
+        option,
     )
+
+
+def _stored_refs(refs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    return {ref: _read_stored(ref) for ref in refs if _ref_kind(ref) == "baseline"}
 
 
 def make_baseline(
@@ -285,12 +523,21 @@ def make_baseline(
     settings: GateSettings | None = None,
     reader: Any = None,
     log: Log | None = None,
+    force: bool = False,
 ) -> Evaluation:
-    """Evaluate ``ref`` (a run file or registry retriever) and save it as a baseline file."""
-    from erag_dagster.paths import check_output
+    """Evaluate ``ref`` (a run file, a registry retriever, or a baseline file, re-saved as
+    stored) and save it as a baseline file at ``output``, under the one output rule
+    (:func:`erag_dagster.output_guard.guard_output`: never a file the run reads; an existing
+    file only when it is an earlier baseline output, or with ``force``) — checked before any
+    work."""
+    from erag_dagster.output_guard import guard_output
 
-    check_output(output)
-    evaluation = evaluate(ref, _Context(settings or GateSettings(), reader, log))
+    settings = settings or GateSettings()
+    stored = _stored_refs([ref])
+    settings = _settled(settings, stored)
+    guard_output(output, "baseline", gate_inputs(settings, [ref]), force=force)
+    ctx = _Context(settings, reader, log)
+    evaluation = _stored(ref, ctx, stored[ref]) if stored else evaluate(ref, ctx)
     save_baseline(evaluation, output)
     return evaluation
 
@@ -302,15 +549,24 @@ def compare(
     rule: GateRule | None = None,
     reader: Any = None,
     log: Log | None = None,
+    require_power: bool = False,
 ) -> GateResult:
     """Gate ``candidate`` against ``baseline`` (refs: module docstring) under ``rule``
     (:mod:`.verdict`). ``reader``: an already loaded reader to use instead of the settings'
-    one (its fingerprint is the identity's). Raises :class:`InputError` when the two sides'
-    identities differ, naming the fields."""
+    one (its fingerprint is the identity's).
+
+    Options left out take a stored baseline's values; one that contradicts it, or identities
+    that differ, is an :class:`InputError` naming it — before any retrieval or reader call.
+    Power before verdict: when the dataset's query count cannot reach ``rule.alpha``
+    (:mod:`.power`), ``require_power`` raises :class:`~erag_dagster.gate.verdict.
+    GateCannotDecide` before labelling; otherwise it is logged and noted in the result.
+    """
     rule = rule or GateRule()
-    ctx = _Context(settings or GateSettings(), reader, log)
+    stored = _stored_refs([baseline, candidate])
+    settings = _settled(settings or GateSettings(), stored)
+    ctx = _Context(settings, reader, log)
     refs = {"baseline": baseline, "candidate": candidate}
-    sides = {role: _stored(ref) for role, ref in refs.items() if _is_baseline_file(ref)}
+    sides = {role: _stored(ref, ctx, stored[ref]) for role, ref in refs.items() if ref in stored}
     if len(sides) == 1:  # a stored side is checked before any retrieval or reader call
         now = ctx.identity()
         refuse_other_identity(
@@ -319,15 +575,22 @@ def compare(
             baseline,
             candidate,
         )
+    n = len(next(iter(sides.values())).query_ids) if sides else ctx.dataset.queries.height
+    metrics = next(iter(sides.values())).identity.metrics if sides else ctx.metrics
+    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
+    if not power.can_decide:
+        if require_power:
+            raise GateCannotDecide(power)
+        ctx.log(f"warning: {power.summary()}")
     for role, ref in refs.items():
         if role not in sides:
             sides[role] = evaluate(ref, ctx)
     base, cand = sides["baseline"], sides["candidate"]
     refuse_other_identity(base.identity, cand.identity, baseline, candidate)
     if base.query_ids != cand.query_ids:
-        raise InputError(f"{baseline} and {candidate} hold different query sets")
-    verdicts = metric_verdicts(base.per_query, cand.per_query, base.identity.metrics, rule)
-    notes = []
+        raise InputError(f"{shown(baseline)} and {shown(candidate)} hold different query sets")
+    decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule)
+    notes = [n for n in (base.checked, cand.checked) if n] + decision.notes
     if base.retriever == cand.retriever:
         notes.append("baseline and candidate are the same retriever")
-    return GateResult(base, cand, verdicts, overall_verdict(verdicts), rule, notes)
+    return GateResult(base, cand, decision.metrics, decision.verdict, rule, notes, decision.power)

@@ -1,6 +1,9 @@
 """A gate result as text (terminal), JSON (machines) and GitHub-flavoured markdown (a PR comment).
 
-Numbers: metric values and differences to 4 decimals, p-values to 4 significant digits. JSON
+Numbers: metric values and differences to 4 decimals, p-values to 4 significant digits. Every
+value that comes from a file or a name (refs, retriever names, the reader, the dataset, metric
+names, notes) goes through :func:`erag_dagster.gate.escape.shown` — one line each, and plain
+text in markdown — and the verdict word is bolded only where the verdict is written. JSON
 holds full precision, every per-metric field of :class:`~erag_dagster.gate.verdict.
 MetricVerdict`, both sides' identity and retriever, and the rule.
 """
@@ -12,6 +15,8 @@ from dataclasses import asdict
 from typing import Any
 
 from erag_dagster.gate.compare import Evaluation, GateResult
+from erag_dagster.gate.escape import shown
+from erag_dagster.gate.power import Power
 from erag_dagster.reports.tables import render_cells
 
 _MARK = {"worse": "❌ worse", "better": "✅ better", "indistinguishable": "➖ indistinguishable"}
@@ -22,7 +27,8 @@ def _rows(result: GateResult, marks: bool) -> list[list[str]]:
     pct = f"{result.rule.confidence:.0%}"
     return [
         [
-            v.metric,
+            # render_cells escapes the pipe of a markdown cell itself
+            shown(v.metric, markdown=marks).replace("\\|", "|"),
             f"{v.baseline:.4f}",
             f"{v.candidate:.4f}",
             f"{v.difference:+.4f}",
@@ -40,36 +46,46 @@ def _cost(side: Evaluation) -> str:
     return f"{side.judged_now} pairs answered by the reader, {side.from_store} from the store"
 
 
-def _headline(result: GateResult) -> str:
+def _headline(result: GateResult, verdict: str, md: bool = False) -> str:
+    """The headline with ``verdict`` (already formatted) where the verdict goes."""
     r = result.rule
     n = result.metrics[0].n if result.metrics else 0
     return (
-        f"candidate {result.candidate.retriever.label} vs baseline "
-        f"{result.baseline.retriever.label}: {result.verdict.upper()} "
+        f"candidate {shown(result.candidate.retriever.label, md)} vs baseline "
+        f"{shown(result.baseline.retriever.label, md)}: {verdict} "
         f"(margin {r.margin:g}, alpha {r.alpha:g} Holm-corrected over {len(result.metrics)} "
         f"metrics, {n} queries)"
     )
 
 
-def _identity_line(result: GateResult) -> str:
+def _identity_line(result: GateResult, md: bool = False) -> str:
     i = result.baseline.identity
+    dataset = result.candidate.dataset or result.baseline.dataset
+    reader = result.candidate.reader_name or result.baseline.reader_name
     return (
-        f"dataset {result.candidate.dataset or result.baseline.dataset} ({i.dataset_digest}), "
-        f"reader {result.candidate.reader_name or result.baseline.reader_name} "
-        f"({i.reader_fingerprint[:12]}), labels {i.label_method}/{i.downstream_metric}, k={i.k}"
+        f"dataset {shown(dataset, md)} ({shown(i.dataset_digest, md)}), reader "
+        f"{shown(reader, md)} ({shown(i.reader_fingerprint[:12], md)}), labels "
+        f"{shown(i.label_method, md)}/{shown(i.downstream_metric, md)}, k={i.k}"
     )
+
+
+def _power_line(power: Power | None, md: bool = False) -> str:
+    if power is None:
+        return "power: not computed"
+    return shown(f"power: {power.summary()}", md)
 
 
 def to_text(result: GateResult) -> str:
     """The terminal report: headline, table, identity, cost."""
     right = [False, True, True, True, True, True, False]
     lines = [
-        f"erag gate: {_headline(result)}",
+        f"erag gate: {_headline(result, result.verdict.upper())}",
         render_cells(_HEADERS, _rows(result, marks=False), right),
         f"identity: {_identity_line(result)}",
-        f"baseline {result.baseline.ref}: {_cost(result.baseline)}",
-        f"candidate {result.candidate.ref}: {_cost(result.candidate)}",
-        *(f"note: {n}" for n in result.notes),
+        _power_line(result.power),
+        f"baseline {shown(result.baseline.ref)}: {_cost(result.baseline)}",
+        f"candidate {shown(result.candidate.ref)}: {_cost(result.candidate)}",
+        *(f"note: {shown(n)}" for n in result.notes),
     ]
     return "\n".join(lines)
 
@@ -81,11 +97,13 @@ def to_markdown(result: GateResult) -> str:
     lines = [
         f"### eRAG retrieval gate: {_MARK[result.verdict]}",
         "",
-        _headline(result).replace(result.verdict.upper(), f"**{result.verdict}**"),
+        _headline(result, f"**{result.verdict}**", md=True),
         "",
         render_cells(_HEADERS, _rows(result, marks=True), right, markdown=True),
         "",
-        f"Identity: {_identity_line(result)}.",
+        f"Identity: {_identity_line(result, md=True)}.",
+        "",
+        f"{_power_line(result.power, md=True)}.",
         "",
         f"Rule: *worse* when the whole {r.confidence:.0%} paired-bootstrap interval of "
         f"candidate − baseline lies below {-r.margin or 0.0:g} and the Holm-corrected "
@@ -93,7 +111,7 @@ def to_markdown(result: GateResult) -> str:
         "same p; else *indistinguishable*.",
         "",
         f"Reader cost: baseline — {_cost(result.baseline)}; candidate — {_cost(result.candidate)}.",
-        *(f"\nNote: {n}." for n in result.notes),
+        *(f"\nNote: {shown(n, markdown=True)}." for n in result.notes),
     ]
     return "\n".join(lines) + "\n"
 
@@ -122,7 +140,29 @@ def to_json(result: GateResult) -> str:
             "baseline": _side(result.baseline),
             "candidate": _side(result.candidate),
             "rule": asdict(result.rule),
+            "power": asdict(result.power) if result.power else None,
             "notes": result.notes,
         },
         indent=2,
+    )
+
+
+def cannot_decide_report(power: Power, baseline: str, candidate: str, fmt: str) -> str:
+    """What ``compare`` prints when it stops before labelling because the gate cannot decide
+    (:mod:`erag_dagster.gate.power`), in ``fmt`` ``text``, ``markdown`` or ``json``."""
+    if fmt == "json":
+        return json.dumps(
+            {"verdict": "cannot-decide", "baseline": baseline, "candidate": candidate,
+             "power": asdict(power)},
+            indent=2,
+        )  # fmt: skip
+    if fmt == "markdown":
+        return (
+            "### eRAG retrieval gate: ⚠️ cannot decide\n\n"
+            f"Candidate {shown(candidate, True)} vs baseline {shown(baseline, True)}: "
+            f"{shown(power.summary(), True)}.\n"
+        )
+    return (
+        f"erag gate: candidate {shown(candidate)} vs baseline {shown(baseline)}: CANNOT DECIDE\n"
+        f"{_power_line(power)}"
     )

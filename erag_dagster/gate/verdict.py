@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from erag_dagster.errors import InputError
+from erag_dagster.gate.power import Power
 from erag_dagster.stats.significance import compare_paired, holm
 
 VERDICTS = ("better", "worse", "indistinguishable")
@@ -35,6 +36,16 @@ FAIL_RULES = {"worse": ("worse",), "worse-or-indistinguishable": ("worse", "indi
 EXIT_GATE_FAILED = 3
 """Exit status of ``erag-dagster compare --fail-if ...`` when the gate fails (2 stays bad input,
 1 the environment)."""
+
+
+class GateCannotDecide(Exception):
+    """Power before verdict (:mod:`.power`): with these queries and metrics no candidate can be
+    called worse or better; raised before any labelling when the caller requires power
+    (``erag-dagster compare --fail-if`` without ``--allow-underpowered``: exit 3)."""
+
+    def __init__(self, power: Power) -> None:
+        super().__init__(power.summary())
+        self.power = power
 
 
 @dataclass(frozen=True)
@@ -66,10 +77,25 @@ class GateRule:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.margin >= 0:
-            raise InputError(f"--margin must be >= 0 (metric units), got {self.margin}")
+        for name in ("margin", "alpha", "confidence"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputError(f"--{name} must be a number, got {value!r}")
+        for name in ("n_resamples", "n_permutations", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"GateRule.{name} must be an integer, got {value!r}")
+        if not 0 <= self.margin < 1:  # nan and inf fail too
+            raise InputError(
+                f"--margin must lie in [0, 1) (metric units; metric values lie in [0, 1], so a "
+                f"margin of 1 or more could never be exceeded), got {self.margin}"
+            )
         if not 0 < self.alpha < 1:
             raise InputError(f"--alpha must lie in (0, 1), got {self.alpha}")
+        if not 0 < self.confidence < 1:
+            raise InputError(f"GateRule.confidence must lie in (0, 1), got {self.confidence}")
+        if self.n_resamples < 1 or self.n_permutations < 1:
+            raise InputError("GateRule.n_resamples and n_permutations must be >= 1")
 
 
 def metric_verdicts(
@@ -133,3 +159,27 @@ def overall_verdict(verdicts: Sequence[MetricVerdict]) -> str:
     ``indistinguishable``."""
     found = {v.verdict for v in verdicts}
     return "worse" if "worse" in found else "better" if "better" in found else "indistinguishable"
+
+
+def gate_failure(
+    verdict: str, power: Power, fail_if: str | None, allow_underpowered: bool = False
+) -> str | None:
+    """Why ``--fail-if fail_if`` fails the gate (one line), or None when it passes.
+
+    It fails when the overall ``verdict`` is one of :data:`FAIL_RULES` ``[fail_if]``, and —
+    power before verdict (:mod:`.power`) — when the gate could not decide anything with these
+    queries and metrics, unless ``allow_underpowered``: an underpowered gate would otherwise
+    pass every candidate, however much worse. No ``fail_if``: never fails.
+    """
+    if not fail_if:
+        return None
+    if fail_if not in FAIL_RULES:
+        raise InputError(f"--fail-if {fail_if!r}: choose one of {', '.join(FAIL_RULES)}")
+    if verdict in FAIL_RULES[fail_if]:
+        return f"the candidate is {verdict} (--fail-if {fail_if})"
+    if not power.can_decide and not allow_underpowered:
+        return (
+            f"{power.summary()} (--fail-if {fail_if}; pass "
+            "--allow-underpowered to let it pass anyway)"
+        )
+    return None
