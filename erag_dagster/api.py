@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from erag_dagster import api_args
 from erag_dagster.errors import EnvironmentFault, InputError, as_fault, concerning
 
 if TYPE_CHECKING:
@@ -89,6 +90,12 @@ def evaluate(
         InputError: a bad dataset, registry, retriever or reader name, metric name or setting.
         EnvironmentFault: an unusable label store or storage folder.
     """
+    # arguments checked before any work (types, empty lists, counts, seed): erag_dagster/api_args.py
+    api_args.check_evaluate(
+        dataset=dataset, retrievers=retrievers, reader=reader, metrics=metrics, metric=metric,
+        k=k, label_k=label_k, registry=registry, store=store, n_resamples=n_resamples,
+        seed=seed, log=log,
+    )  # fmt: skip
     import polars as pl
 
     from erag_dagster.data.spec import parse_spec
@@ -199,11 +206,17 @@ def label(
     ``.from_store``). Raises :class:`InputError` for a bad dataset, run file, reader, metric
     or ``k``; :class:`EnvironmentFault` for an unusable store.
     """
+    # arguments checked before any file is read or a store created: erag_dagster/api_args.py
+    api_args.check_label(
+        dataset=dataset, run=run, reader=reader, metric=metric, k=k, store=store,
+        registry=registry, executor=executor, ray_address=ray_address, log=log,
+    )  # fmt: skip
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
     from erag_dagster.retrieval.runs import read_trec_run, top_k
 
     reg = load_registry_file(registry)
+    api_args.check_reader_names(reader, reg)  # an unknown reader creates no store
     ds = load_dataset_checked(dataset) if isinstance(dataset, str) else dataset
     if isinstance(run, str | Path):
         with concerning(run):
@@ -254,6 +267,7 @@ def score(
     Raises :class:`InputError` for a missing or malformed labels file (``file:line``), a
     non-numeric label (naming query and rank) or a bad metric name.
     """
+    api_args.check_score(labels, metrics, compat)
     import polars as pl
 
     from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
