@@ -1,0 +1,387 @@
+"""Fit diagnostics: do one labelled run's labels fit the user's data?
+
+From one (reader, retriever) labelling — the reader's answers, their eRAG labels, the queries'
+gold answers and, where present, the human judgments — :func:`fit_diagnostics` computes:
+
+- **cut answers**: the share of answers that stopped at ``max_new_tokens`` (an answer of at
+  least ``max_new_tokens - CUT_SLACK`` tokens, counted by the reader's own tokenizer: the kept
+  first line, decoded and stripped, can re-tokenise one token shorter). Unknown (``None``)
+  without a token counter;
+- **lengths**: mean answer length and mean gold-answer length, in whitespace words (a query's
+  gold length is the mean over its gold answers; the mean over queries weights each query
+  once);
+- **separation** (:class:`Separation`), only with judgments: how well the labels separate the
+  judged-relevant documents (``relevance >= relevance_level``) from the other labelled ones
+  (judged non-relevant or unjudged): the area under the ROC curve of label vs judgment
+  (Mann-Whitney; tied labels count one half; 0.5 = no separation, 1 = every relevant document
+  above every other), with a percentile bootstrap CI over queries (a query's documents are
+  drawn together; :mod:`erag_dagster.stats.correlation`'s resampling, a fixed seed).
+
+:meth:`FitDiagnostics.warnings` turns them into one line each, with the fix, when they cross a
+threshold (each constant below says where its value comes from):
+
+- :data:`CUT_SHARE` — more than 10 % of answers cut: raise ``max_new_tokens``. Measured on the
+  long-answer set (docs/label-methods.md, "Long answers"): at 16 tokens most answers are cut
+  and the labels separate worse than at 64;
+- :data:`LONG_GOLD_WORDS` — gold answers of more than 5 words on average with ``em``/``f1``:
+  score with ``rougel`` or ``contains``. Five tokens is the short-answer bound of NQ-open (Lee,
+  Chang & Toutanova, ACL 2019, §4.1; kept by DPR and RAG), the setting token F1 and EM were
+  made for (Rajpurkar et al., EMNLP 2016);
+- :data:`SHORT_RATIO` — answers under half the gold length: token F1 of an answer holding a
+  share ``r`` of the gold's words is at most ``2r / (1 + r)`` (recall ``<= r``), 0.67 at
+  ``r = 0.5``, whatever the reader got right: raise ``max_new_tokens``, or ask for the whole
+  answer sentence in the prompt;
+- :data:`LONG_RATIO` — answers over twice the gold length: precision ``<= 1/2``, the same cap
+  of 0.67 on F1: ask for the answer span only (``system_prompt``), or score with ``contains``;
+- :data:`MIN_AUC` — AUC under 0.7, or a CI that holds 0.5: the labels do not separate the
+  judged-relevant documents (0.7 is the lower bound of "acceptable discrimination" of Hosmer &
+  Lemeshow, *Applied Logistic Regression*, 2nd ed. 2000, §5.2.4).
+
+Edge cases: an empty label frame gives ``answers == 0`` and no warning; a query without gold
+answers is left out of the gold length; no judgments, or no relevant or no other document among
+the labelled ones, gives ``separation is None``. Plain data and numpy: no Dagster, no reader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from erag_dagster.stats.correlation import (
+    check_bootstrap_args,
+    percentile_interval,
+    resample_blocks,
+)
+
+CUT_SLACK = 1
+"""Tokens of slack when telling a cut answer: ``tokens >= max_new_tokens - CUT_SLACK``."""
+CUT_SHARE = 0.10
+"""Warn when more than this share of answers stopped at ``max_new_tokens``."""
+LONG_GOLD_WORDS = 5.0
+"""Gold answers longer than this (mean words) are long answers (NQ-open's short-answer bound)."""
+SHORT_RATIO = 0.5
+"""Warn when mean answer words / mean gold words is below this (F1 capped at 0.67)."""
+LONG_RATIO = 2.0
+"""Warn when mean answer words / mean gold words is above this (precision capped at 0.5)."""
+MIN_AUC = 0.7
+"""Warn when the label-vs-judgment AUC is below this (Hosmer & Lemeshow's "acceptable")."""
+SPAN_METRICS = ("em", "f1")
+"""Metrics made for short answer spans (the long-answer warning names them)."""
+
+
+@dataclass(frozen=True)
+class Separation:
+    """How well labels separate judged-relevant documents from the others (module docstring).
+
+    ``auc`` in [0, 1] with its percentile bootstrap CI ``[low, high]`` (``nan`` bounds when
+    fewer than two queries carry both kinds of document); ``relevant`` / ``others``: labelled
+    pairs of each kind; ``queries``: queries labelled; ``mean_relevant`` / ``mean_other``: the
+    mean label of each kind.
+    """
+
+    auc: float
+    low: float
+    high: float
+    relevant: int
+    others: int
+    queries: int
+    mean_relevant: float
+    mean_other: float
+
+    @property
+    def text(self) -> str:
+        """``AUC 0.74 [0.66, 0.81] (40 relevant, 120 other pairs)``."""
+        ci = "" if math.isnan(self.low) else f" [{self.low:.2f}, {self.high:.2f}]"
+        return f"AUC {self.auc:.2f}{ci} ({self.relevant} relevant, {self.others} other pairs)"
+
+
+@dataclass(frozen=True)
+class FitDiagnostics:
+    """The fit of one labelled run: see the module docstring for every field's definition.
+
+    ``cut_answers`` is ``None`` when the token counts are unknown; ``mean_gold_words`` is
+    ``nan`` when no labelled query has gold answers.
+    """
+
+    reader: str
+    retriever: str
+    metric: str
+    answers: int
+    max_new_tokens: int | None
+    cut_answers: int | None
+    mean_answer_words: float
+    mean_gold_words: float
+    separation: Separation | None
+
+    @property
+    def cut_share(self) -> float | None:
+        """Share of answers cut at ``max_new_tokens`` in [0, 1]; ``None`` when unknown."""
+        if self.cut_answers is None or not self.answers:
+            return None
+        return self.cut_answers / self.answers
+
+    @property
+    def length_ratio(self) -> float:
+        """Mean answer words / mean gold words (``nan`` without gold lengths)."""
+        if math.isnan(self.mean_gold_words) or self.mean_gold_words <= 0:
+            return math.nan
+        return self.mean_answer_words / self.mean_gold_words
+
+    @property
+    def name(self) -> str:
+        return f"{self.reader} / {self.retriever}" if self.retriever else self.reader
+
+    def warnings(self) -> list[str]:
+        """One line per threshold crossed, each with its fix (module docstring); ``[]`` when
+        the labels fit."""
+        if not self.answers:
+            return []
+        out: list[str] = []
+        share = self.cut_share
+        if share is not None and share > CUT_SHARE:
+            out.append(
+                f"{share:.0%} of the answers stop at max_new_tokens={self.max_new_tokens} "
+                f"(more than {CUT_SHARE:.0%}): they are cut; raise the reader's max_new_tokens "
+                f"(e.g. {4 * int(self.max_new_tokens or 16)})"
+            )
+        gold, ratio = self.mean_gold_words, self.length_ratio
+        if not math.isnan(gold) and gold > LONG_GOLD_WORDS and self.metric in SPAN_METRICS:
+            out.append(
+                f"gold answers average {gold:.1f} words (long answers: more than "
+                f"{LONG_GOLD_WORDS:.0f}), scored with {self.metric}, a short-span metric: use "
+                "metric rougel or contains for long answers"
+            )
+        if not math.isnan(ratio) and ratio < SHORT_RATIO:
+            cap = 2 * ratio / (1 + ratio)
+            out.append(
+                f"answers average {self.mean_answer_words:.1f} words against {gold:.1f} in the "
+                f"gold answers (ratio {ratio:.2f} < {SHORT_RATIO}; F1 can reach at most "
+                f"{cap:.2f}): raise max_new_tokens, or a prompt that asks for the whole answer "
+                "sentence"
+            )
+        if not math.isnan(ratio) and ratio > LONG_RATIO:
+            out.append(
+                f"answers average {self.mean_answer_words:.1f} words against {gold:.1f} in the "
+                f"gold answers (ratio {ratio:.2f} > {LONG_RATIO:.0f}): a prompt that asks for the "
+                "answer span only (system_prompt), or metric contains"
+            )
+        sep = self.separation
+        if sep is not None and (sep.auc < MIN_AUC or (sep.low <= 0.5 <= sep.high)):
+            out.append(
+                f"labels separate judged-relevant from other documents poorly: {sep.text}; "
+                f"below {MIN_AUC} or a CI holding 0.5 means the labels barely follow the "
+                "judgments: check the fixes above, or the metric"
+            )
+        return [f"fit warning [{self.name}]: {line}" for line in out]
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain data for a frame, JSON or the HTML page: every field, the separation's flat
+        (``auc``, ``auc_low``, ... ``None`` without judgments), ``cut_share`` and ``warnings``."""
+        row = {k: v for k, v in asdict(self).items() if k != "separation"}
+        sep = self.separation
+        row.update(
+            cut_share=self.cut_share,
+            auc=None if sep is None else sep.auc,
+            auc_low=None if sep is None else sep.low,
+            auc_high=None if sep is None else sep.high,
+            relevant_pairs=None if sep is None else sep.relevant,
+            other_pairs=None if sep is None else sep.others,
+            mean_label_relevant=None if sep is None else sep.mean_relevant,
+            mean_label_other=None if sep is None else sep.mean_other,
+            warnings=self.warnings(),
+        )
+        return row
+
+
+def label_auc(labels: Sequence[float] | np.ndarray, relevant: Sequence[bool] | np.ndarray) -> float:
+    """Area under the ROC curve of ``labels`` for telling ``relevant`` items from the others
+    (Mann-Whitney U / (n1 n0), average ranks, so ties count one half). ``nan`` when either
+    class is empty."""
+    x = np.asarray(labels, dtype=np.float64)
+    y = np.asarray(relevant, dtype=bool)
+    n1 = int(y.sum())
+    n0 = y.size - n1
+    if n1 == 0 or n0 == 0:
+        return math.nan
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(x.size, dtype=np.float64)
+    sorted_x = x[order]
+    # average rank of each run of equal values (1-based)
+    starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])
+    ends = np.r_[starts[1:], x.size]
+    for s, e in zip(starts, ends, strict=True):
+        ranks[order[s:e]] = (s + e + 1) / 2.0
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
+
+
+def separation(
+    frame: pl.DataFrame,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> Separation | None:
+    """:class:`Separation` of a frame with ``query_id, label, relevant`` (bool) rows; the CI
+    resamples queries with replacement (``n_resamples`` times, ``seed``); ``None`` when one
+    of the two kinds of document is missing."""
+    check_bootstrap_args(n_resamples, confidence)
+    labels = frame.get_column("label").cast(pl.Float64).to_numpy()
+    relevant = frame.get_column("relevant").cast(pl.Boolean).to_numpy()
+    auc = label_auc(labels, relevant)
+    if math.isnan(auc):
+        return None
+    groups = frame.with_row_index("_i").group_by("query_id", maintain_order=True).agg("_i")
+    members = [np.asarray(ix, dtype=np.intp) for ix in groups.get_column("_i").to_list()]
+    low = high = math.nan
+    if len(members) >= 2:
+        rng = np.random.default_rng(seed)
+        draws: list[float] = []
+        for block in resample_blocks(rng, len(members), n_resamples):
+            for row in block:
+                ix = np.concatenate([members[q] for q in row])
+                draws.append(label_auc(labels[ix], relevant[ix]))
+        kept = [d for d in draws if not math.isnan(d)]
+        low, high = percentile_interval(kept, confidence)
+    return Separation(
+        auc=auc,
+        low=low,
+        high=high,
+        relevant=int(relevant.sum()),
+        others=int((~relevant).sum()),
+        queries=len(members),
+        mean_relevant=float(labels[relevant].mean()),
+        mean_other=float(labels[~relevant].mean()),
+    )
+
+
+def _words(text: str | None) -> int:
+    return len((text or "").split())
+
+
+def fit_diagnostics(
+    labels: pl.DataFrame,
+    queries: pl.DataFrame,
+    qrels: pl.DataFrame | None = None,
+    *,
+    reader: str = "",
+    retriever: str = "",
+    metric: str = "",
+    max_new_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    answer_tokens: Sequence[int] | None = None,
+    relevance_level: int = 1,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> FitDiagnostics:
+    """The :class:`FitDiagnostics` of one labelled run.
+
+    ``labels``: ``query_id, doc_id, label, answer`` rows (a ``doc_labels`` frame);
+    ``queries``: ``query_id, answers`` (list of gold strings); ``qrels``: ``query_id, doc_id,
+    relevance`` or ``None``/empty. Token counts per answer come from ``answer_tokens`` (in
+    ``labels`` row order) or else ``count_tokens`` (the reader's tokenizer, e.g. its
+    ``count_tokens`` method); with neither, or without ``max_new_tokens``, the cut share is
+    unknown. ``metric`` names the downstream metric the labels were scored with.
+    """
+    answers = labels.get_column("answer").fill_null("").to_list() if labels.height else []
+    cut: int | None = None
+    if max_new_tokens is not None and (answer_tokens is not None or count_tokens is not None):
+        tokens = list(answer_tokens) if answer_tokens is not None else []
+        if answer_tokens is None and count_tokens is not None:
+            tokens = [count_tokens(a) for a in answers]
+        cut = sum(t >= max_new_tokens - CUT_SLACK for t in tokens)
+    mean_answer = float(np.mean([_words(a) for a in answers])) if answers else math.nan
+    asked = labels.select("query_id").unique() if labels.height else pl.DataFrame()
+    gold_means: list[float] = []
+    if labels.height:
+        golds = queries.select(pl.col("query_id").cast(pl.String), "answers").join(
+            asked, on="query_id", how="semi"
+        )
+        for gold in golds.get_column("answers").to_list():
+            if gold:
+                gold_means.append(float(np.mean([_words(g) for g in gold])))
+    mean_gold = float(np.mean(gold_means)) if gold_means else math.nan
+    sep = None
+    if qrels is not None and qrels.height and labels.height:
+        relevant = qrels.filter(pl.col("relevance") >= relevance_level).select(
+            pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String),
+            pl.lit(True).alias("relevant"),
+        )  # fmt: skip
+        judged = labels.select(
+            pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String), "label"
+        ).join(relevant, on=["query_id", "doc_id"], how="left")
+        judged = judged.with_columns(pl.col("relevant").fill_null(False))
+        sep = separation(judged, n_resamples=n_resamples, seed=seed)
+    return FitDiagnostics(
+        reader=reader,
+        retriever=retriever,
+        metric=metric,
+        answers=len(answers),
+        max_new_tokens=max_new_tokens,
+        cut_answers=cut,
+        mean_answer_words=mean_answer,
+        mean_gold_words=mean_gold,
+        separation=sep,
+    )
+
+
+def reader_fit(
+    labels: pl.DataFrame,
+    queries: pl.DataFrame,
+    qrels: pl.DataFrame | None,
+    reader: Any,
+    *,
+    reader_name: str = "",
+    retriever: str = "",
+    metric: str = "",
+    relevance_level: int = 1,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> FitDiagnostics:
+    """:func:`fit_diagnostics` for labels a reader object made: its ``spec.max_new_tokens``
+    and its ``count_tokens`` (when it has one; a transformers reader loads its model for it if
+    every answer came from the store). ``reader_name`` defaults to the reader's ``name``."""
+    spec = getattr(reader, "spec", None)
+    max_new = getattr(spec, "max_new_tokens", None)
+    return fit_diagnostics(
+        labels, queries, qrels,
+        reader=reader_name or str(getattr(reader, "name", "")), retriever=retriever,
+        metric=metric, max_new_tokens=None if max_new is None else int(max_new),
+        count_tokens=getattr(reader, "count_tokens", None), relevance_level=relevance_level,
+        n_resamples=n_resamples, seed=seed,
+    )  # fmt: skip
+
+
+def fit_frame(diagnostics: Sequence[FitDiagnostics]) -> pl.DataFrame:
+    """One row per diagnosed run (:meth:`FitDiagnostics.as_dict`; ``warnings`` as one string,
+    a line per warning, so the frame writes to CSV)."""
+    rows = [{**d.as_dict(), "warnings": "\n".join(d.warnings())} for d in diagnostics]
+    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+
+
+def fit_lines(diagnostics: Sequence[FitDiagnostics]) -> list[str]:
+    """Every warning line of every run (``[]`` when all labels fit): what a report prints."""
+    return [line for d in diagnostics for line in d.warnings()]
+
+
+def format_fit(diagnostics: Sequence[FitDiagnostics]) -> str:
+    """The text section: one line per run (cut share, lengths, AUC), then the warnings, or a
+    line saying the labels fit."""
+    lines = []
+    for d in diagnostics:
+        share = "unknown" if d.cut_share is None else f"{d.cut_share:.0%}"
+        gold = "n/a" if math.isnan(d.mean_gold_words) else f"{d.mean_gold_words:.1f}"
+        sep = "no judgments" if d.separation is None else d.separation.text
+        lines.append(
+            f"{d.name}: {d.answers} answers ({d.metric}), cut at max_new_tokens="
+            f"{d.max_new_tokens}: {share}; words per answer {d.mean_answer_words:.1f} vs gold "
+            f"{gold}; label vs judgment: {sep}"
+        )
+    warnings = fit_lines(diagnostics)
+    lines += warnings or [
+        "no fit warning: the labels fit the data (thresholds: docs/label-methods.md)"
+    ]
+    return "\n".join(lines)
