@@ -9,6 +9,7 @@ erag_dagster.cli``). One module per job:
   ``correlate``.
 * :mod:`.cmd_run`: ``run``, the whole graph and its reports.
 * :mod:`.cmd_store`: ``audit``, ``import-recovery``, ``store copy``.
+* :mod:`.cmd_data`: ``check-dataset``.
 * :mod:`.cmd_gate`: ``compare``, ``baseline`` (the regression gate).
 * :mod:`.common`: what the commands share (dataset and registry loading, the files a command
   reads, ``--metrics``, printing a table).
