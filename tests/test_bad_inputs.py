@@ -227,6 +227,17 @@ CASES = [
     ("missing option", ["retrieve", "--dataset", "sample"], {}, 2, ["--retriever", "--output"]),
 ]  # fmt: skip
 
+# --- check-dataset (issue 34): the loaders' own line, through the dataset command ---------------
+CASES += [
+    ("check-dataset: qrels not UTF-8", ["check-dataset", "beir:latin1"], {}, 2,
+     ["latin1/qrels/test.tsv:2", "UTF-8"]),
+    ("check-dataset: null grade, parquet", ["check-dataset", "parquet:nullrel"], {}, 2,
+     ["qrels.parquet (row 2)", "null"]),
+    ("check-dataset: no such folder", ["check-dataset", "jsonl:nowhere"], {}, 2,
+     ["'jsonl:nowhere'", "no such file or directory"]),
+]  # fmt: skip
+# --- end check-dataset ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("argv", "env", "code", "parts"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.meta.fit import FitDiagnostics, fit_frame, format_fit
 from erag_dagster.paths import atomic_path
 from erag_dagster.reports.leaderboard import (
     STAT_SUFFIXES,
@@ -52,6 +53,8 @@ ACROSS_TITLES: dict[str, str] = {
     "erag_leaderboard": "Across datasets: eRAG list metrics, reader x retriever x dataset",
     "table1_across": "Across datasets: Table 1 (Kendall tau-b), one column group per dataset",
 }
+#: Title of the fit diagnostics (:mod:`erag_dagster.meta.fit`), printed after the verdict.
+FIT_TITLE = "Do the labels fit the data? Answers cut, answer vs gold length, label vs judgment"
 _KEYS = ("reader", "retriever", "query_id", "queries")
 _HASH = re.compile(r"-[0-9a-f]{8}\b")
 
@@ -97,6 +100,7 @@ class RunReport:
     verdicts: list[Verdict] = field(default_factory=list)
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     tables_dir: Path | None = None
+    fits: list[FitDiagnostics] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         """The frame of a report by name (``erag_report``, or ``<dataset>/erag_report``)."""
@@ -138,6 +142,8 @@ class RunReport:
             f"helps the reader, and is the difference real? ==\n{v.text}"
             for v in self.verdicts
         ]
+        if self.fits:  # right after the verdict: labels that do not fit the data undo it
+            blocks.append(f"== {FIT_TITLE} ==\n{format_fit(self.fits)}")
         for section in self.sections:
             if section.frame is None:
                 blocks.append(f"{section.title}: not available ({section.missing})")
@@ -159,6 +165,8 @@ class RunReport:
         each file written atomically). Returns the folder, also kept in :attr:`tables_dir`."""
         folder = Path(folder)
         tables = dict(self.frames)
+        if self.fits:
+            tables.setdefault("fit", fit_frame(self.fits))
         for v in self.verdicts:
             prefix = f"{v.dataset}/" if v.dataset else ""
             tables[f"{prefix}verdict_ranking"] = v.ranking
