@@ -84,6 +84,9 @@ def evaluate(
         ``.erag_report``, ``.erag_per_query``, ``.retrieval_report`` (empty without
         judgments), ``["doc_labels"]`` (every label, with ``reader`` and ``retriever``) and
         ``["retrieval_run"]`` (every run, with ``retriever``), as polars DataFrames;
+        ``.fits`` / ``["fit"]``: whether the labels fit the data, per reader x retriever
+        (:mod:`erag_dagster.meta.fit`: answers cut at ``max_new_tokens``, answer vs gold
+        length, label-vs-judgment AUC with CI, warning lines);
         ``str(report)`` is the text ``erag-dagster run`` prints.
 
     Raises:
@@ -101,6 +104,7 @@ def evaluate(
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
+    from erag_dagster.meta.fit import FitDiagnostics, fit_frame, reader_fit
     from erag_dagster.meta.per_query import erag_per_query, erag_summary
     from erag_dagster.reports.leaderboard import leaderboard
     from erag_dagster.reports.run_report import RunReport, Section
@@ -136,6 +140,7 @@ def evaluate(
             reg, name, ds.corpus, ds.queries, depth, log=log, question_subset=subset
         )
     labels: dict[tuple[str, str], pl.DataFrame] = {}
+    fits: list[FitDiagnostics] = []
     producer = evaluation_id("api")  # what `erag-dagster audit` shows for this call's labels
     for reader_key, model in models:  # each model loads on its first pair, stays loaded
         for key, run in runs.items():
@@ -146,6 +151,12 @@ def evaluate(
                     reg.generation, log, producer,
                 )  # fmt: skip
             labels[(reader_key, key)] = result.labels
+            fit = reader_fit(
+                result.labels, ds.queries, ds.qrels, model, reader_name=reader_key,
+                retriever=key, metric=downstream, relevance_level=config.relevance_level,
+                n_resamples=n_resamples, seed=seed,
+            )  # fmt: skip
+            fits.append(fit)  # docs/label-methods.md, "Fit diagnostics"
     per_query = erag_per_query(labels, list_metrics)
     board = pl.DataFrame()
     if ds.qrels.height:
@@ -173,7 +184,9 @@ def evaluate(
             "erag_per_query": per_query,
             "doc_labels": doc_labels,
             "retrieval_run": run_table,
+            "fit": fit_frame(fits),
         },
+        fits=fits,
     )
 
 
