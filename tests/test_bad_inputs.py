@@ -1185,3 +1185,206 @@ def test_number_grammar_accepts_what_trec_eval_and_python_agree_on() -> None:
     for text in ("1_000", "١", "0x1p3", "inf", "nan", "1e400", "--1", "1e"):
         with pytest.raises(InputError, match=r"^f:1: score"):
             parse_score(text, "f:1")
+
+
+# --- issue 32: the regression gate (erag-dagster compare / baseline) -------------------------
+# Every case fails before any reader or retriever starts: the output rule, the option parsing,
+# the baseline file's form, digest and answer keys, a stored label against the label store, the
+# options a stored baseline contradicts, refs that are not regular files, and power before
+# verdict (6 queries, 3 metrics: the gate cannot decide, exit 3). Files are byte-identical after.
+
+GATE_SPEC = "sample?max_questions=6"
+GATE_METRICS = ("RR", "nDCG@3", "Success@3")
+GATE_FP = "f" * 64
+
+
+def _gate_baseline(ds, rows: list[dict], **changes) -> dict:
+    """A baseline file's object for ``rows`` (query_id, doc_id, rank, label), written as
+    ``erag-dagster baseline`` writes it (answer keys, digest) with ``changes`` applied after."""
+    from erag_dagster.gate.baseline_file import baseline_payload
+    from erag_dagster.gate.identity import EvalIdentity, RetrieverIdentity
+    from erag_dagster.gate.verify import answer_keys
+    from erag_dagster.inputs import dataset_digest
+
+    keys = answer_keys(rows, GATE_FP, ds)
+    labels = [{**r, "answer_key": k} for r, k in zip(rows, keys, strict=True)]
+    identity = EvalIdentity(dataset_digest(GATE_SPEC), GATE_FP, "erag", "contains",
+                            GATE_METRICS, 3)  # fmt: skip
+    query_ids = sorted(ds.queries.get_column("query_id").cast(pl.String).to_list())
+    payload = baseline_payload(identity, RetrieverIdentity("run_file", "base.trec", "0" * 64),
+                               GATE_SPEC, "r", query_ids, labels, {}, {})  # fmt: skip
+    return {**payload, **changes}
+
+
+@pytest.fixture()
+def gating(bad: Path) -> Path:
+    """Runs of 6 queries, a valid baseline, broken baselines, a store whose stored answers
+    contradict the baseline's labels, a FIFO and a registry copy, in ``bad``."""
+    from erag_dagster.labels.keys import utc_now
+    from erag_dagster.registry import default_registry_path
+
+    ds = load_dataset(GATE_SPEC)
+    qids = sorted(ds.queries.get_column("query_id").cast(pl.String).to_list())
+    docs = ds.corpus.get_column("doc_id").cast(pl.String).to_list()
+    rows = [{"query_id": q, "doc_id": docs[(i * 3 + r) % len(docs)], "rank": r + 1, "label": 1.0}
+            for i, q in enumerate(qids) for r in range(3)]  # fmt: skip
+    trec = "".join(f"{r['query_id']} Q0 {r['doc_id']} {r['rank']} {4 - r['rank']} t\n"
+                   for r in rows)  # fmt: skip
+    (bad / "base.trec").write_text(trec)
+    (bad / "cand.trec").write_text(trec.replace(" t\n", " c\n"))
+    (bad / "one.trec").write_text(trec.splitlines(keepends=True)[0])
+    good = _gate_baseline(ds, rows)
+    (bad / "gate.json").write_text(json.dumps(good, indent=1))
+    (bad / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(good).encode())
+    (bad / "qids5.json").write_text(json.dumps({**good, "query_ids": 5}))
+    (bad / "labelsobj.json").write_text(json.dumps({**good, "labels": {}}))
+    forged = json.loads(json.dumps(good))
+    forged["labels"][0]["label"] = 0.0
+    (bad / "edited.json").write_text(json.dumps(forged))  # digest no longer matches
+    outside = _gate_baseline(ds, rows)
+    outside["labels"][0]["query_id"] = "not-a-query"
+    (bad / "outside.json").write_text(json.dumps(outside))
+    swapped = [{**r, "doc_id": docs[-1 - i]} for i, r in enumerate(rows)]
+    keyed = _gate_baseline(ds, rows)
+    keyed["labels"] = [{**r, "answer_key": k["answer_key"]}
+                       for r, k in zip(swapped, keyed["labels"], strict=True)]  # fmt: skip
+    from erag_dagster.gate.baseline_file import baseline_digest
+
+    keyed["digest"] = baseline_digest(keyed["identity"], keyed["retriever"], keyed["query_ids"],
+                                      keyed["labels"])  # fmt: skip
+    (bad / "rekeyed.json").write_text(json.dumps(keyed))  # digest recomputed, keys forged
+    (bad / "v1.json").write_text(json.dumps({**good, "format": "erag-gate-baseline/1"}))
+    (bad / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (bad / "dupkey.json").write_text('{"format": "erag-gate-baseline/2", "format": "x"}')
+    (bad / "big.json").write_text(json.dumps(good) + " " * 2048)
+    # a store whose answer to each baseline pair scores 0 with "contains": labels 1.0 were edited
+    store = LabelStore(bad / "answers.sqlite")
+    store.register_reader(GATE_FP, "r", {"v": 1})
+    now = utc_now()
+    store.put_generations(pl.DataFrame(
+        [{"generation_key": r["answer_key"], "reader_fingerprint": GATE_FP,
+          "query_id": r["query_id"], "question_hash": "0" * 64, "doc_id": r["doc_id"],
+          "text_hash": "0" * 64, "answer": "zzzz unrelated", "gen_seconds": 0.0,
+          "producer_run_id": None, "created_at": now} for r in good["labels"]],
+        schema=GENERATIONS_SCHEMA))  # fmt: skip
+    store.close()
+    (bad / "reg.yaml").write_text(Path(default_registry_path()).read_text(encoding="utf-8"))
+    (bad / "stranger.md").write_text("someone's notes\n")
+    os.mkfifo(bad / "fifo.trec")
+    (bad / "folder.trec").mkdir()
+    return bad
+
+
+GATE = ["compare", "--dataset", GATE_SPEC, "--metric", "contains", "--k", "3", "--metrics",
+        ",".join(GATE_METRICS)]  # fmt: skip
+RUNS = [*GATE, "--baseline", "base.trec", "--candidate", "cand.trec"]
+STORED = [*GATE, "--baseline", "gate.json", "--candidate", "cand.trec"]
+BASE = ["baseline", "--retriever", "base.trec", "--dataset", GATE_SPEC, "--metric", "contains",
+        "--k", "3", "--metrics", ",".join(GATE_METRICS)]  # fmt: skip
+
+
+def _against(name: str) -> list[str]:
+    return [*GATE, "--baseline", name, "--candidate", "cand.trec"]
+
+
+# (case, argv, environment, exit status, substrings of the one line on stderr)
+GATE_CASES = [
+    # 1. loss: every output through the one output rule, before any work
+    ("compare --output is the label store", [*RUNS, "--store", "answers.sqlite", "--output",
+     "answers.sqlite"], {}, 2, ["--output answers.sqlite", "the label store", "reads"]),
+    ("compare --output is the baseline read", [*STORED, "--output", "gate.json"], {}, 2,
+     ["--output gate.json", "a ref of this gate"]),
+    ("compare --output is the run file read", [*RUNS, "--output", "cand.trec"], {}, 2,
+     ["--output cand.trec", "a ref of this gate"]),
+    ("compare --output is the registry", [*RUNS, "--registry", "reg.yaml", "--output",
+     "reg.yaml"], {}, 2, ["--output reg.yaml", "the registry"]),
+    ("compare --output over a stranger's file", [*RUNS, "--output", "stranger.md"], {}, 2,
+     ["--output stranger.md", "not an earlier output", "--force"]),
+    ("compare --save-candidate is the baseline read", [*STORED, "--save-candidate", "gate.json"],
+     {}, 2, ["--save-candidate gate.json", "a ref of this gate"]),
+    ("compare --save-candidate is the --output", [*RUNS, "--output", "o.md",
+     "--save-candidate", "o.md"], {}, 2, ["--save-candidate o.md", "the --output file"]),
+    ("compare --save-candidate is the label store", [*RUNS, "--store", "answers.sqlite",
+     "--save-candidate", "answers.sqlite"], {}, 2, ["--save-candidate", "the label store"]),
+    ("baseline --output is the run file", [*BASE, "--output", "base.trec"], {}, 2,
+     ["--output base.trec", "a ref of this gate"]),
+    ("baseline --output is the label store", [*BASE, "--store", "answers.sqlite", "--output",
+     "answers.sqlite"], {}, 2, ["--output answers.sqlite", "the label store"]),
+    ("baseline --output over a stranger's file", [*BASE, "--output", "stranger.md"], {}, 2,
+     ["--output stranger.md", "--force"]),
+    # 3. power before verdict, and values that disable the gate
+    ("6 queries, 3 metrics, --fail-if worse: cannot decide", [*RUNS, "--fail-if", "worse"], {},
+     3, ["gate failed", "6 queries, 3 metrics", "0.09375 >= alpha 0.05", "cannot decide",
+         "--allow-underpowered"]),
+    ("a candidate covering 1 of 6 queries: cannot decide", [*GATE, "--baseline", "base.trec",
+     "--candidate", "one.trec", "--fail-if", "worse"], {}, 3, ["cannot decide"]),
+    ("--alpha 0.001 with 6 queries", [*RUNS, "--fail-if", "worse", "--alpha", "0.001",
+     "--metrics", "RR"], {}, 3, ["1 metric:", "0.03125 >= alpha 0.001"]),
+    ("--margin inf", [*RUNS, "--margin", "inf"], {}, 2, ["argument --margin", "'inf'"]),
+    ("--margin nan", [*RUNS, "--margin", "nan"], {}, 2, ["argument --margin", "'nan'"]),
+    ("--margin 1 can never be exceeded", [*RUNS, "--margin", "1"], {}, 2,
+     ["argument --margin", "[0, 1)"]),
+    ("--margin -0.1", [*RUNS, "--margin=-0.1"], {}, 2, ["argument --margin", "'-0.1'"]),
+    ("--alpha 1", [*RUNS, "--alpha", "1"], {}, 2, ["argument --alpha", "(0, 1)"]),
+    ("--margin=--", [*RUNS, "--margin=--"], {}, 2, ["argument --margin", "expected one value"]),
+    ("--alpha=--", [*RUNS, "--alpha=--"], {}, 2, ["argument --alpha", "expected one value"]),
+    ("--k=--", [*RUNS, "--k=--"], {}, 2, ["argument --k", "expected one value"]),
+    # 5. stored baselines verified, read through the one input rule
+    ('"query_ids": 5', _against("qids5.json"), {}, 2, ["qids5.json", "query_ids must be"]),
+    ('"labels": {}', _against("labelsobj.json"), {}, 2,
+     ["labelsobj.json", "labels must be a list"]),
+    ("a label edited (digest)", _against("edited.json"), {}, 2, ["edited.json", "digest"]),
+    ("labels outside query_ids", _against("outside.json"), {}, 2,
+     ["outside.json", "'not-a-query'", "not one of the file's query_ids"]),
+    ("answer keys forged, digest recomputed", _against("rekeyed.json"), {}, 2,
+     ["rekeyed.json", "labels[1]", "answer_key is not the key"]),
+    ("every label 1.0, the store's answers score 0", [*STORED, "--store", "answers.sqlite"], {},
+     2, ["gate.json", "labels[1]", "is 1.0 but the label store's answer scores 0.0"]),
+    ("format 1 baseline", _against("v1.json"), {}, 2, ["v1.json", "format 1", "write it again"]),
+    ("100,000-deep nesting", _against("deep.json"), {}, 2, ["deep.json", "nested too deeply"]),
+    ("duplicate key", _against("dupkey.json"), {}, 2, ["dupkey.json", "'format' appears twice"]),
+    ("ERAG_MAX_INPUT_BYTES", _against("big.json"), {"ERAG_MAX_INPUT_BYTES": "1000"}, 2,
+     ["big.json", "over the input limit of 1000 bytes"]),
+    ("a BOM is stripped (then --k contradicts)", [*_against("bom.json")[:6], "2",
+     *_against("bom.json")[7:]], {}, 2, ["--k 2 contradicts the stored baseline bom.json"]),
+    ("--k contradicts a stored baseline", [*STORED[:6], "5", *STORED[7:]], {}, 2,
+     ["--k 5 contradicts the stored baseline gate.json", "(k 3)"]),
+    ("--metrics contradicts a stored baseline", [*STORED, "--metrics", "RR"], {}, 2,
+     ["--metrics RR contradicts", "(metrics RR,nDCG@3,Success@3)"]),
+    ("--metric contradicts a stored baseline", [*STORED, "--metric", "em"], {}, 2,
+     ["--metric em contradicts", "downstream_metric contains"]),
+    ("--dataset contradicts a stored baseline", [*STORED, "--dataset", "sample?max_questions=7"],
+     {}, 2, ["--dataset sample?max_questions=7 contradicts", GATE_SPEC]),
+    ("baseline --retriever X.json --k 5", ["baseline", "--retriever", "gate.json", "--k", "5",
+     "--output", "again.json"], {}, 2, ["--k 5 contradicts the stored baseline gate.json"]),
+    # 8. refs that are not regular files say what they are
+    ("a FIFO as a ref", _against("fifo.trec"), {}, 2, ["fifo.trec: is a FIFO"]),
+    ("/dev/null as a ref", _against("/dev/null"), {}, 2, ["/dev/null: is a character device"]),
+    ("a folder as a ref", _against("folder.trec"), {}, 2, ["folder.trec: is a folder"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "code", "parts"), [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES]
+)
+def test_gate_bad_input_is_one_line(gating, monkeypatch, capsys, argv, env, code, parts) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    before = _snapshot(gating)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    prefix = "erag-dagster: gate failed: " if code == 3 else "erag-dagster: error: "
+    assert lines[0].startswith(prefix), err
+    for part in parts:
+        assert part in lines[0], (part, err)
+    if code == 3:  # the report says the gate cannot decide, n and the smallest p
+        assert "CANNOT DECIDE" in out and "smallest Holm-corrected p" in out
+    else:
+        assert out == ""
+    after = _snapshot(gating)
+    changed = [name for name, data in before.items() if after.get(name) != data]
+    assert changed == [], f"files changed: {changed}"
+    assert not {"o.md", "again.json"} & set(after)
