@@ -13,6 +13,8 @@ store URL ``$ERAG_LABEL_STORE`` and the IO manager's base ``$ERAG_ASSETS_URL``; 
 deploy/README.md).
 """
 
+from collections.abc import Mapping, Sequence
+
 import dagster as dg
 
 from erag_dagster.assets import (
@@ -24,7 +26,7 @@ from erag_dagster.assets import (
     meta,
     retrieval,
 )
-from erag_dagster.assets.common import prefixed
+from erag_dagster.assets.common import prefixed, with_key_prefix
 from erag_dagster.deployment import deployment as current_deployment
 from erag_dagster.deployment import step_executor
 from erag_dagster.registry import Registry, load_registry
@@ -32,12 +34,12 @@ from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResou
 from erag_dagster.resources.io import PolarsJsonIOManagerFactory
 
 
-def source_assets(registry: Registry) -> list[dg.SourceAsset]:
+def source_assets(registry: Registry, key_prefix: Sequence[str] = ()) -> list[dg.SourceAsset]:
     """The observed external inputs: each dataset's ``dataset_files`` and ``reader_models``
-    (one partition per registry reader, shared by every dataset)."""
+    (one partition per registry reader, shared by every dataset), under ``key_prefix``."""
     return [
-        *(automation.build_dataset_files(name) for name in registry.dataset_names),
-        automation.build_reader_models(registry),
+        *(automation.build_dataset_files(name, key_prefix) for name in registry.dataset_names),
+        automation.build_reader_models(registry, key_prefix),
     ]
 
 
@@ -123,20 +125,39 @@ def build_resources(
 
 
 def build_defs(
-    registry_path: str | None = None, settings: EvalSettings | None = None
+    registry_path: str | None = None,
+    settings: EvalSettings | None = None,
+    *,
+    registry: Registry | None = None,
+    key_prefix: Sequence[str] = (),
+    resources: Mapping[str, object] | None = None,
+    deployment: str | None = None,
 ) -> dg.Definitions:
-    """The Definitions for a registry file (default: ``$ERAG_REGISTRY`` or the packaged one)."""
-    registry = load_registry(registry_path or (settings.registry_path if settings else None))
-    observe = automation.build_observe_inputs_job(registry)
+    """The Definitions for a registry file (default: ``$ERAG_REGISTRY`` or the packaged one),
+    or for an already parsed ``registry`` (the eRAG component's: :mod:`erag_dagster.component`).
+
+    ``key_prefix``: every asset key (and the op names, jobs, schedule and sensors) under it,
+    applied as the assets are built (:func:`~erag_dagster.assets.common.with_key_prefix`); the
+    automation sensor then targets these assets only. ``resources``: values replacing those of
+    :func:`build_resources` (``None`` as a value drops that key); ``deployment``: as there.
+    """
+    if registry is None:
+        registry = load_registry(registry_path or (settings.registry_path if settings else None))
+    prefix = list(key_prefix)
+    observe = automation.build_observe_inputs_job(registry, prefix)
+    assets = build_assets(registry, settings)
+    inputs = [automation.dataset_files_key(n) for n in registry.dataset_names]
+    own = {key for a in assets for key in a.keys} | {*inputs, automation.READER_MODELS}
+    bound = {**build_resources(registry, settings, deployment), **(resources or {})}
     return dg.Definitions(
-        assets=[*source_assets(registry), *build_assets(registry, settings)],
+        assets=[*source_assets(registry, prefix), *with_key_prefix(assets, prefix, own)],
         jobs=[observe],
-        schedules=[automation.build_reevaluation_schedule(registry, observe)],
+        schedules=[automation.build_reevaluation_schedule(registry, observe, prefix)],
         sensors=[
-            automation.build_automation_sensor(),
-            automation.build_input_change_sensor(observe),
+            automation.build_automation_sensor(prefix),
+            automation.build_input_change_sensor(observe, prefix),
         ],
-        resources=build_resources(registry, settings),
+        resources={k: v for k, v in bound.items() if v is not None},
         executor=step_executor(),  # production: one Kubernetes job per step (deploy/README.md)
     )
 

@@ -35,7 +35,7 @@ from erag_dagster.retrieval.dense import DenseIndex, build_dense_index, search_v
 from erag_dagster.retrieval.encoder import TextEncoder, encoder_from_config
 from erag_dagster.retrieval.hybrid import reciprocal_rank_fusion
 from erag_dagster.retrieval.rerank import CrossEncoderScorer, ReaderScorer, Scorer, rerank
-from erag_dagster.retrieval.run_file import load_run_file
+from erag_dagster.retrieval.run_file import load_run_file, load_run_value
 
 
 def index_root() -> Path:
@@ -74,11 +74,15 @@ def run_retriever(
     timing: RetrievalTiming | None = None,
     threads: int = 2,
     question_subset: bool = False,
+    asset_runs: Mapping[str, object] | None = None,
 ) -> pl.DataFrame:
     """Top-``k`` run of the registry retriever ``retriever`` (name or partition key).
 
     ``question_subset``: ``queries`` are a subset of the dataset's questions (a run file's
     queries outside them are then dropped, not refused: :mod:`~erag_dagster.retrieval.run_file`).
+    ``asset_runs``: the values of the upstream assets ``kind: asset`` retrievers read, by
+    retriever name (the Dagster asset hands them over; outside Dagster there are none, and such
+    a retriever is refused with one line).
     """
     if k < 1:
         raise InputError(f"cut-off k must be >= 1, got {k}")
@@ -116,11 +120,17 @@ def run_retriever(
         timing.search_seconds += time.perf_counter() - started
         timing.details.update(loaded.metadata())
         return loaded.run
+    if kind == "asset":
+        return _asset_run(entry, corpus, queries, k, timing, question_subset, asset_runs or {})
     if kind == "rerank":
-        return _rerank(registry, cfg, corpus, queries, k, log, timing, threads, question_subset)
+        return _rerank(
+            registry, cfg, corpus, queries, k, log, timing, threads, question_subset, asset_runs
+        )
     depth = max(int(cfg.get("depth", 100)), k)
     parts = [
-        run_retriever(registry, p, corpus, queries, depth, log, timing, threads, question_subset)
+        run_retriever(
+            registry, p, corpus, queries, depth, log, timing, threads, question_subset, asset_runs
+        )
         for p in cfg["fuse"]
     ]
     started = time.perf_counter()
@@ -139,6 +149,7 @@ def _rerank(
     timing: RetrievalTiming,
     threads: int,
     question_subset: bool,
+    asset_runs: Mapping[str, object] | None = None,
 ) -> pl.DataFrame:
     """A ``kind: rerank`` run: the first stage's top ``top_n``, reranked by the scorer, cut to
     ``min(k of the config, k)``; its cost goes to ``timing.details`` (model load excluded)."""
@@ -146,7 +157,7 @@ def _rerank(
     first_timing = RetrievalTiming()
     first = run_retriever(
         registry, cfg["first_stage"], corpus, queries, top_n, log, first_timing, threads,
-        question_subset,
+        question_subset, asset_runs,
     )  # fmt: skip
     timing.index_seconds += first_timing.index_seconds
     result = rerank(
@@ -164,6 +175,30 @@ def _rerank(
         }
     )
     return result.run
+
+
+def _asset_run(
+    entry: Entry,
+    corpus: pl.DataFrame,
+    queries: pl.DataFrame,
+    k: int,
+    timing: RetrievalTiming,
+    question_subset: bool,
+    asset_runs: Mapping[str, object],
+) -> pl.DataFrame:
+    """A ``kind: asset`` run: the upstream asset's value, validated as a run file is
+    (:func:`~erag_dagster.retrieval.run_file.load_run_value`); its coverage to ``timing``."""
+    source = "asset " + "/".join(entry.config["asset_key"])
+    if entry.name not in asset_runs:
+        raise InputError(
+            f"retriever {entry.name!r} reads the Dagster {source}: it runs in the Dagster "
+            "project that has that asset (the eRAG component), not from the command line"
+        )
+    started = time.perf_counter()
+    loaded = load_run_value(asset_runs[entry.name], source, queries, corpus, k, question_subset)
+    timing.search_seconds += time.perf_counter() - started
+    timing.details.update(loaded.metadata())
+    return loaded.run
 
 
 def _approximate_search(

@@ -168,11 +168,18 @@ OBSERVE_INPUTS = "observe_inputs"
 AssetJob: TypeAlias = Any
 
 
-def build_observe_inputs_job(registry: Registry) -> AssetJob:
+def named(name: str, key_prefix: Sequence[str] = ()) -> str:
+    """A job, schedule or sensor name under the component's key prefix (``team__erag__name``
+    for ``[team, erag]``), so it cannot clash with one of the user's project."""
+    return "__".join([*key_prefix, name])
+
+
+def build_observe_inputs_job(registry: Registry, key_prefix: Sequence[str] = ()) -> AssetJob:
     """``observe_inputs``: every dataset's ``dataset_files`` and ``reader_models``."""
-    keys = [dataset_files_key(name) for name in registry.dataset_names]
+    keys = [dataset_files_key(name, key_prefix) for name in registry.dataset_names]
     return dg.define_asset_job(
-        OBSERVE_INPUTS, selection=dg.AssetSelection.assets(*keys, READER_MODELS)
+        named(OBSERVE_INPUTS, key_prefix),
+        selection=dg.AssetSelection.assets(*keys, READER_MODELS.with_prefix(list(key_prefix))),
     )
 
 
@@ -204,11 +211,13 @@ def _observed_version(record) -> str | None:
     return (event.tags or {}).get("dagster/data_version") if event is not None else None
 
 
-def changed_inputs(instance: dg.DagsterInstance, settings: EvalSettings) -> dict[str, str]:
+def changed_inputs(
+    instance: dg.DagsterInstance, settings: EvalSettings, key_prefix: Sequence[str] = ()
+) -> dict[str, str]:
     """The inputs whose current version differs from the last observed one (never observed
     counts as changed): ``{"asset" or "asset[partition]": current version}``."""
     changed = {}
-    for (key, partition), version in current_input_versions(settings).items():
+    for (key, partition), version in current_input_versions(settings, key_prefix).items():
         record = instance.get_latest_data_version_record(
             key, is_source=True, partition_key=partition
         )
@@ -218,10 +227,12 @@ def changed_inputs(instance: dg.DagsterInstance, settings: EvalSettings) -> dict
     return changed
 
 
-def _observation_request(instance: dg.DagsterInstance, settings: EvalSettings, what: str):
+def _observation_request(
+    instance: dg.DagsterInstance, settings: EvalSettings, what: str, key_prefix: Sequence[str]
+):
     """A run of ``observe_inputs`` when an input changed (run key: the new versions, so one
     change is observed once); a skip reason naming ``what`` was checked otherwise."""
-    changed = changed_inputs(instance, settings)
+    changed = changed_inputs(instance, settings, key_prefix)
     if not changed:
         return dg.SkipReason(f"{what}: dataset and reader model files unchanged since observed")
     run_key = sha256_text(json.dumps(changed, sort_keys=True))[:16]
@@ -231,22 +242,22 @@ def _observation_request(instance: dg.DagsterInstance, settings: EvalSettings, w
     )
 
 
-def _reevaluation(context: dg.ScheduleEvaluationContext, settings: EvalSettings):
-    """Observe the inputs when one changed; request nothing when all are unchanged."""
-    return _observation_request(context.instance, settings, "schedule")
-
-
 def build_reevaluation_schedule(
-    registry: Registry, job: AssetJob
+    registry: Registry, job: AssetJob, key_prefix: Sequence[str] = ()
 ) -> dg.ScheduleDefinition:
     """``reevaluation_schedule`` on the cron of ``registry`` (see :func:`schedule_cron`),
     running ``job`` (:func:`build_observe_inputs_job`)."""
+
+    def reevaluation(context: dg.ScheduleEvaluationContext, settings: EvalSettings):
+        """Observe the inputs when one changed; request nothing when all are unchanged."""
+        return _observation_request(context.instance, settings, "schedule", key_prefix)
+
     return dg.schedule(
-        name="reevaluation_schedule",
+        name=named("reevaluation_schedule", key_prefix),
         cron_schedule=schedule_cron(registry),
         job=job,
         default_status=dg.DefaultScheduleStatus.RUNNING,
-    )(_reevaluation)
+    )(reevaluation)
 
 
 def sensor_interval_s(default: int) -> int:
@@ -259,7 +270,7 @@ def sensor_interval_s(default: int) -> int:
     return int(raw)
 
 
-def build_input_change_sensor(job: AssetJob) -> dg.SensorDefinition:
+def build_input_change_sensor(job: AssetJob, key_prefix: Sequence[str] = ()) -> dg.SensorDefinition:
     """``input_change_sensor`` (running by default, every 60 s): requests an observation of the
     inputs when one differs from its last observation, or was never observed — so a fresh
     deployment observes its inputs on the first tick and then builds the graph, and a changed
@@ -268,22 +279,29 @@ def build_input_change_sensor(job: AssetJob) -> dg.SensorDefinition:
     (:func:`erag_dagster.inputs.file_digest`), so an unchanged tick reads no file content."""
 
     @dg.sensor(
-        name="input_change_sensor",
+        name=named("input_change_sensor", key_prefix),
         job=job,
         minimum_interval_seconds=sensor_interval_s(60),
         default_status=dg.DefaultSensorStatus.RUNNING,
     )
     def input_change_sensor(context: dg.SensorEvaluationContext, settings: EvalSettings):
-        return _observation_request(context.instance, settings, "sensor")
+        return _observation_request(context.instance, settings, "sensor", key_prefix)
 
     return input_change_sensor
 
 
-def build_automation_sensor() -> dg.AutomationConditionSensorDefinition:
-    """The declarative-automation sensor over every asset (running by default)."""
+def build_automation_sensor(
+    key_prefix: Sequence[str] = (),
+) -> dg.AutomationConditionSensorDefinition:
+    """The declarative-automation sensor (running by default) over every asset, or, under the
+    component's ``key_prefix``, over the eRAG assets only (the user's own assets keep theirs)."""
     return dg.AutomationConditionSensorDefinition(
-        "default_automation_condition_sensor",
-        target=dg.AssetSelection.all(),
+        named("default_automation_condition_sensor", key_prefix),
+        target=(
+            dg.AssetSelection.key_prefixes(list(key_prefix))
+            if key_prefix
+            else dg.AssetSelection.all()
+        ),
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=sensor_interval_s(30),
     )

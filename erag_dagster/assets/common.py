@@ -22,11 +22,16 @@ assets that run a downstream metric, the prompt builder or a label method derive
 T = TypeVar("T")
 
 
+DATASET_TAG = "erag/dataset"
+"""The tag naming the registry dataset an asset belongs to (set by :func:`prefixed`)."""
+
+
 def dataset_of(context: dg.AssetExecutionContext) -> str | None:
-    """The registry dataset whose asset is running: its key prefix (``scifact/corpus`` →
-    ``scifact``); ``None`` for an unprefixed asset (a registry without ``datasets``)."""
+    """The registry dataset whose asset is running (its :data:`DATASET_TAG`: ``scifact`` for
+    ``scifact/corpus``, also under a key prefix such as ``team/erag/scifact/corpus``); ``None``
+    for an asset of no dataset (a registry without ``datasets``, the reports across them)."""
     key = next(iter(context.assets_def.keys))
-    return key.path[0] if len(key.path) > 1 else None
+    return context.assets_def.tags_by_key.get(key, {}).get(DATASET_TAG)
 
 
 def report_folder(dataset: str | None) -> Path:
@@ -38,18 +43,44 @@ def report_folder(dataset: str | None) -> Path:
 
 def prefixed(assets: list[dg.AssetsDefinition], dataset: str | None) -> list[dg.AssetsDefinition]:
     """``assets`` with every key among them, and every dependency on one of them or on
-    ``dataset_files``, prefixed by ``dataset`` (unchanged when ``None``); their checks follow.
-    Dependencies on other keys (``reader_models``) stay as they are: shared by every dataset."""
+    ``dataset_files``, prefixed by ``dataset`` (unchanged when ``None``), tagged with it
+    (:data:`DATASET_TAG`); their checks follow. Dependencies on other keys (``reader_models``,
+    a user's asset) stay as they are: shared by every dataset."""
     if dataset is None:
         return assets
     from erag_dagster.assets.automation import DATASET_FILES
 
-    own = {key for a in assets for key in a.keys} | {DATASET_FILES}
-    replacements = {key: key.with_prefix(dataset) for key in own}
-    return [
-        _renamed_node(a.with_attributes(asset_key_replacements=replacements), dataset)
+    own = {key for a in assets for key in a.keys}
+    tags = {
+        key.with_prefix(dataset): {**a.tags_by_key.get(key, {}), DATASET_TAG: dataset}
         for a in assets
-    ]
+        for key in a.keys
+    }
+    return with_key_prefix(assets, [dataset], own | {DATASET_FILES}, tags)
+
+
+def with_key_prefix(
+    assets: list[dg.AssetsDefinition],
+    prefix: list[str],
+    keys: set[dg.AssetKey],
+    tags_by_key: Mapping[dg.AssetKey, Mapping[str, str]] | None = None,
+) -> list[dg.AssetsDefinition]:
+    """``assets`` with each of ``keys`` (their own keys and those of dependencies to rename
+    with them) prefixed by ``prefix`` and each op named ``<prefix parts>__<op>`` (what
+    ``key_prefix`` gives a decorated asset); ``tags_by_key``: tags by *new* key. Dependencies
+    outside ``keys`` (a user's asset) are left as they are. An empty ``prefix``: unchanged."""
+    if not prefix:
+        return assets
+    replacements = {key: key.with_prefix(prefix) for key in keys}
+    renamed = []
+    for a in assets:
+        a = a.with_attributes(asset_key_replacements=replacements)
+        if tags_by_key:
+            a = a.with_attributes(
+                tags_by_key={k: tags_by_key[k] for k in a.keys if k in tags_by_key}
+            )
+        renamed.append(_renamed_node(a, "__".join(prefix)))
+    return renamed
 
 
 def _renamed_node(assets_def: dg.AssetsDefinition, dataset: str) -> dg.AssetsDefinition:

@@ -11,6 +11,7 @@ from erag_dagster.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
     reader_lineage_tags,
+    reader_models_key,
 )
 from erag_dagster.assets.common import (
     CODE_VERSION,
@@ -76,7 +77,7 @@ def _doc_labels(
     output = dg.Output(
         labels,
         data_version=frame_version(labels.drop("answer", strict=False)),
-        tags=reader_lineage_tags(context.instance, reader_key),
+        tags=reader_lineage_tags(context.instance, reader_key, reader_models_key(context)),
         metadata={
             "reader": reader_key,
             "retriever": retriever_key,

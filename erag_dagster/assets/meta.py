@@ -13,6 +13,7 @@ from erag_dagster.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
     reader_lineage_tags,
+    reader_models_key,
 )
 from erag_dagster.assets.common import (
     CODE_VERSION,
@@ -66,7 +67,9 @@ def _end_to_end(
         scores,
         data_version=frame_version(scores),
         tags=reader_lineage_tags(
-            context.instance, context.partition_key.keys_by_dimension["reader"]
+            context.instance,
+            context.partition_key.keys_by_dimension["reader"],
+            reader_models_key(context),
         ),
         metadata={
             "reader_fingerprint": model.fingerprint,
@@ -106,7 +109,9 @@ def _baseline_labels(
         labels,
         data_version=frame_version(labels),
         tags=reader_lineage_tags(
-            context.instance, context.partition_key.keys_by_dimension["reader"]
+            context.instance,
+            context.partition_key.keys_by_dimension["reader"],
+            reader_models_key(context),
         ),
         metadata={
             "methods": labels["method"].unique(maintain_order=True).to_list(),

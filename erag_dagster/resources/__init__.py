@@ -81,7 +81,10 @@ class EvalSettings(dg.ConfigurableResource):
         never a new parse of the file; refuses a ``registry_path`` naming another file."""
         name = bound_registry_name(registry)
         _BOUND_REGISTRIES[name] = registry
-        copy = self.model_copy(update={"bound_registry": name})
+        # A new object, not model_copy: Dagster builds a run's copy from the constructor's
+        # arguments, so a field set by model_copy would be empty in every run.
+        given = {field: getattr(self, field) for field in self.model_fields_set}
+        copy = self.__class__(**{**given, "bound_registry": name})
         copy._registry = registry
         copy._check_registry_path()
         return copy

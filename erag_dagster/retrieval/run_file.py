@@ -1,4 +1,6 @@
-"""A run produced by another system (``kind: run_file``), validated against the dataset.
+"""A run produced by another system, validated against the dataset: a file (``kind: run_file``)
+or the value of an upstream Dagster asset of the user's project (``kind: asset``, the component:
+:func:`load_run_value`; a frame or a run file path), both under the policies below.
 
 Formats: a TREC run file (``qid Q0 docid rank score tag``, :func:`~erag_dagster.retrieval.runs.
 read_trec_run`) or a parquet file with columns ``query_id, doc_id, score`` (any other column,
@@ -24,6 +26,7 @@ Policies:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +130,24 @@ def load_run_file(
             f"registry {sha256[:16]}...); reload the definitions to make it a new partition"
         )
     run = read_trec_run(path) if fmt == "trec" else read_parquet_run(path)
+
+    def locate(queries_known: set[str], docs_known: set[str]) -> tuple[str, str, str]:
+        return _first_unknown(path, fmt, queries_known, docs_known, question_subset)
+
+    return _against_dataset(run, queries, corpus, k, question_subset, locate)
+
+
+def _against_dataset(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    k: int,
+    question_subset: bool,
+    locate: Callable[[set[str], set[str]], tuple[str, str, str]],
+) -> RunFileRun:
+    """The module's policies on a read ``run``: unknown ids refused (``locate(query ids,
+    doc ids)`` names the first offending line or row), queries outside a question subset
+    dropped and counted, missing queries counted, each list cut to ``k``."""
     query_ids = queries.get_column("query_id").cast(pl.String).implode()
     doc_ids = corpus.get_column("doc_id").cast(pl.String).implode()
     unknown = run.filter(
@@ -134,12 +155,8 @@ def load_run_file(
         | (~pl.col("query_id").is_in(query_ids) & pl.lit(not question_subset))
     )
     if unknown.height:
-        where, what, value = _first_unknown(
-            path,
-            fmt,
-            set(queries["query_id"].cast(pl.String)),
-            set(corpus["doc_id"].cast(pl.String)),
-            question_subset,
+        where, what, value = locate(
+            set(queries["query_id"].cast(pl.String)), set(corpus["doc_id"].cast(pl.String))
         )
         raise InputError(
             f"{where}: {what} {value!r} is not in the dataset "
@@ -156,3 +173,68 @@ def load_run_file(
         queries_missing=queries["query_id"].n_unique() - in_file,
         queries_outside=outside,
     )
+
+
+def run_from_value(value: object, source: str) -> pl.DataFrame:
+    """The run an upstream Dagster asset produced (``kind: asset``), ranked as a run file is.
+
+    ``value``: a polars or pandas frame with ``query_id, doc_id`` and ``score`` and/or
+    ``rank`` (with ``score`` the ranks are recomputed from it in trec_eval's order, as for a
+    parquet run; with ``rank`` only, the score is ``-rank``, so rank 1 stays first), or a path
+    (``str``/``Path``) to a TREC run or a ``.parquet`` run file. ``source`` names the asset in
+    errors. Anything else is an :class:`InputError` naming the type it got.
+    """
+    if isinstance(value, str | Path):
+        path = Path(value)
+        if not path.is_file():
+            raise InputError(f"{source}: its value is a path, {path}, which is not a file")
+        return read_parquet_run(path) if path.suffix == ".parquet" else read_trec_run(path)
+    if type(value).__module__.startswith("pandas"):
+        value = pl.from_pandas(value)  # type: ignore[arg-type]
+    if not isinstance(value, pl.DataFrame):
+        raise InputError(
+            f"{source}: its value is a {type(value).__name__}; a retriever of kind asset needs a "
+            "polars/pandas frame (query_id, doc_id, rank and/or score) or a run file path"
+        )
+    has = set(value.columns)
+    if not {"query_id", "doc_id"} <= has or not has & {"rank", "score"}:
+        raise InputError(
+            f"{source}: the run frame has columns {sorted(has)}; it needs query_id, doc_id and "
+            "rank and/or score"
+        )
+    frame = value.select(
+        pl.col("query_id").cast(pl.String),
+        pl.col("doc_id").cast(pl.String),
+        (pl.col("score") if "score" in has else -pl.col("rank")).alias("score"),
+    )
+    nulls = frame.with_row_index("row", offset=1).filter(pl.any_horizontal(pl.all().is_null()))
+    if nulls.height:
+        raise InputError(f"{source} (row {nulls.item(0, 'row')}): null query_id, doc_id or score")
+    try:
+        frame = frame.with_columns(pl.col("score").cast(pl.Float64, strict=True))
+    except pl.exceptions.InvalidOperationError:
+        raise InputError(f"{source}: column score (or rank) is not numeric") from None
+    return validate_run(rank_by_score(frame), source=source)
+
+
+def load_run_value(
+    value: object,
+    source: str,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    k: int,
+    question_subset: bool = False,
+) -> RunFileRun:
+    """An upstream asset's run (:func:`run_from_value`) validated against the dataset by the
+    same policies as a run file (module docstring); unknown ids are named by ``source`` and the
+    row of the ranked run (1-based)."""
+    run = run_from_value(value, source)
+
+    def locate(queries_known: set[str], docs_known: set[str]) -> tuple[str, str, str]:
+        pairs = (
+            (f"{source} (row {n})", q, d)
+            for n, (q, d) in enumerate(run.select("query_id", "doc_id").iter_rows(), start=1)
+        )
+        return _first_bad(pairs, queries_known, docs_known, question_subset)
+
+    return _against_dataset(run, queries, corpus, k, question_subset, locate)

@@ -1,0 +1,264 @@
+"""The eRAG Dagster component (erag_dagster/component.py) as a team's own project uses it.
+
+A fresh Dagster project is written outside the checkout the way ``create-dagster project``
+lays one out (pyproject with ``[tool.dg]``, ``src/<pkg>/definitions.py`` calling
+``load_from_defs_folder``, ``defs/``; written by hand: this venv has no ``create-dagster``,
+and nothing new is installed). Its own asset ``my_team/qrels_run`` returns a run frame; ``dg
+scaffold defs`` adds the component, whose ``defs.yaml`` names that asset as a retriever
+(``kind: asset``). ``dg check defs`` loads it; then the eRAG assets are materialised on a slice
+of the embedded sample and the labels are found downstream of the team's asset.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+import yaml
+
+from erag_dagster.component import ERagEvaluation, build_registry
+from erag_dagster.definitions import build_defs
+from erag_dagster.definitions import defs as packaged_defs
+from erag_dagster.errors import InputError
+from erag_dagster.pipeline import plan, step_job
+from erag_dagster.registry import default_registry_path
+from tests.answer_seed import shared_answers
+from tests.pipeline_fixtures import scoped_env
+
+DG = str(Path(sys.executable).parent / "dg")
+PACKAGE = "my_project"
+TEAM_RUN = dg.AssetKey(["my_team", "qrels_run"])
+PREFIX = ["erag"]
+COMPONENT_TYPE = "erag_dagster.component.ERagEvaluation"
+
+PYPROJECT = """\
+[project]
+name = "my_project"
+version = "0.1.0"
+requires-python = ">=3.11"
+dependencies = ["dagster", "erag-dagster"]
+
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[tool.dg]
+directory_type = "project"
+
+[tool.dg.project]
+root_module = "my_project"
+registry_modules = ["my_project.components.*"]
+"""
+
+DEFINITIONS = """\
+from pathlib import Path
+
+from dagster import definitions, load_from_defs_folder
+
+
+@definitions
+def defs():
+    return load_from_defs_folder(path_within_project=Path(__file__).parent)
+"""
+
+TEAM_ASSET = '''\
+import dagster as dg
+import polars as pl
+
+from erag_dagster.data.loaders import load_dataset
+
+
+@dg.asset(key_prefix=["my_team"])
+def qrels_run() -> pl.DataFrame:
+    """The team's retrieval run: each question's judged passage first, then the corpus's
+    first passage (when it is not the judged one)."""
+    data = load_dataset("sample?spread_questions=4")
+    judged = data.qrels.filter(pl.col("relevance") > 0).group_by("query_id").agg(
+        pl.col("doc_id").sort().first()
+    )
+    other = data.corpus.get_column("doc_id")[0]
+    second = judged.filter(pl.col("doc_id") != other).with_columns(doc_id=pl.lit(other))
+    return pl.concat(
+        [judged.with_columns(rank=pl.lit(1)), second.with_columns(rank=pl.lit(2))]
+    ).select("query_id", "doc_id", "rank")
+'''
+
+
+def _reader() -> dict:
+    """The packaged first reader's config (its answers are in the tests' answer seed)."""
+    raw = yaml.safe_load(Path(default_registry_path()).read_text())
+    name = next(iter(raw["readers"]))
+    return {name: raw["readers"][name]}
+
+
+def component_attributes() -> dict:
+    return {
+        "key_prefix": PREFIX,
+        "retrievers": {"team_run": {"kind": "asset", "asset_key": list(TEAM_RUN.path)}},
+        "readers": _reader(),
+        "evaluation": {
+            "dataset": "sample?spread_questions=4",
+            "k": 10,
+            "label_k": 2,
+            "e2e_ks": [1, 2],
+            "list_metrics": ["P@2", "Success@2", "RR", "nDCG@2"],
+            "bootstrap_resamples": 100,
+        },
+    }
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        args, cwd=cwd, capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The team's project, with the component scaffolded and configured (outside the repo)."""
+    root = tmp_path_factory.mktemp("team") / "my_project"
+    package = root / "src" / PACKAGE
+    (package / "defs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    (package / "__init__.py").write_text("")
+    (package / "definitions.py").write_text(DEFINITIONS)
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "defs" / "qrels_run.py").write_text(TEAM_ASSET)
+    scaffold = _run(
+        [DG, "scaffold", "defs", "erag_dagster.component.ERagEvaluation", "my_eval"], root
+    )
+    assert scaffold.returncode == 0, scaffold.stdout + scaffold.stderr
+    yaml_file = package / "defs" / "my_eval" / "defs.yaml"
+    scaffolded = yaml.safe_load(yaml_file.read_text())
+    assert scaffolded["type"] == COMPONENT_TYPE
+    scaffolded["attributes"] = component_attributes()
+    yaml_file.write_text(yaml.safe_dump(scaffolded, sort_keys=False))
+    return root
+
+
+def test_dg_lists_the_component(tmp_path: Path) -> None:
+    listed = _run([DG, "list", "components", "--json"], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert COMPONENT_TYPE in listed.stdout
+
+
+def test_packaged_defs_yaml_is_the_packaged_graph() -> None:
+    """erag_dagster/defs/defs.yaml (the packaged project as a component instance) loads the
+    same graph as erag_dagster.definitions:defs, which build_defs builds for both."""
+    loaded = dg.load_from_defs_folder(project_root=Path(__file__).resolve().parents[1])
+
+    def keys(defs: dg.Definitions) -> list[str]:
+        return sorted(k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys())
+
+    assert keys(loaded) == keys(packaged_defs)
+    assert sorted(s.name for s in loaded.sensors or []) == sorted(
+        s.name for s in packaged_defs.sensors or []
+    )
+
+
+def test_key_prefix_reaches_every_key_and_name(tmp_path: Path) -> None:
+    """Under key_prefix [erag] every asset key, op, job, schedule and sensor is prefixed; the
+    automation sensor targets the eRAG assets only; the dataset of a prefixed asset is still
+    read from its tag."""
+    registry = build_registry(ERagEvaluation(**component_attributes()), tmp_path / "defs.yaml")
+    team = dg.AssetSpec(TEAM_RUN)  # the team's asset, declared only: nothing runs here
+    defs = dg.Definitions.merge(
+        build_defs(registry=registry, key_prefix=PREFIX), dg.Definitions(assets=[team])
+    )
+    graph = defs.resolve_asset_graph()
+    keys = graph.get_all_asset_keys()
+    assert all(k.path[0] == "erag" for k in keys if k != TEAM_RUN)
+    assert TEAM_RUN in graph.get(dg.AssetKey(["erag", "retrieval_run"])).parent_keys
+    assert {j.name for j in defs.jobs or []} == {"erag__observe_inputs"}
+    assert {s.name for s in defs.sensors or []} == {
+        "erag__default_automation_condition_sensor", "erag__input_change_sensor"
+    }  # fmt: skip
+    assert {s.name for s in defs.schedules or []} == {"erag__reevaluation_schedule"}
+    ops = {a.node_def.name for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)}
+    assert "erag__retrieval_run" in ops and "retrieval_run" not in ops
+
+
+def test_component_refuses_bad_attributes(tmp_path: Path) -> None:
+    """A registry file and inline sections together, or kind: asset in a registry file read
+    outside the component, is one InputError line naming the file."""
+    both = ERagEvaluation(registry="registry.yaml", **component_attributes())
+    with pytest.raises(InputError, match=r"defs\.yaml: give either registry"):
+        build_registry(both, tmp_path / "defs.yaml")
+    attrs = component_attributes()
+    attrs["retrievers"]["team_run"]["asset_key"] = ["my-team", "run"]
+    with pytest.raises(InputError, match=r"defs\.yaml: retriever 'team_run' has asset_key"):
+        build_registry(ERagEvaluation(**attrs), tmp_path / "defs.yaml")
+
+
+@pytest.fixture(scope="module")
+def materialised(project: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``dg check defs`` in the team's project, then its asset and the eRAG assets up to the
+    report materialised in one instance (every partition, as the main job runs them)."""
+    checked = _run([DG, "check", "defs"], project)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+    storage = tmp_path_factory.mktemp("team_storage")
+    sys.path.insert(0, str(project / "src"))
+    try:
+        with scoped_env(ERAG_STORAGE=str(storage)), dg.instance_for_test() as instance:
+            defs = dg.load_from_defs_folder(path_within_project=project / "src" / PACKAGE)
+            selection = dg.AssetSelection.assets(
+                TEAM_RUN, *[["erag", name] for name in ("corpus", "queries", "qrels")],
+                *[["erag", name] for name in ("retrieval_run", "doc_labels", "erag_per_query")],
+                ["erag", "erag_report"],
+            )  # fmt: skip
+            assets, resources = list(defs.assets or []), dict(defs.resources or {})
+            with shared_answers(tmp_path_factory):
+                for step in plan(defs, selection):
+                    for partition in step.partition_keys():
+                        result = step_job(assets, resources, step.keys).execute_in_process(
+                            partition_key=partition, instance=instance, raise_on_error=False
+                        )
+                        assert result.success, f"{step.keys} [{partition}] failed"
+            yield defs, instance
+    finally:
+        sys.path.remove(str(project / "src"))
+        for name in [m for m in sys.modules if m == PACKAGE or m.startswith(f"{PACKAGE}.")]:
+            del sys.modules[name]
+
+
+@pytest.mark.slow
+def test_labels_have_lineage_to_the_teams_asset(materialised) -> None:
+    """doc_labels of the team's retriever exist, cover its run's top-2 documents, and the
+    team's asset is among the labels' upstream assets (through retrieval_run)."""
+    defs, instance = materialised
+    graph = defs.resolve_asset_graph()
+    labels_key = dg.AssetKey(["erag", "doc_labels"])
+    upstream = dg.AssetSelection.assets(labels_key).upstream().resolve(graph)
+    assert TEAM_RUN in upstream
+    run_key = dg.AssetKey(["erag", "retrieval_run"])
+    assert TEAM_RUN in graph.get(run_key).parent_keys
+    records = instance.fetch_materializations(labels_key, limit=10).records
+    assert len(records) == 1  # one reader x one retriever
+    meta = records[0].asset_materialization.metadata
+    assert meta["retriever"].value.startswith("team_run-")
+    judged = meta["pairs_judged_now"].value + meta["pairs_from_store"].value
+    run_meta = instance.fetch_materializations(run_key, limit=1).records[0]
+    run_meta = run_meta.asset_materialization.metadata
+    assert run_meta["queries"].value == 4
+    assert judged == run_meta["rows"].value  # label_k 2 = the run's depth
+    report = instance.fetch_materializations(dg.AssetKey(["erag", "erag_report"]), limit=1)
+    assert report.records, "erag_report was not materialised"
+
+
+def test_team_run_is_validated_like_a_run_file() -> None:
+    """The value of the team's asset passes the run-file policies: a document id that is not
+    in the dataset is one InputError naming the asset and the row."""
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.retrieval.run_file import load_run_value
+
+    data = load_dataset("sample?spread_questions=4")
+    bad = pl.DataFrame({"query_id": [data.queries["query_id"][0]], "doc_id": ["nope"], "rank": [1]})
+    with pytest.raises(InputError, match=r"asset my_team/qrels_run \(row 1\): doc_id 'nope'"):
+        load_run_value(bad, "asset my_team/qrels_run", data.queries, data.corpus, 10)
