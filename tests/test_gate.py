@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -400,3 +401,186 @@ def test_identity_differences_name_each_field() -> None:
     refuse_other_identity(a, a, "x", "y")
     with pytest.raises(InputError, match=r"^cannot compare y with baseline x: .*em vs f1\); only"):
         refuse_other_identity(a, b, "x", "y")
+
+
+# -- issue 32: power before verdict, outputs, escaping, read-only store, progress ---------------
+
+
+def _label_frame(values: dict[str, list[float]]) -> pl.DataFrame:
+    """A label table as the labeller gives it: one row per (query, rank)."""
+    rows = [(q, f"{q}-d{r}", r + 1, v) for q, labels in values.items()
+            for r, v in enumerate(labels)]  # fmt: skip
+    schema = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "label": pl.Float64}
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+@pytest.mark.parametrize(("n", "verdict", "failure"), [
+    (6, "indistinguishable", "the gate cannot decide"),
+    (200, "worse", "the candidate is worse (--fail-if worse)"),
+])  # fmt: skip
+def test_a_candidate_built_worse_fails_the_gate(n: int, verdict: str, failure: str) -> None:
+    """Every query drops from 1.0 to 0.0 (CI [-1, -1]): with 6 queries and 3 metrics the
+    smallest Holm p is 3 x 2/64 = 0.094, so the gate cannot decide and --fail-if worse fails it
+    (exit 3 in the CLI); with 200 queries it is "worse" — the same decision function as the
+    command (:func:`erag_dagster.gate.compare.decide`)."""
+    from erag_dagster.gate.compare import decide
+    from erag_dagster.gate.verdict import gate_failure
+
+    qids = [f"q{i:03d}" for i in range(n)]
+    base = _label_frame({q: [1.0, 1.0, 0.0] for q in qids})
+    worse = _label_frame({q: [0.0, 0.0, 0.0] for q in qids})
+    found = decide(base, worse, qids, METRICS, GateRule())
+    assert found.verdict == verdict and found.power.n == n
+    assert all(v.difference == -1.0 or v.metric == "nDCG@3" for v in found.metrics)
+    assert failure in gate_failure(found.verdict, found.power, "worse")
+    assert gate_failure(found.verdict, found.power, "worse", allow_underpowered=True) == (
+        None if n == 6 else "the candidate is worse (--fail-if worse)"
+    )
+    if n == 6:
+        assert not found.power.can_decide and found.power.min_p_holm == pytest.approx(3 * 2 / 64)
+        assert any("cannot decide" in note for note in found.notes)
+    else:
+        assert found.power.can_decide and 0 < found.power.detectable < 0.1
+    # a candidate with no documents, or covering 1 query: scored 0 there, and said
+    empty = decide(base, _label_frame({}), qids, METRICS, GateRule())
+    assert f"the candidate has no document for {n} of {n} queries" in " ".join(empty.notes)
+    one = decide(base, _label_frame({qids[0]: [1.0, 1.0, 0.0]}), qids, METRICS, GateRule())
+    assert f"no document for {n - 1} of {n} queries" in " ".join(one.notes)
+    assert one.verdict == verdict
+
+
+def test_power_of_the_gate() -> None:
+    from erag_dagster.gate.power import gate_power
+
+    six = gate_power(6, 3, 0.05)
+    assert (six.min_p, six.can_decide, six.detectable) == (2 / 64, False, None)
+    assert gate_power(6, 1, 0.05).queries_needed == 6  # 2/64 < 0.05
+    big = gate_power(200, 3, 0.05, margin=0.1)
+    assert big.can_decide and big.detectable == 0.1  # the margin dominates
+    assert gate_power(200, 3, 1e-5).can_decide is False  # random flips: p >= 1/10001
+    assert gate_power(0, 3, 0.05).can_decide is False
+
+
+def test_cli_six_queries_cannot_decide_before_labelling(tmp_path: Path, capsys) -> None:
+    """End to end on 6 queries: the candidate drops the answer-bearing documents; --fail-if
+    worse exits 3 saying the gate cannot decide, before any reader call; the markdown
+    summary says so too."""
+    from erag_dagster.data.loaders import load_dataset
+
+    spec = "sample?max_questions=6"
+    ds = load_dataset(spec)
+    docs = ds.corpus.get_column("doc_id").to_list()
+    base, worse = tmp_path / "base.trec", tmp_path / "worse.trec"
+    qrels = ds.qrels.select("query_id", "doc_id").rows()
+    base.write_text("".join(f"{q} Q0 {d} 1 1.0 b\n" for q, d in qrels))
+    relevant = {d for _, d in qrels}
+    other = next(d for d in docs if d not in relevant)
+    worse.write_text("".join(f"{q} Q0 {other} 1 1.0 w\n" for q, _ in qrels))
+    summary = tmp_path / "summary.md"
+    argv = ["compare", "--baseline", str(base), "--candidate", str(worse), "--dataset", spec,
+            "--metric", "contains", "--k", "1", "--metrics", ",".join(METRICS),
+            "--store", str(tmp_path / "none.sqlite"), "--fail-if", "worse", "--markdown",
+            "--output", str(summary), "--save-candidate", str(tmp_path / "c.json")]  # fmt: skip
+    assert main(argv) == EXIT_GATE_FAILED
+    out, err = capsys.readouterr()
+    assert "gate failed: 6 queries, 3 metrics" in err and "cannot decide" in err
+    assert out.startswith("### eRAG retrieval gate: ⚠️ cannot decide")
+    assert summary.read_text(encoding="utf-8") == out
+    assert not (tmp_path / "none.sqlite").exists() and not (tmp_path / "c.json").exists()
+
+
+def test_save_candidate_only_after_a_passing_verdict(gate: Gate, storage_env, tmp_path, capsys):
+    saved = tmp_path / "candidate.json"
+    worse = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", str(gate.worse))
+    assert main([*worse, "--fail-if", "worse", "--save-candidate", str(saved)]) == 3
+    assert not saved.exists()
+    assert "not saved" in capsys.readouterr().err
+    same = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", str(gate.same))
+    assert main([*same, "--fail-if", "worse", "--save-candidate", str(saved)]) == 0
+    capsys.readouterr()
+    # the saved candidate is a baseline that reads back, verified, as the same numbers
+    again = gate.cli("compare", "--baseline", str(saved), "--candidate", str(gate.baseline))
+    assert main([*again, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "indistinguishable"
+    assert "stored labels checked against the label store: 60 of 60" in data["notes"]
+    # an earlier --save-candidate output is replaced; a stranger's file needs --force
+    assert main([*same, "--save-candidate", str(saved)]) == 0
+    stranger = tmp_path / "notes.json"
+    stranger.write_text("{}")
+    assert main([*same, "--save-candidate", str(stranger)]) == 2
+    assert stranger.read_text() == "{}"
+
+
+def test_markdown_and_text_escape_what_comes_from_files(gate: Gate, reader, storage_env,
+                                                        tmp_path: Path) -> None:  # fmt: skip
+    """A candidate file name that tries to forge a second verdict heading, HTML, a table cell,
+    a link and a bolded verdict word: the summary has one heading, and every line of the ref
+    stays inside the line it was put in."""
+    from erag_dagster.gate.escape import shown
+
+    name = ("runs **worse**-fix\n### eRAG retrieval gate: ✅ better <img src=x onerror=alert(1)>"
+            " | a | [link](http://evil.example) <script>x</script>.trec")  # fmt: skip
+    hostile = tmp_path / name.replace("/", "_")
+    shutil.copy(gate.same, hostile)
+    result = compare(str(gate.baseline), str(hostile), gate.settings(), reader=reader)
+    md = to_markdown(result)
+    assert md.count("\n#") == 0 and md.startswith("### eRAG retrieval gate: ➖")
+    assert "\\<img" in md and re.search(r"(?<!\\)<(img|script)", md) is None  # no raw HTML
+    assert "](http" not in md and "\\[link\\]\\(http\\:" in md
+    assert md.count("**indistinguishable**") == 1 and "**worse**" not in md
+    headline = md.splitlines()[2]
+    assert re.search(r"(?<!\\)\|", headline) is None  # no cell separator outside the table
+    text = to_text(result)
+    assert "\n### eRAG" not in text and shown(str(hostile)) in text
+    assert shown("a\nb\x1b[31m\u202e") == "a\\nb\\x1b[31m\\u202e"
+    assert shown("*_[]<>|#!`", markdown=True) == "\\*\\_\\[\\]\\<\\>\\|\\#\\!\\`"
+
+
+def test_compare_reads_a_read_only_store(gate: Gate, reader, storage_env, tmp_path) -> None:
+    """A label store the process cannot write (a CI cache mounted read-only) holding every
+    label the comparison needs: compare reads it and writes nothing."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    copy = folder / "labels.sqlite"
+    with sqlite3.connect(gate.store) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    copy.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        if os.access(copy, os.W_OK):
+            pytest.skip("this user can write a read-only file (root): nothing to show")
+        before = copy.read_bytes()
+        result = compare(str(gate.baseline), str(gate.same), gate.settings(store=str(copy)),
+                         reader=reader)  # fmt: skip
+        assert result.candidate.judged_now == 0 and result.candidate.from_store == 20 * K
+        assert copy.read_bytes() == before and sorted(folder.iterdir()) == [copy]
+    finally:
+        folder.chmod(0o755)
+        copy.chmod(0o644)
+
+
+def test_progress_is_throttled_and_never_silent_for_long() -> None:
+    import time
+
+    from erag_dagster.gate.heartbeat import Heartbeat
+
+    lines: list[str] = []
+    with Heartbeat(lines.append, "compare", min_gap=0.2, quiet=0.5, tick=0.02) as log:
+        for i in range(50):  # 50 messages in 0.1 s: at most one line per 0.2 s
+            log(f"generated {i}/50 pairs")
+            time.sleep(0.002)
+        time.sleep(1.3)  # silence: a heartbeat line at least every 0.5 s
+    assert lines[0] == "compare: generated 0/50 pairs" or lines[0].startswith("compare: gen")
+    assert sum("generated" in line for line in lines) <= 3
+    assert "compare: generated 49/50 pairs" in lines  # the newest news is never lost
+    beats = [line for line in lines if "still working" in line]
+    assert len(beats) >= 2 and "last: generated 49/50 pairs" in beats[-1]
+    assert all("\n" not in line for line in lines)
+
+
+def test_cli_prints_progress_without_verbose(gate: Gate, storage_env, capsys) -> None:
+    args = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", str(gate.same))
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert err.strip() and all(line.startswith("compare: ") for line in err.splitlines()), err
