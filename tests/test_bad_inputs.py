@@ -1388,3 +1388,31 @@ def test_gate_bad_input_is_one_line(gating, monkeypatch, capsys, argv, env, code
     changed = [name for name, data in before.items() if after.get(name) != data]
     assert changed == [], f"files changed: {changed}"
     assert not {"o.md", "again.json"} & set(after)
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        ([*RUNS, "--fail-if", "worse", "--output", "full.md"], "--output full.md"),
+        (["baseline", "--retriever", "gate.json", "--output", "full.md"], "--output full.md"),
+    ],
+    ids=["compare --output", "baseline --output"],
+)
+def test_gate_output_on_a_full_disk_names_the_path(gating, argv, option) -> None:
+    """A write past the file-size limit (RLIMIT_FSIZE, the child only): exit 1, one line naming
+    the option and the path, nothing half-written (compare: the cannot-decide report; baseline:
+    a stored baseline saved again)."""
+    import resource
+
+    def limit() -> None:
+        _lowered_file_size_limit()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20, 20))
+
+    done = subprocess.run(
+        [str(CONSOLE_SCRIPT), *argv], cwd=gating, preexec_fn=limit, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{option}: cannot write the file (File too large)" in done.stderr
+    assert not (gating / "full.md").exists() and not list(gating.glob(".full.md.*"))

@@ -17,6 +17,7 @@ Changes built to be judged:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import pytest
 import yaml
 
 from erag_dagster.cli import main
-from erag_dagster.errors import InputError
+from erag_dagster.errors import InputError, StorageError
 from erag_dagster.gate import (
     EXIT_GATE_FAILED,
     GateRule,
@@ -537,27 +538,56 @@ def test_markdown_and_text_escape_what_comes_from_files(gate: Gate, reader, stor
     assert shown("*_[]<>|#!`", markdown=True) == "\\*\\_\\[\\]\\<\\>\\|\\#\\!\\`"
 
 
+@contextlib.contextmanager
+def _read_only(folder: Path):
+    """``folder`` as this process sees a read-only mount: chmod for a normal user, a read-only
+    bind mount for root (who writes through permissions); skipped where neither is possible."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        for file in folder.iterdir():
+            file.chmod(0o444)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("root, and no bind mount allowed here: cannot make a read-only store")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(folder)]
+        if subprocess.run(remount, capture_output=True).returncode != 0:
+            pytest.skip("root, and no read-only remount allowed here")
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True, check=True)
+
+
 def test_compare_reads_a_read_only_store(gate: Gate, reader, storage_env, tmp_path) -> None:
     """A label store the process cannot write (a CI cache mounted read-only) holding every
-    label the comparison needs: compare reads it and writes nothing."""
+    label the comparison needs: compare reads it and writes nothing; one it lacks a pair of is
+    one StorageError line naming the store."""
     folder = tmp_path / "ro"
     folder.mkdir()
     copy = folder / "labels.sqlite"
     with sqlite3.connect(gate.store) as source, sqlite3.connect(copy) as target:
         source.backup(target)
-    copy.chmod(0o444)
-    folder.chmod(0o555)
-    try:
-        if os.access(copy, os.W_OK):
-            pytest.skip("this user can write a read-only file (root): nothing to show")
-        before = copy.read_bytes()
+    before = copy.read_bytes()
+    with _read_only(folder):
+        assert not os.access(copy, os.W_OK)
         result = compare(str(gate.baseline), str(gate.same), gate.settings(store=str(copy)),
                          reader=reader)  # fmt: skip
         assert result.candidate.judged_now == 0 and result.candidate.from_store == 20 * K
-        assert copy.read_bytes() == before and sorted(folder.iterdir()) == [copy]
-    finally:
-        folder.chmod(0o755)
-        copy.chmod(0o644)
+        assert "60 of 60" in " ".join(result.notes)
+        # one pair the store lacks: the first query's top document swapped for the last one's
+        lines = gate.same.read_text().splitlines()
+        first, last = lines[0].split(), lines[-1].split()
+        swapped = tmp_path / "swapped.trec"
+        swapped.write_text("\n".join([" ".join([*first[:2], last[2], *first[3:]]), *lines[1:]]))
+        with pytest.raises(StorageError, match=r"read-only and lacks answers .*swapped\.trec"):
+            compare(str(gate.baseline), str(swapped), gate.settings(store=str(copy)),
+                    reader=reader)  # fmt: skip
+    assert copy.read_bytes() == before and sorted(folder.iterdir()) == [copy]
 
 
 def test_progress_is_throttled_and_never_silent_for_long() -> None:

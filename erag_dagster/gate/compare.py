@@ -136,6 +136,7 @@ class _Context:
         self._reader, self._reader_name = reader, settings.reader
         self._dataset = None
         self._store = None
+        self._read_store = None
 
     @property
     def dataset(self):
@@ -182,11 +183,20 @@ class _Context:
 
         if self._store is not None:
             return self._store
-        try:
-            return open_store(resolve_store(self.store_target or None, writable=False),
-                              read_only=True)  # fmt: skip
-        except (StorageError, InputError, OSError):
-            return None
+        if self._read_store is None:
+            target = resolve_store(self.store_target or None, writable=False)
+            try:
+                self._read_store = open_store(target, read_only=True)
+            except (StorageError, InputError, OSError):
+                self._read_store = False
+        return self._read_store or None
+
+    def close(self) -> None:
+        """Close the stores this context opened (their files can then be unmounted)."""
+        for store in (self._store, self._read_store):
+            if store:
+                store.close()
+        self._store = self._read_store = None
 
     def identity(self) -> EvalIdentity:
         from erag_dagster.inputs import dataset_digest
@@ -537,7 +547,10 @@ def make_baseline(
     settings = _settled(settings, stored)
     guard_output(output, "baseline", gate_inputs(settings, [ref]), force=force)
     ctx = _Context(settings, reader, log)
-    evaluation = _stored(ref, ctx, stored[ref]) if stored else evaluate(ref, ctx)
+    try:
+        evaluation = _stored(ref, ctx, stored[ref]) if stored else evaluate(ref, ctx)
+    finally:
+        ctx.close()
     save_baseline(evaluation, output)
     return evaluation
 
@@ -565,6 +578,21 @@ def compare(
     stored = _stored_refs([baseline, candidate])
     settings = _settled(settings or GateSettings(), stored)
     ctx = _Context(settings, reader, log)
+    try:
+        return _compared(baseline, candidate, stored, ctx, rule, require_power)
+    finally:
+        ctx.close()
+
+
+def _compared(
+    baseline: str,
+    candidate: str,
+    stored: dict[str, dict[str, Any]],
+    ctx: _Context,
+    rule: GateRule,
+    require_power: bool,
+) -> GateResult:
+    """:func:`compare` once the stored sides are read and the context is made."""
     refs = {"baseline": baseline, "candidate": candidate}
     sides = {role: _stored(ref, ctx, stored[ref]) for role, ref in refs.items() if ref in stored}
     if len(sides) == 1:  # a stored side is checked before any retrieval or reader call
