@@ -28,10 +28,9 @@ from __future__ import annotations
 import copy
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import dagster as dg
-from pydantic import Field
 
 from erag_dagster.errors import InputError
 from erag_dagster.input_files import load_yaml
@@ -58,45 +57,63 @@ class ERagEvaluation(dg.Component, dg.Model, dg.Resolvable):
     project (``asset_key``).
     """
 
-    registry: str | None = Field(
-        default=None,
-        description="a registry YAML file (relative to this defs.yaml's folder); not together "
-        "with the inline sections",
-    )
-    retrievers: dict[str, dict[str, Any]] | None = Field(
-        default=None,
-        description="name -> retriever config (kind: bm25 | dense | hybrid | run_file | rerank "
-        "| asset; asset: asset_key [a, b] of your project's run)",
-    )
-    readers: dict[str, dict[str, Any]] | None = Field(
-        default=None, description="name -> reader config (model, backend, device, ...)"
-    )
-    evaluation: dict[str, Any] | None = Field(
-        default=None,
-        description="the registry's evaluation section (dataset, k, label_k, metric, ...)",
-    )
-    generation: dict[str, Any] | None = Field(
-        default=None, description="where readers generate (executor: inprocess | ray, ...)"
-    )
-    datasets: dict[str, Any] | None = Field(
-        default=None, description="name -> dataset (spec, evaluation overrides): keys per dataset"
-    )
-    key_prefix: list[str] = Field(
-        default_factory=list,
-        description="asset key prefix of every eRAG asset (and of its jobs, schedule, sensors)",
-    )
-    label_store: str | None = Field(
-        default=None,
-        description="label store: a path, sqlite:///PATH or postgresql://... (no password); "
-        "default: labels.sqlite under the storage root",
-    )
-    deployment: Literal["local", "production"] | None = Field(
-        default=None, description="resource set (default: $DAGSTER_DEPLOYMENT or local)"
-    )
-    io_manager: bool = Field(
-        default=True,
-        description="bind erag-dagster's parquet/JSON io_manager (false: your project binds one)",
-    )
+    registry: Annotated[
+        str | None,
+        dg.Resolver.default(
+            description="a registry YAML file (relative to this defs.yaml's folder); not "
+            "together with the inline sections"
+        ),
+    ] = None
+    retrievers: Annotated[
+        dict[str, dict[str, Any]] | None,
+        dg.Resolver.default(
+            description="name -> retriever config (kind: bm25 | dense | hybrid | run_file | "
+            "rerank | asset; asset: asset_key [a, b], an asset of your project that yields a run)"
+        ),
+    ] = None
+    readers: Annotated[
+        dict[str, dict[str, Any]] | None,
+        dg.Resolver.default(description="name -> reader config (model, backend, device, ...)"),
+    ] = None
+    evaluation: Annotated[
+        dict[str, Any] | None,
+        dg.Resolver.default(
+            description="the registry's evaluation section (dataset, k, label_k, metric, ...)"
+        ),
+    ] = None
+    generation: Annotated[
+        dict[str, Any] | None,
+        dg.Resolver.default(description="where readers generate (executor: inprocess | ray)"),
+    ] = None
+    datasets: Annotated[
+        dict[str, Any] | None,
+        dg.Resolver.default(description="name -> dataset (spec, evaluation overrides)"),
+    ] = None
+    key_prefix: Annotated[
+        list[str] | None,
+        dg.Resolver.default(
+            description="asset key prefix of every eRAG asset (and of its ops, jobs, schedule "
+            "and sensors); parts of letters, digits and _; default: none"
+        ),
+    ] = None
+    label_store: Annotated[
+        str | None,
+        dg.Resolver.default(
+            description="label store: a path, sqlite:///PATH or postgresql://... (no "
+            "password); default: labels.sqlite under the storage root"
+        ),
+    ] = None
+    deployment: Annotated[
+        Literal["local", "production"] | None,
+        dg.Resolver.default(description="resource set (default: $DAGSTER_DEPLOYMENT or local)"),
+    ] = None
+    io_manager: Annotated[
+        bool,
+        dg.Resolver.default(
+            description="bind erag-dagster's parquet/JSON io_manager (false: your project "
+            "binds one)"
+        ),
+    ] = True
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """The eRAG Definitions of this instance (:func:`build_registry`, then
@@ -113,7 +130,8 @@ class ERagEvaluation(dg.Component, dg.Model, dg.Resolvable):
         from erag_dagster.resources import LabelStoreResource
 
         registry = build_registry(self, where)
-        for part in self.key_prefix:
+        prefix = self.key_prefix or []
+        for part in prefix:
             if not ASSET_KEY_PART.match(part):
                 raise InputError(
                     f"{where}: key_prefix part {part!r} must be letters, digits and '_'"
@@ -125,7 +143,7 @@ class ERagEvaluation(dg.Component, dg.Model, dg.Resolvable):
             overrides["io_manager"] = None
         return build_defs(
             registry=registry,
-            key_prefix=self.key_prefix,
+            key_prefix=prefix,
             resources=overrides,
             deployment=self.deployment,
         )

@@ -162,6 +162,17 @@ def test_packaged_defs_yaml_is_the_packaged_graph() -> None:
     )
 
 
+def test_docs_list_every_attribute() -> None:
+    """docs/dagster-ui.md's attribute table names exactly the component's attributes, and its
+    first section is the one on adding eRAG to a project."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "dagster-ui.md").read_text()
+    sections = [line for line in page.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Add eRAG to your Dagster project"
+    table = page.split("| attribute | meaning |", 1)[1].split("\n\n", 1)[0]
+    documented = {row.split("`")[1] for row in table.splitlines() if row.startswith("| `")}
+    assert documented == set(ERagEvaluation.model_fields)
+
+
 def test_key_prefix_reaches_every_key_and_name(tmp_path: Path) -> None:
     """Under key_prefix [erag] every asset key, op, job, schedule and sensor is prefixed; the
     automation sensor targets the eRAG assets only; the dataset of a prefixed asset is still
