@@ -26,7 +26,7 @@ from erag_dagster.definitions import build_defs
 from erag_dagster.definitions import defs as packaged_defs
 from erag_dagster.errors import InputError
 from erag_dagster.pipeline import plan, step_job
-from erag_dagster.registry import default_registry_path
+from erag_dagster.registry import default_registry_path, load_registry
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env
 
@@ -196,15 +196,28 @@ def test_key_prefix_reaches_every_key_and_name(tmp_path: Path) -> None:
 
 
 def test_component_refuses_bad_attributes(tmp_path: Path) -> None:
-    """A registry file and inline sections together, or kind: asset in a registry file read
-    outside the component, is one InputError line naming the file."""
+    """A registry file and inline sections together, an evaluation value out of range (with
+    its defs.yaml line), or an asset key that is not a Dagster key is one InputError line
+    naming the defs.yaml; kind: asset in a registry file read by the command line too."""
     both = ERagEvaluation(registry="registry.yaml", **component_attributes())
     with pytest.raises(InputError, match=r"defs\.yaml: give either registry"):
         build_registry(both, tmp_path / "defs.yaml")
     attrs = component_attributes()
+    attrs["evaluation"]["label_k"] = 0
+    defs_yaml = tmp_path / "defs.yaml"
+    defs_yaml.write_text(yaml.safe_dump({"type": COMPONENT_TYPE, "attributes": attrs}))
+    line = 1 + defs_yaml.read_text().splitlines().index("    label_k: 0")
+    with pytest.raises(InputError, match=rf"defs\.yaml:{line}: evaluation\.label_k is 0"):
+        build_registry(ERagEvaluation(**attrs), defs_yaml)
+    attrs = component_attributes()
     attrs["retrievers"]["team_run"]["asset_key"] = ["my-team", "run"]
     with pytest.raises(InputError, match=r"defs\.yaml: retriever 'team_run' has asset_key"):
         build_registry(ERagEvaluation(**attrs), tmp_path / "defs.yaml")
+    registry_file = tmp_path / "registry.yaml"  # outside the component: refused, one line
+    registry_file.write_text(yaml.safe_dump({k: v for k, v in component_attributes().items()
+                                              if k != "key_prefix"}))  # fmt: skip
+    with pytest.raises(InputError, match=r"registry\.yaml: retriever 'team_run' has kind 'asset'"):
+        load_registry(registry_file)
 
 
 @pytest.fixture(scope="module")
@@ -263,13 +276,31 @@ def test_labels_have_lineage_to_the_teams_asset(materialised) -> None:
     assert report.records, "erag_report was not materialised"
 
 
-def test_team_run_is_validated_like_a_run_file() -> None:
-    """The value of the team's asset passes the run-file policies: a document id that is not
-    in the dataset is one InputError naming the asset and the row."""
+def test_team_run_is_validated_like_a_run_file(tmp_path: Path) -> None:
+    """An asset's run is read from a polars or pandas frame (rank only: rank 1 first; score:
+    ranked by it) or a run file's path, to the same run; a document id that is not in the
+    dataset is one InputError naming the asset and the row; another value type is refused."""
     from erag_dagster.data.loaders import load_dataset
     from erag_dagster.retrieval.run_file import load_run_value
+    from erag_dagster.retrieval.runs import write_trec_run
 
     data = load_dataset("sample?spread_questions=4")
-    bad = pl.DataFrame({"query_id": [data.queries["query_id"][0]], "doc_id": ["nope"], "rank": [1]})
+    source = "asset my_team/qrels_run"
+    query = data.queries["query_id"][0]
+    docs = data.corpus["doc_id"][:3].to_list()
+    by_rank = pl.DataFrame({"query_id": [query] * 3, "doc_id": docs, "rank": [1, 2, 3]})
+    loaded = load_run_value(by_rank, source, data.queries, data.corpus, 2)
+    assert loaded.run["doc_id"].to_list() == docs[:2]  # cut to k = 2
+    assert loaded.queries_missing == data.queries.height - 1
+    by_score = by_rank.with_columns(score=pl.Series([0.1, 0.3, 0.2])).to_pandas()
+    ranked = load_run_value(by_score, source, data.queries, data.corpus, 3).run
+    assert ranked["doc_id"].to_list() == [docs[1], docs[2], docs[0]]
+    trec = tmp_path / "team.trec"
+    write_trec_run(ranked, trec)
+    from_file = load_run_value(str(trec), source, data.queries, data.corpus, 3).run
+    assert from_file["doc_id"].to_list() == ranked["doc_id"].to_list()
+    bad = pl.DataFrame({"query_id": [query], "doc_id": ["nope"], "rank": [1]})
     with pytest.raises(InputError, match=r"asset my_team/qrels_run \(row 1\): doc_id 'nope'"):
-        load_run_value(bad, "asset my_team/qrels_run", data.queries, data.corpus, 10)
+        load_run_value(bad, source, data.queries, data.corpus, 10)
+    with pytest.raises(InputError, match=r"its value is a dict; a retriever of kind asset"):
+        load_run_value({"run": 1}, source, data.queries, data.corpus, 10)
