@@ -382,7 +382,62 @@ def load_run_report(
             per_query = load(name, "erag_per_query").frame
             if per_query is not None and per_query.height:
                 report.verdicts.append(verdict(per_query, headline_metric(per_query), name))
+            report.fits += load_fits(name, instance, registry_path, verbose)
     return report
+
+
+def load_fits(
+    name: str | None,
+    instance: dg.DagsterInstance | None = None,
+    registry_path: str = "",
+    verbose: bool = False,
+) -> list:
+    """The fit diagnostics (:mod:`erag_dagster.meta.fit`) of every materialised ``doc_labels``
+    partition of dataset ``name``: its answers, labels and metric, the dataset's ``queries``
+    and ``qrels``, and the reader's ``max_new_tokens`` and tokenizer (the reader is built from
+    the registry and loads its model to count the answers' tokens). A partition not
+    materialised is skipped; ``[]`` when none is."""
+    from erag_dagster.meta.fit import reader_fit
+    from erag_dagster.readers.factory import reader_from_config
+    from erag_dagster.registry import load_registry
+
+    registry = load_registry(registry_path or None).for_dataset(name)
+    config = registry.evaluation
+    prefix = f"{name}/" if name else ""
+    defs = build_defs(registry_path or None)
+    key = dg.AssetKey.from_user_string(f"{prefix}doc_labels")
+    partitions = defs.resolve_assets_def(key).partitions_def
+    quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
+    found: list[tuple[str, str, object]] = []
+    with quiet, defs.get_asset_value_loader(instance=instance or _instance()) as loader:
+        try:
+            queries = loader.load_asset_value(dg.AssetKey.from_user_string(f"{prefix}queries"))
+            qrels = loader.load_asset_value(dg.AssetKey.from_user_string(f"{prefix}qrels"))
+        except Exception:  # the dataset's tables not materialised: no labels either
+            return []
+        for partition in partitions.get_partition_keys() if partitions else []:
+            try:
+                labels = loader.load_asset_value(key, partition_key=partition)
+            except Exception:  # this partition not materialised (yet)
+                continue
+            dims = partition.keys_by_dimension
+            found.append((dims["reader"], dims["retriever"], labels))
+    fits = []
+    readers: dict[str, object] = {}
+    for reader_key, retriever_key, labels in found:
+        if reader_key not in readers:
+            entry = registry.reader(reader_key)
+            readers[reader_key] = reader_from_config(entry.name, entry.config)
+        metric = str(labels["metric"][0]) if labels.height else ""
+        fit = reader_fit(
+            labels, queries, qrels, readers[reader_key], reader_name=reader_key,
+            retriever=retriever_key, metric=metric, relevance_level=config.relevance_level,
+            n_resamples=config.bootstrap_resamples, seed=config.seed,
+        )  # fmt: skip
+        fits.append(fit)
+    for reader in readers.values():
+        getattr(reader, "close", lambda: None)()
+    return fits
 
 
 def print_reports(
