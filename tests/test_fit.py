@@ -136,3 +136,37 @@ def test_run_report_prints_the_fit_after_the_verdict() -> None:
     text = report.text()
     assert text.startswith(f"== {FIT_TITLE} ==")
     assert "100% of the answers stop at max_new_tokens=16" in text
+
+
+@pytest.mark.slow
+def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch) -> None:
+    """``erag-dagster run``'s report (pipeline.load_fits): the materialised doc_labels of each
+    reader x retriever, the dataset's tables and the registry's reader."""
+    import dagster as dg
+    import yaml
+
+    from erag_dagster.pipeline import load_fits, materialize_all
+    from erag_dagster.resources import EvalSettings
+    from tests.pipeline_fixtures import small_registry
+
+    monkeypatch.setenv("ERAG_STORAGE", str(tmp_path / "storage"))
+    monkeypatch.delenv("ERAG_DATASET", raising=False)
+    path = small_registry(tmp_path, "sample?max_questions=3")
+    raw = yaml.safe_load(path.read_text())
+    raw["retrievers"] = {"bm25": raw["retrievers"]["bm25"]}
+    raw["evaluation"].update({"k": 5, "label_k": 2, "e2e_ks": [1]})
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    instance = dg.DagsterInstance.ephemeral()
+    assert load_fits(None, instance, str(path)) == []  # nothing materialised: nothing to say
+    materialize_all(
+        EvalSettings(registry_path=str(path)), instance, log=lambda _line: None,
+        stages=["labels"],
+    )  # fmt: skip
+    (fit,) = load_fits(None, instance, str(path))
+    reader = next(iter(raw["readers"]))
+    assert fit.reader.startswith(reader) and fit.retriever.startswith("bm25-")
+    assert fit.answers == 3 * 2 and fit.metric == raw["evaluation"]["metric"]
+    assert fit.max_new_tokens == raw["readers"][reader]["max_new_tokens"]
+    assert fit.cut_answers is not None  # counted with the reader's tokenizer
+    assert fit.separation is not None and fit.separation.relevant >= 1
+    assert fit.name in format_fit([fit])
