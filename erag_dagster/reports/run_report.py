@@ -15,6 +15,9 @@
   they are;
 - **full** (``--full``): every cell of every table, as the assets hold them.
 
+Either way the fit diagnostics (:attr:`RunReport.fits`, :mod:`erag_dagster.meta.fit`) come
+right after the verdict: one line per reader x retriever, then any warning with its fix.
+
 :meth:`RunReport.write_tables` writes every frame in full as CSV and parquet (the run's
 storage folder, ``<storage root>/reports/tables``, is the CLI's choice).
 """
@@ -94,7 +97,8 @@ class Section:
 class RunReport:
     """The reports of one evaluation (module docstring). ``frames`` holds every frame by
     :attr:`Section.name` (also those not printed, such as ``erag_per_query``);
-    ``tables_dir``, once :meth:`write_tables` ran, where the full tables are."""
+    ``tables_dir``, once :meth:`write_tables` ran, where the full tables are; ``fits``, the
+    fit diagnostics of each labelled reader x retriever (written as the ``fit`` table)."""
 
     sections: list[Section]
     verdicts: list[Verdict] = field(default_factory=list)
