@@ -8,7 +8,8 @@ Source: the official SQuAD v1.1 dev set in the shared test data
 (``../shared/data/squad-v1.1-dev/dev-v1.1.json.zip``, ``../shared/data/SOURCES.md`` section 1).
 Questions are taken evenly spaced over the file (every article is visited), keeping only those
 whose answer sentence has at least :data:`MIN_WORDS` words (long answers, as in ClapNQ, whose
-answers average about 50 words); each question gets :data:`DOCS_PER_QUESTION` documents: its
+answers average about 50 words) and holds the answer spans of at least two annotators (SQuAD's
+odd misplaced single span is left out); each question gets :data:`DOCS_PER_QUESTION` documents: its
 own paragraph (relevance 1), the next two paragraphs of the same article (hard negatives,
 relevance 0) and one paragraph of the next article (an easy negative, relevance 0).
 

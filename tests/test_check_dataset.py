@@ -105,3 +105,20 @@ def test_the_example_of_docs_data_md_prints_what_the_page_shows(
     status, out, err = _run(capsys, "jsonl:my-set")
     assert status == 0 and err == ""
     assert out == console.split("```")[0]
+
+
+def test_the_long_answer_set_is_a_jsonl_dataset(tmp_path: Path, shared_data: Path) -> None:
+    """scripts/make_long_answer_set.py (docs/label-methods.md, "Long answers"): deterministic,
+    read by the jsonl: loader, one gold passage and three others per question."""
+    from tests.conftest import load_script
+
+    script = load_script("make_long_answer_set")
+    source = shared_data / "squad-v1.1-dev" / "dev-v1.1.json.zip"
+    built = script.build(script.read_squad(source), 10)
+    assert built == script.build(script.read_squad(source), 10)
+    script.write(built, tmp_path / "long")
+    check = check_dataset(f"jsonl:{tmp_path / 'long'}")
+    assert (check.queries, check.judgments, check.relevant_judgments) == (10, 40, 10)
+    assert check.queries_with_answers == 10 and check.notes == ()
+    assert all(len(q["answers"][0].split()) >= script.MIN_WORDS for q in built.queries)
+    assert len(built.run) == 40 and {r for _, _, r in built.run} == {1, 2, 3, 4}
