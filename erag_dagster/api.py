@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from erag_dagster import api_args
+from erag_dagster.callbacks import Progress
 from erag_dagster.errors import EnvironmentFault, InputError, as_fault, concerning
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def evaluate(
     n_resamples: int | None = None,
     seed: int | None = None,
     log: Log | None = None,
+    progress: Progress | None = None,
 ) -> RunReport:
     """Evaluate ``retrievers`` by what they do for ``reader`` (eRAG) on ``dataset``.
 
@@ -78,6 +80,8 @@ def evaluate(
             the registry's ``bootstrap_resamples`` and ``seed``, 1000 and 0 unless set there:
             the same call gives the same CIs and p-values).
         log: receives progress lines (default: silent).
+        progress: ``progress(done, total)``, the pairs a reader has generated of those it
+            must (per reader x retriever), after each step and at least every 10 s.
 
     Returns:
         A :class:`~erag_dagster.reports.run_report.RunReport`: ``.verdict``,
@@ -97,18 +101,17 @@ def evaluate(
     api_args.check_evaluate(
         dataset=dataset, retrievers=retrievers, reader=reader, metrics=metrics, metric=metric,
         k=k, label_k=label_k, registry=registry, store=store, n_resamples=n_resamples,
-        seed=seed, log=log,
+        seed=seed, log=log, progress=progress,
     )  # fmt: skip
     import polars as pl
 
     from erag_dagster.data.spec import parse_spec
+    from erag_dagster.evaluation import steps
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
     from erag_dagster.meta.fit import FitDiagnostics, fit_frame, reader_fit
-    from erag_dagster.meta.per_query import erag_per_query, erag_summary
     from erag_dagster.reports.leaderboard import leaderboard
     from erag_dagster.reports.run_report import RunReport, Section
-    from erag_dagster.reports.verdict import verdict
     from erag_dagster.retrieval.runs import top_k
     from erag_dagster.retrievers import run_retriever
 
@@ -120,7 +123,7 @@ def evaluate(
         bootstrap_resamples=n_resamples, seed=seed,
     )  # fmt: skip
     depth, label_depth, downstream = config.k, config.label_k, config.metric
-    list_metrics, human_metrics = list(config.list_metrics), list(config.human_metrics)
+    human_metrics = list(config.human_metrics)
     n_resamples, seed = config.bootstrap_resamples, config.seed
     spec = config.dataset
     names = [reg.retriever(r).name for r in retrievers] if retrievers else list(reg.retrievers)
@@ -148,7 +151,7 @@ def evaluate(
             with concerning(target):
                 result = _label(
                     top_k(run, label_depth), ds, model, downstream, label_store,
-                    reg.generation, log, producer,
+                    reg.generation, log, producer, progress,
                 )  # fmt: skip
             labels[(reader_key, key)] = result.labels
             fit = reader_fit(
@@ -157,14 +160,15 @@ def evaluate(
                 n_resamples=n_resamples, seed=seed,
             )  # fmt: skip
             fits.append(fit)  # docs/label-methods.md, "Fit diagnostics"
-    per_query = erag_per_query(labels, list_metrics)
+    per_query = steps.score(labels, config)
     board = pl.DataFrame()
     if ds.qrels.height:
         board = leaderboard(
             ds.qrels, runs, human_metrics, n_resamples=n_resamples, seed=seed,
             relevance_level=config.relevance_level,
         )  # fmt: skip
-    erag_report = erag_summary(per_query, list_metrics)
+    erag_report = steps.summarise(per_query, config)
+    found = steps.decide(per_query, config)
     doc_labels = pl.concat(
         [f.select(pl.lit(r).alias("reader"), pl.lit(t).alias("retriever"), pl.all())
          for (r, t), f in labels.items()]
@@ -177,7 +181,7 @@ def evaluate(
             Section("retrieval_report", None, board),
             Section("erag_report", None, erag_report),
         ],
-        verdicts=[verdict(per_query, list_metrics[0], n_resamples=n_resamples, seed=seed)],
+        verdicts=[found] if found is not None else [],
         frames={
             "retrieval_report": board,
             "erag_report": erag_report,
@@ -202,6 +206,7 @@ def label(
     executor: str | None = None,
     ray_address: str | None = None,
     log: Log | None = None,
+    progress: Progress | None = None,
 ) -> LabelResult:
     """eRAG labels of one run: each (query, document) of ``run`` (its top ``k`` per query when
     given) answered by ``reader`` on that document alone, scored against the gold answers with
@@ -212,7 +217,9 @@ def label(
     reader name or a reader config YAML (default: the first registry reader). Pairs already
     in the label store (same reader fingerprint, question, document text, golds and metric)
     are read, not generated. ``executor``/``ray_address`` override the registry's
-    ``generation`` section (``inprocess`` or ``ray``).
+    ``generation`` section (``inprocess`` or ``ray``). ``log`` receives progress lines;
+    ``progress(done, total)`` the pairs generated so far, after each step and at least every
+    10 s while the reader works.
 
     Returns the :class:`~erag_dagster.labels.labeller.LabelResult` (``.labels``: one row per
     run row with ``label`` in [0, 1], ``answer``, ``reader_fingerprint``; ``.judged_now``,
@@ -223,6 +230,7 @@ def label(
     api_args.check_label(
         dataset=dataset, run=run, reader=reader, metric=metric, k=k, store=store,
         registry=registry, executor=executor, ray_address=ray_address, log=log,
+        progress=progress,
     )  # fmt: skip
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
@@ -245,7 +253,8 @@ def label(
     ((_key, model),) = _readers(reader, reg)
     downstream = evaluation_config(reg, "label", metric=metric).metric
     with concerning(target):
-        return _label(run, ds, model, downstream, label_store, spec, log, evaluation_id("api"))
+        producer = evaluation_id("api")
+        return _label(run, ds, model, downstream, label_store, spec, log, producer, progress)
 
 
 @dataclass(frozen=True)
@@ -454,12 +463,13 @@ def _is_config(value: str) -> bool:
 
 
 def _label(
-    run, ds, model, metric: str, store, executor, log: Log | None, producer: str
-) -> LabelResult:
+    run, ds, model, metric: str, store, executor, log: Log | None, producer: str,
+    progress: Progress | None = None,
+) -> LabelResult:  # fmt: skip
     """:func:`label_run`, recording ``producer`` (an :func:`evaluation_id`) with every row."""
     from erag_dagster.labels.labeller import label_run
 
     return label_run(
         run, ds.queries, ds.corpus, model, metric, store, run_id=producer, log=log,
-        executor=executor,
+        executor=executor, progress=progress,
     )  # fmt: skip

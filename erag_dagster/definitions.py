@@ -25,10 +25,12 @@ from erag_dagster.assets import (
     labels,
     meta,
     retrieval,
+    verdict,
 )
 from erag_dagster.assets.common import prefixed, with_key_prefix
 from erag_dagster.deployment import deployment as current_deployment
 from erag_dagster.deployment import step_executor
+from erag_dagster.instance_settings import warn_once
 from erag_dagster.registry import Registry, load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.resources.io import PolarsJsonIOManagerFactory
@@ -70,6 +72,7 @@ def dataset_assets(
         labels.build_doc_labels(registry, settings),
         labels.erag_per_query,
         labels.erag_report,
+        verdict.verdict,
         *meta.build_meta_partitioned(registry, settings),
         meta.correlation_report,
         meta.label_agreement,
@@ -162,4 +165,7 @@ def build_defs(
     )
 
 
+# A code server (or run worker) whose $DAGSTER_HOME lacks the gpu pool's or the run queue's
+# limit: one line saying what to add, once per process (erag_dagster/instance_settings.py).
+warn_once()
 defs = build_defs()

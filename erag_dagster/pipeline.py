@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +25,13 @@ from pathlib import Path
 # isort: off
 from erag_dagster import notices  # noqa: F401  (first: Dagster's beta notices filtered)
 import dagster as dg
-from dagster._core.storage.defs_state.base import set_defs_state_storage
 # isort: on
 
 from erag_dagster.callbacks import Log
 from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.definitions import build_defs
 from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.instance_settings import warn_once
 from erag_dagster.progress import Progress
 from erag_dagster.resources import EvalSettings
 from erag_dagster.run_slots import process_tags, release_dead_runs, slot_wait_line, step_pools
@@ -107,10 +106,12 @@ def plan(defs: dg.Definitions, selection: dg.AssetSelection | None = None) -> li
     return steps
 
 
-def _instance() -> dg.DagsterInstance:
+def _instance(log: Log = print) -> dg.DagsterInstance:
     """The ``$DAGSTER_HOME`` instance, or an ephemeral one when it is unset. A ``DAGSTER_HOME``
     that is relative or not an existing folder is an :class:`InputError` (one line), not
-    Dagster's traceback."""
+    Dagster's traceback; one lacking the instance settings the project relies on gets one line
+    through ``log`` saying what to add (:mod:`erag_dagster.instance_settings`), in place of
+    Dagster's own warnings."""
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         return dg.DagsterInstance.ephemeral()
@@ -120,7 +121,14 @@ def _instance() -> dg.DagsterInstance:
             f"DAGSTER_HOME={home} {problem}: point it at an existing folder (make run uses "
             ".dagster_home), or unset it for a temporary instance"
         )
+    warn_once(lambda line: log(f"warning: {line}"), home)
     return dg.DagsterInstance.get()
+
+
+#: The job name of the runs :func:`materialize_all` launches (``erag-dagster run``'s).
+EVALUATION_JOB = "erag_evaluation"
+#: The run tag naming what launched a run (``erag-dagster run``, the API, a backfill request).
+LAUNCHED_BY_TAG = "erag/launched_by"
 
 
 #: The stages of ``erag-dagster run`` (:data:`STAGES`): every report but the efficiency
@@ -230,9 +238,11 @@ def materialize_all(
     verbose: bool = False,
     progress: Callable[[list], Progress] | None = None,
     load_dataset: Callable[[str], object] | None = None,
+    launched_by: str = "erag_dagster.pipeline.materialize_all",
 ) -> None:
     """Check the settings, observe the inputs, then materialise the graph step by step
-    (:func:`plan`).
+    (:func:`plan`), each step a run of the job :data:`EVALUATION_JOB` (:func:`step_job`)
+    tagged ``erag/launched_by: <launched_by>`` (``erag-dagster run`` names itself).
 
     Partitioned assets are materialised one partition per run (as a user would from the UI);
     the reports read every partition of their upstream. ``stages`` keeps only the named
@@ -245,10 +255,12 @@ def materialize_all(
     """
     settings = settings or EvalSettings()
     check_settings(settings, load_dataset)
-    instance = instance or _instance()
-    # Dagster keeps the current definitions-state storage in a ContextVar; one left behind by an
-    # instance that is gone would fail every Definitions load here, so this instance's is used.
-    with set_defs_state_storage(instance.defs_state_storage):
+    owned = instance is None
+    instance = instance or _instance(log)
+    # An instance opened here is entered (Dagster's public context manager): the Definitions
+    # load with its definitions-state storage, and it is closed at the end. A caller's instance
+    # is the caller's to enter (``with dg.instance_for_test() as instance``, as tests do).
+    with instance if owned else contextlib.nullcontext(instance):
         defs = build_defs(settings.registry_path or None, settings)
         run_config = _run_config(verbose)
         runs = [
@@ -260,7 +272,7 @@ def materialize_all(
             ["observe"] + [step.keys for step, _ in runs]
         )
         tracker.started("observe dataset_files, reader_models")
-        tags = process_tags()
+        tags = {**process_tags(), LAUNCHED_BY_TAG: launched_by}
         observed = defs.resolve_job_def("observe_inputs").execute_in_process(
             instance=instance, run_config=run_config, raise_on_error=False, tags=tags
         )
@@ -268,6 +280,7 @@ def materialize_all(
             raise _failure(observed, "observe_inputs")
         tracker.finished("observe dataset_files, reader_models")
         assets = list(defs.assets or [])
+        resources = dict(defs.resources or {})
         for step, partition_key in runs:
             names = ", ".join(k.to_user_string() for k in step.keys)
             label = names + (f" [{partition_key}]" if partition_key else "")
@@ -277,49 +290,95 @@ def materialize_all(
             waiting = slot_wait_line(instance, step_pools(assets, step.keys))
             if waiting:
                 tracker.note(waiting)
-            with set_defs_state_storage(instance.defs_state_storage):  # per run, as above
-                result = dg.materialize(
-                    assets,
-                    selection=list(step.keys),
-                    partition_key=partition_key,
-                    resources=dict(defs.resources or {}),
-                    instance=instance,
-                    run_config=run_config,
-                    raise_on_error=False,
-                    tags=tags,
-                )
+            result = step_job(assets, resources, step.keys).execute_in_process(
+                partition_key=partition_key,
+                instance=instance,
+                run_config=run_config,
+                raise_on_error=False,
+                tags=tags,
+            )
             if not result.success:
                 raise _failure(result, label)
             tracker.finished(label)
 
 
+def step_job(
+    assets: Sequence[dg.AssetsDefinition | dg.SourceAsset],
+    resources: dict[str, object],
+    keys: Sequence[dg.AssetKey],
+) -> dg.JobDefinition:
+    """The job of one step of :func:`materialize_all`: :data:`EVALUATION_JOB` over ``keys``
+    (with their checks), the other ``assets`` read as inputs — what ``dg.materialize`` runs,
+    under a name the UI's Runs list shows instead of ``__ephemeral_asset_job__``. One job per
+    step, since an asset job holds one partitions definition and the graph has several."""
+    job = dg.define_asset_job(EVALUATION_JOB, selection=dg.AssetSelection.assets(*keys))
+    defs = dg.Definitions(assets=assets, resources=resources, jobs=[job])
+    return defs.resolve_job_def(EVALUATION_JOB)
+
+
+#: The webserver :func:`request_full_reevaluation` asks by default (``make dev``'s address).
+DEFAULT_WEBSERVER = "http://127.0.0.1:3000"
+
+_LAUNCH_BACKFILL = """
+mutation Reevaluate($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on Error { message }
+  }
+}
+"""
+
+
 def request_full_reevaluation(
-    instance: dg.DagsterInstance,
+    url: str = "",
     registry_path: str | None = None,
     title: str = "full re-evaluation",
+    launched_by: str = "erag_dagster.pipeline.request_full_reevaluation",
+    timeout_s: float = 60.0,
 ) -> str:
     """Request an asset backfill of every partition of every materialisable asset (what "Materialize
-    all" does in the UI); the daemon runs it through the run queue, pools and launcher, in
-    dependency order across the partitions definitions. Returns the backfill id."""
-    from dagster._core.execution.backfill import PartitionBackfill
-    from dagster._core.utils import make_new_backfill_id
+    all" does in the UI) from the Dagster webserver at ``url`` (default ``$ERAG_DAGSTER_URL``,
+    else :data:`DEFAULT_WEBSERVER`), through Dagster's public GraphQL API
+    (``launchPartitionBackfill`` with ``allPartitions``); the daemon runs it through the run
+    queue, pools and launcher, in dependency order across the partitions definitions. The keys
+    are those of :func:`build_defs` for ``registry_path``: the webserver's code location must load
+    the same registry (``ERAG_REGISTRY``). Returns the backfill id; a webserver that cannot be
+    reached or refuses is one :class:`EnvironmentFault` line."""
+    import json
+    import urllib.error
+    import urllib.request
 
-    graph = build_defs(registry_path).resolve_asset_graph()
-    backfill = PartitionBackfill.from_asset_partitions(
-        backfill_id=make_new_backfill_id(),
-        asset_graph=graph,
-        partition_names=None,
-        asset_selection=sorted(graph.materializable_asset_keys),
-        backfill_timestamp=time.time(),
-        tags={},
-        dynamic_partitions_store=instance,
-        all_partitions=True,
-        title=title,
-        description="every partition of every asset",
-        run_config=None,
+    url = (url or os.environ.get("ERAG_DAGSTER_URL") or DEFAULT_WEBSERVER).rstrip("/")
+    defs = build_defs(registry_path)
+    keys = sorted(
+        {key for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) for key in a.keys},
+        key=lambda key: key.path,
     )
-    instance.add_backfill(backfill)
-    return backfill.backfill_id
+    params = {
+        "assetSelection": [{"path": key.path} for key in keys],
+        "allPartitions": True,
+        "title": title,
+        "description": "every partition of every asset",
+        "tags": [{"key": LAUNCHED_BY_TAG, "value": launched_by}],
+    }
+    body = json.dumps({"query": _LAUNCH_BACKFILL, "variables": {"params": params}}).encode()
+    request = urllib.request.Request(
+        f"{url}/graphql", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            answer = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise EnvironmentFault(
+            f"no Dagster webserver answered at {url}/graphql ({exc}): start one (make dev) or "
+            "set ERAG_DAGSTER_URL"
+        ) from None
+    result = (answer.get("data") or {}).get("launchPartitionBackfill") or {}
+    if result.get("__typename") != "LaunchBackfillSuccess":
+        problem = result.get("message") or answer.get("errors") or result.get("__typename")
+        raise EnvironmentFault(f"{url} refused the full re-evaluation backfill: {problem}")
+    return str(result["backfillId"])
 
 
 def load_asset_value(
@@ -348,11 +407,11 @@ def load_run_report(
 ):
     """The materialised reports as a :class:`~erag_dagster.reports.run_report.RunReport`:
     every report in ``only`` (default: all) that exists, and where ``erag_report`` is wanted
-    each dataset's verdict (from its ``erag_per_query``, on the headline metric). A report not
+    each dataset's verdict (the ``verdict`` asset: computed once per run). A report not
     materialised yet is a section "not available", not an error."""
     from erag_dagster.registry import load_registry
-    from erag_dagster.reports.run_report import RunReport, Section, headline_metric, sections_order
-    from erag_dagster.reports.verdict import verdict
+    from erag_dagster.reports.run_report import RunReport, Section, sections_order
+    from erag_dagster.reports.verdict import Verdict
 
     registry = load_registry(registry_path or None)
     names = registry.dataset_names
@@ -379,9 +438,15 @@ def load_run_report(
     for name, key in wanted:
         report.sections.append(load(name, key))
         if key == "erag_report" and report.sections[-1].frame is not None:
-            per_query = load(name, "erag_per_query").frame
-            if per_query is not None and per_query.height:
-                report.verdicts.append(verdict(per_query, headline_metric(per_query), name))
+            load(name, "erag_per_query")
+            try:  # the verdict asset's value: computed once, rendered here
+                found = load_asset_value(
+                    f"{name}/verdict" if name else "verdict", instance, registry_path, verbose
+                )
+            except Exception:  # not materialised (yet): no verdict lines
+                found = None
+            if found:
+                report.verdicts.append(Verdict.from_dict(found))
             report.fits += load_fits(name, instance, registry_path, verbose)
     return report
 

@@ -135,7 +135,7 @@ def test_api_errors_are_the_clis(tmp_path, storage, capsys) -> None:
         erag_dagster.score({"q": [1.0]}, " , ")
     with pytest.raises(erag_dagster.InputError, match="nope"):
         erag_dagster.evaluate(dataset="sample", reader="nope")
-    with pytest.raises(erag_dagster.InputError, match="label_k must be a positive integer"):
+    with pytest.raises(erag_dagster.InputError, match="label_k is 0; it must be an integer >= 1"):
         erag_dagster.evaluate(dataset="sample", label_k=0)
     with pytest.raises(erag_dagster.InputError, match="unknown dataset kind 'nope'"):
         erag_dagster.label("nope:x", tmp_path / "run.trec")

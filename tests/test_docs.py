@@ -195,3 +195,9 @@ def test_registry_page_documents_every_generation_key() -> None:
 def test_registry_page_documents_every_dataset_key() -> None:
     spec_options = set(COMMON_OPTIONS).union(*KIND_OPTIONS.values())
     assert keys_in("Datasets") == set(_ENTRY_KEYS) | spec_options
+
+
+def test_readme_is_a_first_page() -> None:
+    """The README stays a first page a new user reads through (docs/ hold the rest)."""
+    lines = (DOCS.parent / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; the limit is 150"

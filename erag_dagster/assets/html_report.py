@@ -1,21 +1,22 @@
 """``html_report``: the run's reports as one self-contained HTML page (docs/html-report.md).
 
 One unprefixed asset downstream of every dataset's reports: ``retrieval_report`` of each
-dataset, and for a dataset with reader stages ``erag_per_query``, ``correlation_report``
-(Figure 1's png is its side file, :func:`~erag_dagster.assets.common.report_folder`),
-``label_agreement`` and ``doc_labels`` (whose fingerprints name the readers); and the reports
-across datasets the registry builds (:mod:`erag_dagster.assets.cross_dataset`). Its inputs are
-named ``<dataset>__<asset>`` (the bare asset name without a ``datasets`` section; the reports
-across datasets by their own unprefixed names). The page is
-written to :func:`page_path`, replacing the previous run's, because the parquet files it links
-to are replaced by each run too; the materialisation's metadata links to it. The page itself
-is :mod:`erag_dagster.reports.html`'s.
+dataset, and for a dataset with reader stages ``erag_per_query``, ``verdict``,
+``correlation_report`` (Figure 1's png is its side file,
+:func:`~erag_dagster.assets.common.report_folder`), ``label_agreement`` and ``doc_labels``
+(whose fingerprints name the readers); and the reports across datasets the registry builds
+(:mod:`erag_dagster.assets.cross_dataset`). Its inputs are named ``<dataset>__<asset>`` (the
+bare asset name without a ``datasets`` section; the reports across datasets by their own
+unprefixed names). The page is written to :func:`page_path`, replacing the previous run's,
+because the parquet files it links to are replaced by each run too; the materialisation's
+metadata links to it. The page itself is :mod:`erag_dagster.reports.html`'s.
 
-Verdict: the page opens with each dataset's :func:`~erag_dagster.reports.verdict.verdict` (from
-its ``erag_per_query``, on the headline metric: the same text ``erag-dagster run`` prints first).
+Verdict: the page opens with each dataset's ``verdict`` asset (computed once per run,
+:func:`erag_dagster.evaluation.steps.decide`: the same object ``erag-dagster run`` prints first).
 """
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -24,27 +25,37 @@ import polars as pl
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, by_system, report_folder
 from erag_dagster.assets.cross_dataset import build_cross_dataset_assets
+from erag_dagster.assets.html_inputs import (
+    dataset_facts,
+    label_cost,
+    question_texts,
+    registry_specs,
+    worked_examples,
+)
 from erag_dagster.hashing import sha256_text
 from erag_dagster.registry import Registry
 from erag_dagster.reports.cross_leaderboard import format_cross_leaderboard
 from erag_dagster.reports.cross_table1 import format_table1_across
 from erag_dagster.reports.html import (
     DatasetSection,
+    FitWarnings,
     dataset_erag_leaderboard,
     file_links,
     reader_identities,
     render_html_report,
     write_html_report,
 )
-from erag_dagster.reports.run_report import headline_metric
-from erag_dagster.reports.verdict import verdict
+from erag_dagster.reports.html_words import dataset_display_name
+from erag_dagster.reports.verdict import Verdict
 from erag_dagster.resources import EvalSettings, LabelStoreResource
 from erag_dagster.resources.io import PolarsJsonIOManager, local_path
 
 PAGE_NAME = "report.html"
 
 #: The reports a dataset with reader stages contributes (besides ``retrieval_report``).
-_READER_INPUTS = ("erag_per_query", "correlation_report", "label_agreement", "doc_labels")
+_READER_INPUTS = (
+    "erag_per_query", "verdict", "correlation_report", "label_agreement", "doc_labels",
+)  # fmt: skip
 
 
 def page_path() -> Path:
@@ -103,30 +114,58 @@ def _section(
     inputs: dict[str, object],
     reader_identity: Callable[[str], dict | None],
     links: list[tuple[str, str | None]],
+    base: Path | None,
+    fit_warnings: FitWarnings = None,
 ) -> DatasetSection:
-    """One dataset's part of the page from its inputs (absent ones stay ``None``)."""
-    registry, params = settings.registry(), settings.resolve(name)
+    """One dataset's part of the page from its inputs (absent ones stay ``None``) and what the
+    run recorded beside them (:mod:`.html_inputs`; ``base``: the IO manager's local folder,
+    ``None`` on an object store). ``fit_warnings``: the fit diagnostics' lines, if any."""
+    registry, params = settings.registry(name), settings.resolve(name)
+    prefix = [name] if name else []
     value = {
         asset: inputs.get(_input_name(name, asset))
         for asset in ("retrieval_report", *_READER_INPUTS)
     }
+    facts = dataset_facts(
+        context.instance, prefix, name or dataset_display_name(params.dataset), params.dataset
+    )
     per_query = value["erag_per_query"]
-    board = None
+    found = Verdict.from_dict(value["verdict"]) if value["verdict"] else None  # the run's one
+    board = cost = queries = None
+    examples: list = []
+    identities = figure = None
     if isinstance(per_query, pl.DataFrame) and per_query.height:
         board = dataset_erag_leaderboard(
             per_query,
             [m for m in params.list_metrics if m in per_query.columns],
-            registry.for_dataset(name).retriever_partitions[0],
+            registry.retriever_partitions[0],
             n_resamples=params.bootstrap_resamples,
         )
-    identities = figure = None
+        queries = question_texts(base, prefix)
     if value["doc_labels"] is not None:
         labels = _partitions(context, _input_name(name, "doc_labels"), value["doc_labels"])
-        identities = reader_identities(by_system(labels), reader_identity)
+        by = by_system(labels)
+        identities = reader_identities(by, reader_identity)
         png = report_folder(name) / "correlation_vs_k.png"
         figure = png.read_bytes() if png.is_file() else None
+        cost = label_cost(
+            context.instance, dg.AssetKey([*prefix, "doc_labels"]), [str(k) for k in labels],
+            sum(frame.height for frame in labels.values()),
+        )  # fmt: skip
+        if isinstance(per_query, pl.DataFrame) and per_query.height and found is not None:
+            examples = worked_examples(base, prefix, per_query, by, found.metric, queries)
     return DatasetSection(
-        name=name or params.dataset,
+        name=facts.name,
+        facts=facts,
+        verdict=found,
+        erag_per_query=per_query if isinstance(per_query, pl.DataFrame) else None,
+        questions=dict(queries.select("query_id", "question").iter_rows())
+        if queries is not None
+        else {},
+        downstream_metric=params.metric,
+        cost=cost,
+        examples=examples,
+        fit_warnings=fit_warnings,
         erag_board=board,
         ranking_metric=params.list_metrics[0],
         retrieval_report=value["retrieval_report"],
@@ -134,25 +173,9 @@ def _section(
         figure_png=figure,
         label_agreement=value["label_agreement"],
         identities=identities,
+        specs=registry_specs(registry, facts),
         files=links,
     )
-
-
-def _verdict_lines(settings: EvalSettings, inputs: dict[str, object]) -> list[str]:
-    """Every dataset's verdict lines (a dataset's name heads its own with two datasets or more);
-    none without eRAG labels."""
-    lines: list[str] = []
-    names = settings.registry().dataset_names
-    for name in names:
-        per_query = inputs.get(_input_name(name, "erag_per_query"))
-        if not isinstance(per_query, pl.DataFrame) or not per_query.height:
-            continue
-        found = verdict(
-            per_query, headline_metric(per_query), name,
-            n_resamples=settings.resolve(name).bootstrap_resamples,
-        )  # fmt: skip
-        lines += ([f"[dataset {name}]"] if name and len(names) > 1 else []) + found.lines()
-    return lines
 
 
 def _html_report(
@@ -174,14 +197,17 @@ def _html_report(
         else:
             own = [f for f in stored if name is None or f.is_relative_to(base / name)]
             links = file_links([*own, *sorted(report_folder(name).glob("*.parquet"))], page.parent)
-        sections.append(_section(context, settings, name, inputs, store.reader_identity, links))
-    verdicts = _verdict_lines(settings, inputs)
+        sections.append(
+            _section(context, settings, name, inputs, store.reader_identity, links, base)
+        )
     across = [
         (title, text(inputs[key]))
         for key, (title, text) in _ACROSS.items()
         if isinstance(inputs.get(key), pl.DataFrame) and inputs[key].height
     ]
-    html = render_html_report(sections, run_id=context.run.run_id, verdict=verdicts, across=across)
+    html = render_html_report(
+        sections, run_id=context.run.run_id, written=datetime.now(UTC), across=across
+    )
     write_html_report(html, page)
     return dg.MaterializeResult(
         data_version=dg.DataVersion(sha256_text(html)[:16]),

@@ -127,11 +127,45 @@ class Verdict:
         """:meth:`lines` joined by newlines."""
         return "\n".join(self.lines())
 
+    @property
+    def family(self) -> str:
+        """The test family of ``p_holm``, in words (every view that shows the verdict's p says
+        which test it is, since a leaderboard or a gate tests other families)."""
+        return (
+            "two-sided paired randomisation test of each pair of retrievers on the questions "
+            f"both answered, Holm-adjusted over that reader's pairs (alpha = {self.alpha:g})"
+        )
+
+    def to_dict(self) -> dict:
+        """The verdict as JSON-able data (the ``verdict`` asset's stored value)."""
+        return {
+            "metric": self.metric,
+            "alpha": self.alpha,
+            "dataset": self.dataset,
+            "readers": list(self.readers),
+            "sentences": dict(self.sentences),
+            "ranking": self.ranking.to_dicts(),
+            "pairs": self.pairs.to_dicts(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Verdict:
+        """The :class:`Verdict` :meth:`to_dict` wrote (frames with their schemas)."""
+        return cls(
+            metric=str(data["metric"]),
+            ranking=pl.DataFrame(data["ranking"], schema=RANKING_SCHEMA),
+            pairs=pl.DataFrame(data["pairs"], schema=PAIRS_SCHEMA),
+            sentences={str(k): str(v) for k, v in data["sentences"].items()},
+            alpha=float(data["alpha"]),
+            dataset=data.get("dataset"),
+            readers=tuple(data["readers"]),
+        )
+
     def markdown(self) -> str:
         """The verdict for Dagster metadata (``MetadataValue.md``): a bullet per reader with
         its sentence, then the ranking and pair lines as a code block."""
         bullets = [f"- **{short_name(r)}**: {self.sentences[r]}" for r in self.readers]
-        head = f"**Verdict** (eRAG {self.metric}, Holm-corrected paired randomisation tests)"
+        head = f"**Verdict** (eRAG {self.metric}; p: {self.family})"
         return "\n".join([head, "", *bullets, "", "```", self.text, "```"])
 
 

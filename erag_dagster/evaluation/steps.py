@@ -1,0 +1,80 @@
+"""The steps after labelling, shared by every front door: score → summarise → decide.
+
+The Dagster assets (``erag_per_query``, ``erag_report``, ``verdict``), the Python API
+(:func:`erag_dagster.evaluate`) and the terminal and HTML reports all reach their numbers
+through these functions, with the settings of one
+:class:`~erag_dagster.config.evaluation.EvaluationConfig` — so the same labels give the same
+metric set, means and verdict (p-values included) whichever door asked:
+
+- :func:`score`: per-query list metrics of every (reader, retriever) system — the config's
+  ``list_metrics`` in its order (:func:`erag_dagster.meta.per_query.erag_per_query`);
+- :func:`summarise`: their means per system (the eRAG report);
+- :func:`decide`: the verdict on the *headline* metric, the first of ``list_metrics`` — the
+  bootstrap CIs with ``bootstrap_resamples`` resamples, the randomisation tests and the Holm
+  correction at ``alpha``, every draw seeded with ``seed``
+  (:func:`erag_dagster.reports.verdict.verdict`). In Dagster it is computed once per run, by
+  the ``verdict`` asset; every view renders that object (:meth:`Verdict.from_dict`).
+
+Edge cases: no labels → an empty per-query table and no verdict (:func:`decide` returns
+``None``); a metric of the config that the table lacks is an :class:`InputError` naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+
+from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.errors import InputError
+from erag_dagster.meta.per_query import System, erag_per_query, erag_summary
+from erag_dagster.reports.verdict import Verdict, verdict
+
+__all__ = ["decide", "headline_metric", "score", "summarise"]
+
+
+def score(labels: Mapping[System, pl.DataFrame], config: EvaluationConfig) -> pl.DataFrame:
+    """``reader, retriever, query_id`` + one column per ``config.list_metrics`` (in order), one
+    row per labelled query of each system; an empty frame without labels."""
+    return erag_per_query(labels, config.list_metrics)
+
+
+def summarise(per_query: pl.DataFrame, config: EvaluationConfig) -> pl.DataFrame:
+    """The mean of each list metric per (reader, retriever): ``reader, retriever, queries`` +
+    the metrics of ``config`` that ``per_query`` has, in the config's order."""
+    return erag_summary(per_query, _metrics_of(per_query, config))
+
+
+def headline_metric(per_query: pl.DataFrame, config: EvaluationConfig) -> str:
+    """The verdict's metric: the first of ``config.list_metrics`` (a column of
+    ``per_query``; :class:`InputError` when it is not)."""
+    metric = config.list_metrics[0]
+    if metric not in per_query.columns:
+        raise InputError(f"the per-query table has no column for the headline metric {metric}")
+    return metric
+
+
+def decide(
+    per_query: pl.DataFrame, config: EvaluationConfig, dataset: str | None = None
+) -> Verdict | None:
+    """The verdict of ``per_query`` under ``config`` (module docstring); ``None`` when there
+    is nothing to decide (no labelled query)."""
+    if per_query.height == 0:
+        return None
+    return verdict(
+        per_query,
+        headline_metric(per_query, config),
+        dataset,
+        alpha=config.alpha,
+        n_resamples=config.bootstrap_resamples,
+        seed=config.seed,
+    )
+
+
+def _metrics_of(per_query: pl.DataFrame, config: EvaluationConfig) -> list[str]:
+    if per_query.height == 0:
+        return list(config.list_metrics)
+    missing = [m for m in config.list_metrics if m not in per_query.columns]
+    if missing:
+        raise InputError(f"the per-query table has no column for {', '.join(missing)}")
+    return list(config.list_metrics)
