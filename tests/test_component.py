@@ -195,6 +195,27 @@ def test_key_prefix_reaches_every_key_and_name(tmp_path: Path) -> None:
     assert "erag__retrieval_run" in ops and "retrieval_run" not in ops
 
 
+def test_datasets_under_a_key_prefix(tmp_path: Path, storage: Path) -> None:
+    """With a datasets section under key_prefix [erag], each dataset's assets are
+    erag/<dataset>/..., tagged with their dataset, and an asset reads its own dataset's spec
+    (dataset_of: the tag, not the key's first part)."""
+    attrs = component_attributes()
+    attrs["retrievers"] = {"bm25": {"kind": "bm25"}}
+    attrs["datasets"] = {"few": "sample?max_questions=3", "spread": "sample?spread_questions=4"}
+    registry = build_registry(ERagEvaluation(**attrs), tmp_path / "defs.yaml")
+    defs = build_defs(registry=registry, key_prefix=PREFIX)
+    for assets_def in defs.assets or []:
+        if isinstance(assets_def, dg.AssetsDefinition) and assets_def.is_materializable:
+            for key in assets_def.keys:
+                tag = assets_def.tags_by_key.get(key, {}).get("erag/dataset")
+                assert tag == (key.path[1] if len(key.path) == 3 else None), key
+    tables = [dg.AssetKey(["erag", "spread", name]) for name in ("corpus", "queries", "qrels")]
+    result = step_job(list(defs.assets or []), dict(defs.resources or {}), tables)
+    with dg.instance_for_test() as instance:
+        done = result.execute_in_process(instance=instance)
+    assert done.output_for_node("erag__spread__dataset_tables", "queries").height == 4
+
+
 def test_component_refuses_bad_attributes(tmp_path: Path) -> None:
     """A registry file and inline sections together, an evaluation value out of range (with
     its defs.yaml line), or an asset key that is not a Dagster key is one InputError line
