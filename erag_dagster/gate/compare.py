@@ -374,11 +374,13 @@ _OPTIONS = (("--k", "k"), ("--metrics", "metrics"), ("--metric", "downstream_met
 
 
 def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateSettings:
-    """``settings`` with every option left out taken from the stored baseline(s); an option
-    given that contradicts one is refused in one line naming the option."""
+    """``settings`` with every option left out taken from the first stored baseline; an option
+    given that contradicts any of them is refused in one line naming the option (two stored
+    baselines that differ are refused later, naming the fields, by the identity check)."""
     from erag_dagster.inputs import dataset_digest
     from erag_dagster.metrics.downstream import get_downstream_metric
 
+    given_settings = settings
     for ref, data in stored.items():
         ident: EvalIdentity = data["identity"]
         found = {
@@ -387,19 +389,20 @@ def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateS
             "downstream_metric": ident.downstream_metric,
             "dataset": ident.dataset_digest,
         }
+        asked = given_settings
         given = {
-            "k": settings.k or None,
-            "metrics": tuple(settings.metrics) or None,
+            "k": asked.k or None,
+            "metrics": tuple(asked.metrics) or None,
             "downstream_metric": (
-                get_downstream_metric(settings.downstream_metric).tag
-                if settings.downstream_metric
+                get_downstream_metric(asked.downstream_metric).tag
+                if asked.downstream_metric
                 else None
             ),
-            "dataset": dataset_digest(settings.dataset) if settings.dataset else None,
+            "dataset": dataset_digest(asked.dataset) if asked.dataset else None,
         }
         for option, name in _OPTIONS:
             if given[name] is not None and given[name] != found[name]:
-                mine = getattr(settings, name)
+                mine = getattr(asked, name)
                 theirs = found[name] if name != "dataset" else data["dataset"]
                 show = ",".join(x) if isinstance((x := mine), tuple) else str(mine)
                 was = ",".join(theirs) if isinstance(theirs, tuple) else str(theirs)
@@ -524,7 +527,9 @@ def save_baseline(
 
 
 def _stored_refs(refs: Sequence[str]) -> dict[str, dict[str, Any]]:
-    return {ref: _read_stored(ref) for ref in refs if _ref_kind(ref) == "baseline"}
+    """The refs that are baseline files, read and checked (the others: :func:`_ref_kind`
+    once the registry is loaded)."""
+    return {ref: _read_stored(ref) for ref in refs if _is_baseline_file(ref)}
 
 
 def make_baseline(
@@ -594,6 +599,16 @@ def _compared(
 ) -> GateResult:
     """:func:`compare` once the stored sides are read and the context is made."""
     refs = {"baseline": baseline, "candidate": candidate}
+    for ref in refs.values():  # a ref that is no file, no retriever: before any work
+        if ref not in stored and _ref_kind(ref, ctx) == "registry":
+            with contextlib.suppress(InputError):
+                ctx.registry.retriever(ref)
+                continue
+            if Path(ref).suffix or "/" in ref:
+                raise InputError(
+                    f"{shown(ref)}: no such file (a ref is a baseline, a run file or a retriever)"
+                )
+            ctx.registry.retriever(ref)  # one line listing the known retrievers
     sides = {role: _stored(ref, ctx, stored[ref]) for role, ref in refs.items() if ref in stored}
     if len(sides) == 1:  # a stored side is checked before any retrieval or reader call
         now = ctx.identity()
