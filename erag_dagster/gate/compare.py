@@ -3,11 +3,18 @@
 A *ref* names what is evaluated, tried in this order:
 
 1. an existing ``.json`` file: a baseline written by :func:`save_baseline` (``erag-dagster
-   baseline``), used as stored — no retrieval, no reader call;
+   baseline``), used as stored — no retrieval, no reader call — once read, checked
+   (:mod:`.baseline_file`) and verified against the dataset and the label store
+   (:mod:`.verify`); options left out take its values, one given that contradicts it is
+   refused naming the option;
 2. any other existing file: a run file, TREC (``qid Q0 docid rank score tag``) or ``.parquet``
    (``query_id, doc_id, score``), read and checked as a registry ``run_file`` is
    (:func:`~erag_dagster.retrieval.run_file.load_run_file`);
 3. otherwise a registry retriever (name or partition key), run on the dataset.
+
+Something that exists but is not a regular file (a folder, a FIFO, ``/dev/null``) is refused
+saying what it is (:func:`erag_dagster.input_files.regular_file`). Every ref is checked, and
+the power the query count allows computed (:mod:`.power`), before any retrieval or reader call.
 
 A run is cut to ``k`` per query and labelled with eRAG (:func:`~erag_dagster.labels.labeller.
 label_run`, the path of ``erag-dagster label``) through the label store, so only (query,
@@ -73,9 +80,10 @@ class GateSettings:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One side of a gate: its identity, retriever, labelled rows (``query_id, doc_id, rank,
-    label``), per-query metric values, means, and what labelling cost (distinct pairs answered
-    by the reader now / found in the store; both 0 for a stored baseline)."""
+    """One side of a gate: its identity, retriever, labelled rows (:data:`LABEL_SCHEMA`:
+    ``query_id, doc_id, rank, label, answer_key``), per-query metric values, means, what
+    labelling cost (distinct pairs answered by the reader now / found in the store; both 0 for
+    a stored baseline) and, for a stored baseline, how its labels were verified (``checked``)."""
 
     ref: str
     identity: EvalIdentity
