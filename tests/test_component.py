@@ -168,7 +168,7 @@ def test_docs_list_every_attribute() -> None:
     page = (Path(__file__).resolve().parents[1] / "docs" / "dagster-ui.md").read_text()
     sections = [line for line in page.splitlines() if line.startswith("## ")]
     assert sections[0] == "## Add eRAG to your Dagster project"
-    table = page.split("| attribute | meaning |", 1)[1].split("\n\n", 1)[0]
+    table = page.split("| attribute | type | meaning |", 1)[1].split("\n\n", 1)[0]
     documented = {row.split("`")[1] for row in table.splitlines() if row.startswith("| `")}
     assert documented == set(ERagEvaluation.model_fields)
 
