@@ -75,6 +75,7 @@ SLOW_FIRST = (
     "test_openai_reader.py",
     "test_run_output.py",
     "test_datasets.py",
+    "test_component.py",  # a team's project: dg scaffold/check, its run labelled (~95 s alone)
     "test_automation.py",
     "test_store_backends.py",
     "test_ui_browser.py",
