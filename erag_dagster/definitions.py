@@ -161,7 +161,7 @@ def build_defs(
             automation.build_input_change_sensor(observe, prefix),
         ],
         resources={k: v for k, v in bound.items() if v is not None},
-        executor=step_executor(),  # production: one Kubernetes job per step (deploy/README.md)
+        executor=step_executor(deployment),  # production: a Kubernetes job per step (deploy/)
     )
 
 
