@@ -63,6 +63,7 @@ def check_evaluate(
     n_resamples: Any,
     seed: Any,
     log: Any,
+    progress: Any = None,
 ) -> None:
     """The arguments of :func:`erag_dagster.api.evaluate` (rules: module docstring)."""
     if not isinstance(dataset, str):
@@ -81,6 +82,7 @@ def check_evaluate(
     _count(n_resamples, "n_resamples")
     _seed(seed)
     _callable(log, "log")
+    _callable(progress, "progress", "(done, total)")
 
 
 def check_label(
@@ -95,6 +97,7 @@ def check_label(
     executor: Any,
     ray_address: Any,
     log: Any,
+    progress: Any = None,
 ) -> None:
     """The arguments of :func:`erag_dagster.api.label` (rules: module docstring)."""
     from erag_dagster.data.loaders import Dataset
@@ -115,6 +118,7 @@ def check_label(
     _name(executor, "executor", optional=True)
     _name(ray_address, "ray_address", optional=True)
     _callable(log, "log")
+    _callable(progress, "progress", "(done, total)")
 
 
 def check_score(labels: Any, metrics: Any, compat: Any) -> None:
@@ -229,9 +233,9 @@ def _path(value: Any, name: str) -> None:
         raise InputError(f"{name} must be a non-empty path or URL string, got {_kind(value)}")
 
 
-def _callable(value: Any, name: str) -> None:
+def _callable(value: Any, name: str, takes: str = "one line (str)") -> None:
     if value is not None and not callable(value):
-        raise InputError(f"{name} must be a callable taking one line (str), got {_kind(value)}")
+        raise InputError(f"{name} must be a callable taking {takes}, got {_kind(value)}")
 
 
 def _run(value: Any) -> None:

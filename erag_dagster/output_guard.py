@@ -24,8 +24,9 @@ ledger lives in the storage root, so another ``ERAG_STORAGE`` does not know the 
 consequence); nothing else is ever lost by it.
 
 :func:`writing_output` writes atomically (:func:`erag_dagster.paths.atomic_path`) and turns an
-``OSError`` (a full disk, ``EFBIG`` past a file-size limit, a vanished folder) into one
-:class:`~erag_dagster.errors.StorageError` naming the option and the path.
+``OSError`` (a full disk, ``EFBIG`` past a file-size limit, a vanished folder) — also one a
+polars writer wraps in its own error — into one :class:`~erag_dagster.errors.StorageError`
+(exit 1) naming the option and the path.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -104,13 +106,31 @@ def writing_output(target: Path | str, command: str, option: str = "--output") -
     try:
         with atomic_path(target) as tmp:
             yield tmp
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
+    except Exception as exc:
+        reason = _write_failure(exc)
+        if reason is None:
+            raise
         raise StorageError(
             f"{option} {target}: cannot write the file ({reason}); nothing was replaced: free "
             "some space or choose another path, then run the command again"
         ) from exc
     _record(target, command)
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _write_failure(exc: BaseException) -> str | None:
+    """Why a write failed, when the disk refused it: an ``OSError``'s words, or a polars
+    writer's error that wraps one (``… underlying IO error: File too large (os error 27)``:
+    ``write_parquet`` raises ``ComputeError``, not ``OSError``); ``None`` for anything else."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc) or type(exc).__name__
+    if (type(exc).__module__ or "").startswith("polars"):
+        found = _OS_ERROR.search(str(exc))
+        if found:
+            return os.strerror(int(found.group(1)))
+    return None
 
 
 def _ledger_path(writable: bool) -> Path:

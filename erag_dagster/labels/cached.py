@@ -30,6 +30,7 @@ every answer was generated; ``gen_seconds`` is its step's wall time divided by t
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import time
@@ -39,7 +40,7 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.callbacks import Log, OnBatch
+from erag_dagster.callbacks import Log, OnBatch, Progress
 from erag_dagster.errors import EnvironmentFault, InputError, StorageError
 from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.recovery import ReaderRecord
@@ -51,6 +52,7 @@ from erag_dagster.labels.store import (
     generation_key,
     utc_now,
 )
+from erag_dagster.labels.ticker import Ticker
 
 __all__ = [
     "DEFAULT_COMMIT",
@@ -155,7 +157,7 @@ def generate_stored(
     step: int = 64,
     streams: bool = False,
     commit: CommitPolicy | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     log: Log | None = None,
     estimate: Callable[[list[int]], Mapping[str, Any]] | None = None,
 ) -> Generated:
@@ -166,7 +168,8 @@ def generate_stored(
     subjects to batch similar lengths). With ``streams``, it is called as
     ``generate(indices, on_batch)`` and may report outputs as they come with
     ``on_batch(positions in indices, outputs)`` (e.g. per model batch), so commits need not wait
-    for the whole call. ``progress(done, total)`` runs after each step. With a
+    for the whole call. ``progress(done, total)`` runs after each step and, from a ticker
+    thread, whenever 10 s pass without a report (:mod:`.ticker`; calls serialised). With a
     store, the final outputs are read back from it, so if another process stored a key first,
     its output is the one returned (the first writer wins). Without a store every distinct key
     is generated. ``estimate(indices)`` runs once, before any generation, with the subjects
@@ -191,23 +194,11 @@ def generate_stored(
     if log is not None:
         log(f"{reader_name}: {from_store} outputs in the store, {len(todo)} to generate")
     estimated = dict(estimate(todo)) if estimate is not None and todo else {}
-    spent = 0.0
+    spent = [0.0]
+    ticker = Ticker(progress, len(todo), lambda: batch.generated) if progress and todo else None
     try:
-        for start in range(0, len(todo), step):
-            part = todo[start : start + step]
-            batch.begin(part)
-            began = time.perf_counter()
-            outputs = list(generate(part, batch.record) if streams else generate(part))
-            spent += time.perf_counter() - began
-            if len(outputs) != len(part):
-                raise RuntimeError(
-                    f"generator returned {len(outputs)} outputs for {len(part)} inputs"
-                )
-            rest = [p for p in range(len(part)) if p not in batch.recorded]
-            if rest:
-                batch.record(rest, [outputs[p] for p in rest])
-            if progress is not None:
-                progress(start + len(part), len(todo))
+        with ticker or contextlib.nullcontext():  # progress at least every 10 s, also mid-step
+            _generate_all(todo, step, batch, generate, streams, ticker, spent)
     finally:
         batch.flush()  # also on an error: what was generated is kept
     known.update(batch.outputs)
@@ -215,7 +206,34 @@ def generate_stored(
         stored = store.lookup_generations([batch.keys[i] for i in todo])
         known.update(stored.select("generation_key", "answer").rows())
     outputs = [known[k] for k in batch.keys]
-    return Generated(outputs, len(todo), from_store, spent, batch.keys, estimated)
+    return Generated(outputs, len(todo), from_store, spent[0], batch.keys, estimated)
+
+
+def _generate_all(
+    todo: list[int],
+    step: int,
+    batch: _Pending,
+    generate: Callable[..., Sequence[str | None]],
+    streams: bool,
+    ticker: Ticker | None,
+    spent: list[float],
+) -> None:
+    """Call ``generate`` on ``todo``, ``step`` subjects at a time, recording every output in
+    ``batch`` and reporting to ``ticker`` after each step; ``spent[0]`` gathers the calls'
+    wall time (seconds)."""
+    for start in range(0, len(todo), step):
+        part = todo[start : start + step]
+        batch.begin(part)
+        began = time.perf_counter()
+        outputs = list(generate(part, batch.record) if streams else generate(part))
+        spent[0] += time.perf_counter() - began
+        if len(outputs) != len(part):
+            raise RuntimeError(f"generator returned {len(outputs)} outputs for {len(part)} inputs")
+        rest = [p for p in range(len(part)) if p not in batch.recorded]
+        if rest:
+            batch.record(rest, [outputs[p] for p in rest])
+        if ticker is not None:
+            ticker(start + len(part))
 
 
 class _Pending:
@@ -241,6 +259,7 @@ class _Pending:
             for s, qh, th in zip(subjects, self.question_hashes, self.text_hashes, strict=True)
         ]
         self.reader: ReaderRecord | None = None  # carried into a recovery file
+        self.generated = 0  # outputs recorded so far (the ticker's count)
         self.outputs: dict[str, str] = {}
         self.rows: list[dict[str, Any]] = []
         self.last_commit = time.monotonic()
@@ -271,6 +290,7 @@ class _Pending:
                 )
             self.outputs[self.keys[i]] = str(output)
             self.recorded.add(position)
+            self.generated += 1
             self.rows.append(
                 {
                     "generation_key": self.keys[i],
@@ -342,12 +362,14 @@ def _commit(
     began = time.monotonic()
     delay = 0.5
     while True:
+        left = policy.lock_wait_seconds - (time.monotonic() - began)
         try:
-            store.put_generations(frame)
+            with store.waiting_at_most(left):  # the last try ends by lock_wait_seconds
+                store.put_generations(frame)
             return
         except StoreWriteFailed as failed:
             why = f"the commit failed ({failed.reason})"
-            raise _recovered(store, frame, why, readers=readers) from None
+            raise _recovered(store, frame, why, failed.when, readers) from None
         except StoreLocked as locked:
             waited = time.monotonic() - began
             if waited >= policy.lock_wait_seconds:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from erag_dagster.callbacks import NOTES, Log
+from erag_dagster.callbacks import NOTES, Log, Progress
 from erag_dagster.code_versions import CodeVersion
 from erag_dagster.data.schema import require_answers, require_questions
 from erag_dagster.errors import InputError
@@ -112,6 +112,7 @@ def label_run(
     log: Log | None = None,
     commit: CommitPolicy | None = None,
     executor: ExecutorSpec | ReaderCalls | None = None,
+    progress: Progress | None = None,
 ) -> LabelResult:
     """eRAG labels for every row of ``run`` (tables as in ``docs/ARCHITECTURE.md``).
 
@@ -121,8 +122,9 @@ def label_run(
     ``run_id`` is recorded with every row written. With ``executor`` on Ray the unseen pairs
     are answered by reader replicas on Ray actors (:mod:`erag_dagster.labels.ray_pool`), in the
     same chunks, committed by the same engine; a :class:`ReaderCalls` shares its pool with the
-    caller's other tasks (:mod:`erag_dagster.labels.reader_calls`). See the module docstring
-    for the input policy.
+    caller's other tasks (:mod:`erag_dagster.labels.reader_calls`). ``progress(done, total)``
+    receives the pairs generated so far after each step and at least every 10 s while the
+    reader works (so does ``log``, as a line). See the module docstring for the input policy.
     """
     say = log or (lambda _msg: None)
     measure = get_downstream_metric(metric)
@@ -156,9 +158,12 @@ def label_run(
             NOTES.info(estimate_summary(found))  # the main job's terminal (erag-dagster run)
         return found
 
-    def progress(done: int, total: int) -> None:
-        rate = done / max(time.perf_counter() - began, 1e-9)
-        say(f"generated {done}/{total} pairs ({rate:.2f} pairs/s)")
+    def report(done: int, total: int) -> None:
+        elapsed = time.perf_counter() - began
+        rate = done / max(elapsed, 1e-9)
+        say(f"generated {done}/{total} pairs in {elapsed:.0f} s ({rate:.2f} pairs/s)")
+        if progress is not None:
+            progress(done, total)
 
     def stored(generate: Callable[..., Sequence[str]], step: int, streams: bool) -> Generated:
         return generate_stored(
@@ -173,7 +178,7 @@ def label_run(
             step=step,
             streams=streams,
             commit=policy,
-            progress=progress,
+            progress=report,
             log=say,
             estimate=estimate,
         )
@@ -183,7 +188,7 @@ def label_run(
 
         def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
             items = [(subjects[i].question, subjects[i].text) for i in part]
-            shown = progress if calls.on_ray else None  # in-process: the engine reports it
+            shown = report if calls.on_ray else None  # in-process: the engine reports it
             return calls("answer", items, on_batch, chunk=policy.every_pairs, progress=shown)
 
         # A reader may ask for larger calls (many requests in flight, one engine batch); its

@@ -53,7 +53,6 @@ from pathlib import Path
 from erag_dagster.labels.audit import AUDIT_COLUMNS
 from erag_dagster.labels.keys import generation_key, gold_hash, score_key, utc_now
 from erag_dagster.labels.store_base import (
-    BUSY_TIMEOUT_S,
     COPY_ORDER,
     LabelStoreBase,
     StoreLocked,
@@ -108,9 +107,12 @@ def resolve_store(target: str | Path | None, writable: bool = True) -> str:
 def open_store(
     target: str | Path | None = None,
     read_only: bool = False,
-    busy_timeout_s: float = BUSY_TIMEOUT_S,
+    busy_timeout_s: float | None = None,
 ) -> LabelStoreBase:
-    """The store a path or URL names (forms: :mod:`.store_url`; default :func:`resolve_store`)."""
+    """The store a path or URL names (forms: :mod:`.store_url`; default :func:`resolve_store`).
+    ``busy_timeout_s``: how long one statement waits for a lock (default
+    :func:`~.store_base.default_busy_timeout`: 60 s, or less when ``$ERAG_LOCK_WAIT_SECONDS``
+    is smaller)."""
     kind, where = parse_store(resolve_store(target, writable=not read_only))
     if kind == "postgresql":
         from erag_dagster.labels.store_postgres import PostgresLabelStore

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from abc import ABC, abstractmethod
@@ -56,16 +57,37 @@ from erag_dagster.metrics.label_value import bad_label_rows, checked_label
 __all__ = [
     "BUSY_TIMEOUT_S",
     "COPY_ORDER",
+    "LOCK_WAIT_ENV",
     "LabelStoreBase",
     "NoLabelStore",
     "RecoveryImport",
     "StoreLocked",
     "StoreWriteFailed",
     "complete_frame",
+    "default_busy_timeout",
 ]
 
 BUSY_TIMEOUT_S = 60.0
+LOCK_WAIT_ENV = "ERAG_LOCK_WAIT_SECONDS"
+"""Environment variable: the most a locked store is waited for in all, in seconds (default 300
+for a commit's retries, :mod:`.cached`); it also caps :data:`BUSY_TIMEOUT_S`."""
 Row = tuple[Any, ...]
+
+
+def default_busy_timeout() -> float:
+    """:data:`BUSY_TIMEOUT_S`, capped by ``$ERAG_LOCK_WAIT_SECONDS`` when set (no statement
+    waits longer for a lock than the user allows in all); :class:`InputError` if not a number
+    >= 0."""
+    raw = os.environ.get(LOCK_WAIT_ENV, "").strip()
+    if not raw:
+        return BUSY_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0 or math.isinf(seconds):
+        raise InputError(f"{LOCK_WAIT_ENV}={raw!r} is not a number of seconds >= 0")
+    return min(BUSY_TIMEOUT_S, seconds)
 
 
 class StoreLocked(StorageError):
@@ -78,12 +100,13 @@ class StoreLocked(StorageError):
 
 
 class StoreWriteFailed(StorageError):
-    """A commit failed and retrying will not help (disk full, file too large, I/O error);
-    ``reason`` is the database's own words, for the caller's message. Rolled back."""
+    """A commit failed and retrying will not help (disk full, file too large, I/O error, a
+    read-only store); ``reason`` is the database's own words, for the caller's message, and
+    ``when`` says when the answers can be imported again. Rolled back."""
 
-    def __init__(self, message: str, reason: str) -> None:
+    def __init__(self, message: str, reason: str, when: str = "once there is space") -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason, self.when = reason, when
 
 
 class NoLabelStore(StorageError):
@@ -138,6 +161,10 @@ class LabelStoreBase(ABC):
         """The stored schema version (0: no store yet; > :data:`SCHEMA_VERSION`: refused)."""
 
     @abstractmethod
+    def _limit_wait(self, seconds: float) -> None:
+        """Make this thread's connection wait at most ``seconds`` for a lock per statement."""
+
+    @abstractmethod
     def close(self) -> None:
         """Close this thread's connection (the store re-opens on next use)."""
 
@@ -152,6 +179,16 @@ class LabelStoreBase(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextlib.contextmanager
+    def waiting_at_most(self, seconds: float) -> Iterator[None]:
+        """Within the block, a statement waits at most ``min(seconds, busy_timeout_s)`` for a
+        lock (a commit's last retry must not outlast the total wait); restored after."""
+        self._limit_wait(max(0.0, min(seconds, self.busy_timeout_s)))
+        try:
+            yield
+        finally:
+            self._limit_wait(self.busy_timeout_s)
 
     def _refuse_newer(self, version: int) -> int:
         if version > SCHEMA_VERSION:

@@ -36,11 +36,11 @@ from psycopg import errors as pg_errors
 
 from erag_dagster.errors import InputError, StorageError
 from erag_dagster.labels.store_base import (
-    BUSY_TIMEOUT_S,
     LabelStoreBase,
     Row,
     StoreLocked,
     StoreWriteFailed,
+    default_busy_timeout,
 )
 from erag_dagster.labels.store_url import parse_store, redact_url
 from erag_dagster.labels.tables import (
@@ -80,13 +80,13 @@ class PostgresLabelStore(LabelStoreBase):
     dialect = "postgresql"
 
     def __init__(
-        self, url: str, read_only: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
+        self, url: str, read_only: bool = False, busy_timeout_s: float | None = None
     ) -> None:
         parse_store(url)  # refuses a password in the URL
         self.url = url
         self.location = redact_url(url)
         self.read_only = read_only
-        self.busy_timeout_s = busy_timeout_s
+        self.busy_timeout_s = default_busy_timeout() if busy_timeout_s is None else busy_timeout_s
         self._local = threading.local()
         version = self.schema_version()
         if read_only:
@@ -118,6 +118,14 @@ class PostgresLabelStore(LabelStoreBase):
             ) from None
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
+
+    def _limit_wait(self, seconds: float) -> None:
+        """``SET lock_timeout``; a server that cannot take it now (gone, restarting) is left to
+        the statement that follows, which reports it as the write's own fault."""
+        try:
+            self._conn().execute(f"SET lock_timeout = {max(1, int(seconds * 1000))}")
+        except (psycopg.Error, StorageError):
+            self._drop_broken()
 
     def schema_version(self) -> int:
         return self._refuse_newer(self._version(self._conn()))

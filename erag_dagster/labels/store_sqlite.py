@@ -30,12 +30,12 @@ from urllib.parse import quote
 
 from erag_dagster.errors import InputError, StorageError
 from erag_dagster.labels.store_base import (
-    BUSY_TIMEOUT_S,
     LabelStoreBase,
     NoLabelStore,
     Row,
     StoreLocked,
     StoreWriteFailed,
+    default_busy_timeout,
 )
 from erag_dagster.labels.tables import (
     INDEXES,
@@ -60,12 +60,12 @@ class SqliteLabelStore(LabelStoreBase):
     dialect = "sqlite"
 
     def __init__(
-        self, path: str | Path, read_only: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
+        self, path: str | Path, read_only: bool = False, busy_timeout_s: float | None = None
     ) -> None:
         self.path = Path(path)
         self.location = str(self.path)
         self.read_only = read_only
-        self.busy_timeout_s = busy_timeout_s
+        self.busy_timeout_s = default_busy_timeout() if busy_timeout_s is None else busy_timeout_s
         self._local = threading.local()
         if read_only:
             if not self.path.is_file():
@@ -114,6 +114,10 @@ class SqliteLabelStore(LabelStoreBase):
                 pause_s = min(pause_s * 2, 0.1)
         if str(mode).lower() != "wal":
             raise StorageError(f"{self.path}: cannot switch the label store to WAL ({mode})")
+
+    def _limit_wait(self, seconds: float) -> None:
+        """``PRAGMA busy_timeout`` of this thread's connection (never blocks, never writes)."""
+        self._conn().execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
 
     def _read_only_uri(self) -> str:
         """``mode=ro``; plus ``immutable=1`` when no ``-wal`` file exists (no process has the
@@ -242,11 +246,38 @@ def _locked(exc: sqlite3.OperationalError, store: SqliteLabelStore) -> Exception
         return StoreLocked(
             f"{store.path}: locked by another process for more than {store.busy_timeout_s:g} s"
         )
+    why = _read_only(exc, store.path)
+    if why is not None:
+        return StoreWriteFailed(
+            f"{store.path}: the label store is read-only ({why}); nothing can be written to it: "
+            "make it writable, or copy it (erag-dagster store copy) and pass the copy as --store",
+            reason=f"the store is read-only: {why}",
+            when="once it is writable",
+        )
     if any(words in str(exc).lower() for words in _WRITE_FAILURES):
         return StoreWriteFailed(
             f"{store.path}: the commit failed (SQLite: {exc}); is the disk full?", reason=str(exc)
         )
     return exc
+
+
+def _read_only(exc: sqlite3.OperationalError, path: Path) -> str | None:
+    """Why a write failed because the store cannot be written at all (``None``: it can):
+    SQLite's ``SQLITE_READONLY``, a read-only file system, or a file or folder without write
+    permission (SQLite creates its ``-wal``/``-shm`` files beside the store)."""
+    folder = path.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "it is on a read-only file system"
+    except OSError:
+        pass
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if folder.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        return "its folder is not writable, and SQLite writes its -wal and -shm files there"
+    if "readonly" in str(exc).lower():
+        return f"SQLite: {exc}"
+    return None
 
 
 def _insert(
