@@ -10,6 +10,8 @@ labels, and the reader identities from a real SQLite label store.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import html
 import re
 import shutil
 from html.parser import HTMLParser
@@ -23,6 +25,7 @@ from erag_dagster.labels.store import open_store
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation_report import correlation_report
 from erag_dagster.meta.per_query import erag_per_query
+from erag_dagster.meta.plots import correlation_vs_k_figure
 from erag_dagster.reports.html import (
     DatasetSection,
     dataset_erag_leaderboard,
@@ -31,13 +34,18 @@ from erag_dagster.reports.html import (
     render_html_report,
     write_html_report,
 )
+from erag_dagster.reports.html_blocks import display_names
+from erag_dagster.reports.html_examples import WorkedExample, drilldown, example_picks, excerpt
+from erag_dagster.reports.html_words import DatasetFacts, LabelCost
 from erag_dagster.reports.leaderboard import leaderboard
+from erag_dagster.reports.verdict import verdict
 
 #: Untrusted text: a script in a reader name, a document id, a dataset name and a model path.
 HOSTILE_READER = "<script>window.__pwned = 1</script>r2"
 HOSTILE_DOC = '"><script>window.__pwned = 2</script>'
 HOSTILE_DATASET = "squad<img src=x onerror='window.__pwned=3'>"
 HOSTILE_FILE = "<b>run<i>.parquet"
+HOSTILE_QUESTION = "Who wrote <script>window.__pwned = 5</script>?"
 READERS = ("r1", HOSTILE_READER)
 RETRIEVERS = ("bm25", "dense", "hybrid")
 QUERIES = [f"q{i:02d}" for i in range(12)]
@@ -87,9 +95,16 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
         for t in RETRIEVERS
     }
     report = correlation_report(
-        doc, baselines, e2e, dataset="squad", metrics=METRICS, label_k=2, e2e_ks=[1, 2],
-        n_resamples=50, folder=root / "reports",
-    )  # fmt: skip
+        doc,
+        baselines,
+        e2e,
+        dataset="squad",
+        metrics=METRICS,
+        label_k=2,
+        e2e_ks=[1, 2],
+        n_resamples=50,
+        folder=root / "reports",
+    )
     store = open_store(root / "labels.sqlite")
     for reader in READERS:
         model = {"kind": "gguf", "path": f"/models/<script>{reader}</script>.gguf", "sha256": "ab"}
@@ -99,11 +114,45 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
     for name in ("erag_per_query.parquet", HOSTILE_FILE):
         (assets / "doc_labels" / name).write_bytes(b"PAR1")
     files = file_links(sorted(assets.rglob("*.parquet")), root / "reports")
+    per_query = erag_per_query(doc, METRICS)
+    found = verdict(per_query, "RR", n_resamples=100, n_permutations=500)
+    questions = {qid: HOSTILE_QUESTION if q == 0 else f"question {q}?" for q, qid in
+                 enumerate(QUERIES)}  # fmt: skip
+    picks = example_picks(per_query, doc, "RR")
+    examples = [
+        WorkedExample(
+            reader=p["reader"],
+            retriever=p["retriever"],
+            query_id=p["query_id"],
+            question=questions[p["query_id"]],
+            gold=("<b>gold</b>",),
+            doc_id=p["doc_id"],
+            rank=p["rank"],
+            excerpt=f"text with the <b>gold</b> answer of {p['doc_id']}",
+            answer=p["answer"],
+            label=p["label"],
+            score=p["score"],
+        )
+        for p in picks.iter_rows(named=True)
+    ]
     return DatasetSection(
         name=HOSTILE_DATASET,
-        erag_board=dataset_erag_leaderboard(
-            erag_per_query(doc, METRICS), METRICS, "bm25", n_resamples=100
+        facts=DatasetFacts(HOSTILE_DATASET, "squad:/data/<i>dev</i>.json", 12, 36, 12),
+        verdict=found,
+        erag_per_query=per_query,
+        questions=questions,
+        downstream_metric="em",
+        cost=LabelCost(pairs=216, from_store=200, generated=16, reader_seconds=4.5, partitions=6),
+        examples=examples,
+        specs=pl.DataFrame(
+            {
+                "kind": ["dataset", "retriever"],
+                "name": [HOSTILE_DATASET, "bm25"],
+                "partition_key": ["", "bm25-286b153c"],
+                "spec": ["squad:/data/<i>dev</i>.json", '{"kind": "bm25"}'],
+            }
         ),
+        erag_board=dataset_erag_leaderboard(per_query, METRICS, "bm25", n_resamples=100),
         ranking_metric="RR",
         retrieval_report=leaderboard(qrels, runs, ["P@2", "RR"], n_resamples=100),
         correlation_report=report.table,
@@ -189,14 +238,14 @@ def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -
     (image,) = parsed.images
     assert image.startswith("data:image/png;base64,")
     assert base64.b64decode(image.split(",", 1)[1]) == section.figure_png
-    assert "Verdict" not in page and 'id="verdict"' not in page
-    assert 'id="verdict"' not in render_html_report([section], verdict=[])
+    assert 'id="verdict"' in page
+    bare = render_html_report([dataclasses.replace(section, verdict=None)])
+    assert "Verdict" not in bare and 'id="verdict"' not in bare
 
 
 def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
     page = render_html_report(
-        [section],
-        verdict=["<script>window.__pwned = 4</script> wins"],
+        [dataclasses.replace(section, fit_warnings=["<script>window.__pwned = 4</script> cut"])],
         across=[("<script>t</script>", "bm25 <script>x</script>  0.5 [0.4, 0.6]")],
     )
     parsed = _parsed(page)
@@ -208,8 +257,16 @@ def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
     assert "squad&lt;img src=x onerror=&#x27;window.__pwned=3&#x27;&gt;" in page  # dataset
     assert ">assets/doc_labels/&lt;b&gt;run&lt;i&gt;.parquet<" in page  # a file name ...
     assert 'href="../assets/doc_labels/%3Cb%3Erun%3Ci%3E.parquet"' in page  # ... and its link
-    assert "&lt;script&gt;window.__pwned = 4&lt;/script&gt; wins" in page  # the verdict
-    assert re.search(r'<section id="verdict">.*?</section>', page, re.S)
+    assert "<li>&lt;script&gt;window.__pwned = 4&lt;/script&gt; cut</li>" in page  # fit line
+    verdict_part = re.search(r'<section id="verdict">.*?</section>', page, re.S).group(0)
+    assert "Reader <strong>&lt;script&gt;window.__pwned = 1&lt;/script&gt;r2</strong>" in (
+        verdict_part
+    )  # the reader's name in its sentence and chart title, escaped
+    assert "<title>eRAG RR of each retriever with reader &lt;script&gt;" in verdict_part
+    question = "Who wrote &lt;script&gt;window.__pwned = 5&lt;/script&gt;?"
+    assert page.count(question) >= 1  # drill-down (and the example when it is q00)
+    assert "<mark>&lt;b&gt;gold&lt;/b&gt;</mark>" in page  # the gold answer marked, escaped
+    assert "squad:/data/&lt;i&gt;dev&lt;/i&gt;.json" not in page.split("<h3>Details")[0]
     across = page.split('<section id="across">')[1]  # after the datasets, escaped as well
     assert "<h3>&lt;script&gt;t&lt;/script&gt;</h3>" in across
     assert "bm25 &lt;script&gt;x&lt;/script&gt;  0.5 [0.4, 0.6]</pre>" in across
@@ -245,7 +302,9 @@ def test_page_renders_in_chromium_without_any_request_outside_it(
         assert page.title() == "eRAG evaluation report"
         expect(page.get_by_role("heading", name="Table 1", exact=False)).to_be_visible()
         tables = page.locator("table")
-        assert tables.count() == 6  # 2 readers' leaderboards, human, Table 1, agreement, readers
+        # per reader a verdict pair table and a leaderboard; human, Table 1, drill-down,
+        # agreement, specs, readers
+        assert tables.count() == 2 * 2 + 6
         for i in range(tables.count()):
             expect(tables.nth(i)).to_be_visible()
         image = page.locator("img.figure")
@@ -260,3 +319,168 @@ def test_page_renders_in_chromium_without_any_request_outside_it(
     outside = [u for u in requests if not u.startswith(("file://", "data:"))]
     assert outside == [], outside
     assert requests[0] == path.as_uri()
+
+
+def test_verdict_section_renders_the_runs_verdict_with_its_p_by_each_pair(
+    section: DatasetSection,
+) -> None:
+    """The sentence, one chart row per retriever and every pair with the verdict's own Holm p
+    (the Verdict object handed in, not a second computation); each view names its test."""
+    page = render_html_report([section])
+    part = page.split('<section id="verdict">')[1].split("</section>")[0]
+    found = section.verdict
+    for reader in found.readers:
+        assert html.escape(found.sentences[reader], quote=True) in part
+    charts = re.findall(r'<svg class="chart".*?</svg>', part, re.S)
+    assert len(charts) == len(READERS)
+    for chart in charts:
+        assert chart.count("<circle") == len(RETRIEVERS)
+        assert "http" not in chart.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    tables = [t for t in _parsed(part).tables if t[0][0] == "pair"]
+    assert len(tables) == len(READERS)
+    shown = {(row[0], row[2]) for t in tables for row in t[1:]}
+    expected = {
+        (f"{p['higher']} − {p['lower']}", "<0.001" if p["p_holm"] < 0.001 else f"{p['p_holm']:.3f}")
+        for p in found.pairs.iter_rows(named=True)
+    }
+    assert shown == expected  # the verdict's p, next to the pair it decides
+    assert "Holm-adjusted over this reader&#x27;s 3 pairs" in part
+    assert "Leaderboard p:" in page and "Judgment p:" in page  # the other two families
+
+
+def test_names_drop_partition_hashes_except_in_the_details() -> None:
+    keys = ["bm25-286b153c", "dense-0a1b2c3d", "bm25-286b153c / smollm2-135m-a88d591a"]
+    assert display_names(keys) == {
+        "bm25-286b153c": "bm25",
+        "dense-0a1b2c3d": "dense",
+        "bm25-286b153c / smollm2-135m-a88d591a": "bm25 / smollm2-135m",
+    }
+    # two versions of one retriever keep their keys: no two rows may read alike
+    assert display_names(["bm25-286b153c", "bm25-99999999"]) == {
+        "bm25-286b153c": "bm25-286b153c",
+        "bm25-99999999": "bm25-99999999",
+    }
+    rng = np.random.default_rng(3)
+    per_query = pl.DataFrame(
+        [
+            (r, t, q, float(rng.random()))
+            for r in ("smollm2-a88d591a",)
+            for t in ("bm25-286b153c", "dense-0a1b2c3d")
+            for q in QUERIES
+        ],
+        schema=["reader", "retriever", "query_id", "P@2"],
+        orient="row",
+    )
+    page = render_html_report(
+        [
+            DatasetSection(
+                name="sample",
+                verdict=verdict(per_query, "P@2", n_resamples=50, n_permutations=200),
+                erag_per_query=per_query,
+                erag_board=dataset_erag_leaderboard(per_query, ["P@2"], n_resamples=50),
+                ranking_metric="P@2",
+                specs=pl.DataFrame(
+                    {
+                        "kind": ["retriever"],
+                        "name": ["bm25"],
+                        "partition_key": ["bm25-286b153c"],
+                        "spec": ['{"kind": "bm25"}'],
+                    }
+                ),
+            )
+        ]
+    )
+    before, details = page.split("<h3>Details")
+    assert not re.search(r"-[0-9a-f]{8}\b", before), re.findall(r"\S*-[0-9a-f]{8}\b", before)
+    assert "bm25-286b153c" in details
+
+
+def test_drilldown_is_sorted_by_disagreement(section: DatasetSection) -> None:
+    table = drilldown(section.erag_per_query, "RR", section.questions, section.names())
+    spread = table["disagreement"].to_list()
+    assert spread == sorted(spread, reverse=True) and table.height == len(QUERIES)
+    assert table.columns[0] == "question" and table.columns[-1] == "question id"
+    assert len(table.columns) == 3 + 6  # 3 retrievers x 2 readers
+    page = render_html_report([section])
+    rows = next(t for t in _parsed(page).tables if t[0][0] == "question")[1:]
+    assert [float(r[-2]) for r in rows] == pytest.approx(spread, abs=5e-4)
+    top = table.row(0, named=True)
+    per_query = section.erag_per_query.filter(pl.col("query_id") == top["question id"])
+    widest = max(g["RR"].max() - g["RR"].min() for _, g in per_query.group_by("reader"))
+    assert top["disagreement"] == pytest.approx(widest)
+
+
+def test_worked_examples_come_from_the_most_disputed_question(section: DatasetSection) -> None:
+    picks = example_picks(section.erag_per_query, {}, "RR")
+    assert picks.height == 0  # no labels: no example
+    examples = section.examples
+    assert {e.retriever for e in examples} == set(RETRIEVERS)
+    assert len({(e.reader, e.query_id) for e in examples}) == 1
+    scores = [e.score for e in examples]
+    table = drilldown(section.erag_per_query, "RR", section.questions, section.names())
+    assert max(scores) - min(scores) == pytest.approx(table["disagreement"][0])
+    page = render_html_report([section])
+    assert page.count('<div class="example">') == len(RETRIEVERS)
+    # an excerpt centres on the gold answer and marks its cuts
+    text = " ".join(f"w{i}" for i in range(200)) + " the Eiffel Tower " + "tail " * 100
+    cut = excerpt(text, ["eiffel tower"], words=30)
+    assert "Eiffel Tower" in cut and cut.startswith("… ") and cut.endswith(" …")
+
+
+def test_table1_is_a_heat_map_with_the_best_marked(section: DatasetSection) -> None:
+    page = render_html_report([section])
+    heat = page.split('<table class="heat">')[1].split("</table>")[0]
+    cells = re.findall(r"<td([^>]*)>(.*?)</td>", heat)
+    numeric = [(attrs, text) for attrs, text in cells if 'class="num' in attrs]
+    coloured = [(a, t) for a, t in numeric if "background:hsl(" in a]
+    assert coloured and all(re.match(r"(<strong>)?\*?-?\d", t) for _, t in coloured)
+    best = [(a, t) for a, t in numeric if "best" in a]
+    assert best and all(t.startswith("<strong>*") for _, t in best)
+
+
+def test_meaning_cost_and_fit_sections(section: DatasetSection) -> None:
+    page = render_html_report([section])
+    meaning = page.split("<h3>What the numbers mean</h3>")[1].split("<h3>")[0]
+    assert meaning.count("<li>") == len(METRICS)  # one sentence per list metric
+    assert "the reader&#x27;s em score" in meaning and "eRAG P@2 = " in meaning
+    assert "216 question-document pairs" in page and "200 from the label store" in page
+    assert "16 generated (reader time in that run 4.5 s)" in page
+    assert 'id="fit-diagnostics"' not in page  # no diagnostics given: no section
+    warned = render_html_report([dataclasses.replace(section, fit_warnings=["cut at 16"])])
+    assert '<h3 id="fit-diagnostics">' in warned and "<li>cut at 16</li>" in warned
+    clean = render_html_report([dataclasses.replace(section, fit_warnings=[])])
+    assert "No warning" in clean
+
+
+def test_figure1_titles_do_not_overlap() -> None:
+    """Figure 1 with long partition keys and five metrics: the panel titles, axis labels and
+    legend boxes (matplotlib's own text extents after layout) intersect nowhere."""
+    systems = ["bm25-286b153c / smollm2-135m-a88d591a", "hybrid-0a1b2c3d / gemma3-270m-12345678"]
+    metrics = ["P@{k}", "Success@{k}", "RR", "AP", "nDCG@{k}"]  # as correlation_vs_k names them
+    rows = [
+        ("squad", s, m.format(k=k), meth, k, 0.1 * k, 0.05 * k, 0.15 * k)
+        for s in systems for m in metrics for meth in ("eRAG", "containment", "bm25-judge")
+        for k in (1, 2, 3)
+    ]  # fmt: skip
+    frame = pl.DataFrame(
+        rows,
+        schema=["dataset", "retriever", "metric", "method", "k", "kendall_tau", "low", "high"],
+        orient="row",
+    )
+    fig = correlation_vs_k_figure(frame, title="Figure 1")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == len(systems) * len(metrics)
+    titles = [ax.title.get_text() for ax in axes]
+    assert not any(re.search(r"-[0-9a-f]{8}", t) for t in titles)  # names without hashes
+    assert "bm25 / smollm2-135m · P@k" in titles  # one curve over k per metric
+    boxes = [ax.title.get_window_extent(renderer) for ax in axes]
+    boxes += [ax.xaxis.label.get_window_extent(renderer) for ax in axes]
+    boxes += [ax.yaxis.label.get_window_extent(renderer) for ax in axes]
+    boxes += [legend.get_window_extent(renderer) for legend in fig.legends]
+    boxes.append(fig._suptitle.get_window_extent(renderer))
+    for i, a in enumerate(boxes):
+        assert a.x0 >= 0 and a.x1 <= fig.bbox.width and a.y0 >= 0 and a.y1 <= fig.bbox.height
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (a, b)

@@ -1,25 +1,29 @@
-"""The HTML report: one self-contained page with a run's reports (docs/html-report.md).
+"""The HTML report: one self-contained page a team lead reads in a minute (docs/html-report.md).
 
-The page holds, per dataset: the eRAG leaderboard of each reader (retrievers ranked by the
-ranking metric, 95% bootstrap CIs, the paired test against the baseline retriever,
-Holm-adjusted), the human-judgment leaderboard (``retrieval_report``), Table 1 (the
-correlation report), Figure 1 (its png, embedded), label agreement, the identity of the reader
-behind every eRAG label, and links to the stored parquet files; plus, when one is given, a
-verdict section at the top.
+Top to bottom: the **verdict** of each dataset (per reader a sentence, a chart of each
+retriever's eRAG score with its 95% CI, and every pair with the p that decides it); then per
+dataset its name, size and run date, what the numbers mean in words, what the labels cost,
+the fit diagnostics (when given), one **worked example** per retriever from the question where
+the retrievers disagree most, and the details: the eRAG leaderboard, the human-judgment
+leaderboard, Table 1 as a heat-map, Figure 1, a per-query drill-down pre-sorted by
+disagreement, label agreement, the names with their partition hashes and full specs, the
+readers behind the labels and links to the stored parquet files.
 
 Policy:
 
-- **No network.** Everything is inline: CSS in a ``<style>`` element, the figure as a
-  ``data:image/png;base64`` URI, no script, no font, no external image; a
-  Content-Security-Policy ``<meta>`` (``default-src 'none'``) makes the browser refuse any
-  fetch a future edit might add. Links to files are relative ``href``s (a click, not a fetch).
-- **Every string is escaped** (:func:`html.escape` with ``quote=True``): dataset names, ids,
-  reader names and model JSON may hold ``<script>``; nothing from the inputs is markup.
-- Cells follow the terminal reports' text (:mod:`erag_dagster.reports.tables`,
-  :mod:`erag_dagster.reports.leaderboard`, :mod:`erag_dagster.reports.cross_leaderboard`): the
-  same numbers in the same words, ``–`` missing, ``nan`` undefined.
-- A section whose input is missing (a dataset without reader labels has no eRAG leaderboard,
-  Table 1, figure or identities) says so in one line instead of an empty table.
+- **No network, no script.** CSS in a ``<style>`` element, the verdict chart an inline SVG,
+  Figure 1 a ``data:image/png;base64`` URI; a Content-Security-Policy ``<meta>``
+  (``default-src 'none'``) makes the browser refuse any fetch a future edit might add. Links to
+  files are relative ``href``s (a click, not a fetch).
+- **Every string is escaped** (:mod:`.html_blocks`): names, ids, texts and model JSON may
+  hold ``<script>``; nothing from the inputs is markup.
+- **Names without hashes**: partition keys (``bm25-286b153c``) show as registry names
+  (:func:`~.html_blocks.display_names`); the keys and full specs are in the details table.
+- **The page computes no verdict**: it renders the :class:`~.verdict.Verdict` it is handed
+  (the run's one), and each view names its own test family (:data:`~.html_words.FAMILIES`).
+- **Fits the page**: no element is wider than the viewport (checked at 1400 and 390 px in
+  ``tests/test_html_report_browser.py``); a wide table scrolls inside its own box.
+- A part whose input is missing says so in one line instead of an empty table.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -41,12 +46,38 @@ from erag_dagster.meta.per_query import System
 from erag_dagster.paths import atomic_path
 from erag_dagster.reports.cross_leaderboard import (
     MEAN_OVER_DATASETS,
-    P_HOLM_TEST,
     erag_leaderboard,
     with_holm,
 )
+from erag_dagster.reports.html_blocks import (
+    absent,
+    display_names,
+    esc,
+    frame_table,
+    heat_table,
+    note,
+    renamed,
+    rows_table,
+)
+from erag_dagster.reports.html_chart import ci_chart_svg
+from erag_dagster.reports.html_examples import (
+    DRILLDOWN_ROWS,
+    WorkedExample,
+    drilldown,
+    marked_spans,
+)
+from erag_dagster.reports.html_words import (
+    FAMILIES,
+    DatasetFacts,
+    LabelCost,
+    cost_sentence,
+    facts_sentence,
+    label_sentence,
+    metric_sentence,
+)
 from erag_dagster.reports.leaderboard import format_leaderboard
-from erag_dagster.reports.tables import MISSING, ci_text, format_cell, table1_cells
+from erag_dagster.reports.tables import MISSING, ci_text, table1_cells
+from erag_dagster.reports.verdict import Verdict
 
 #: The identity columns the page shows for each reader fingerprint (of
 #: :func:`~erag_dagster.labels.audit.identity_columns`).
@@ -55,50 +86,84 @@ IDENTITY_SHOWN = ("model", "model_hash", "dtype", "hardware")
 #: Columns of :func:`reader_identities`.
 IDENTITY_TABLE = ("reader", "reader_fingerprint", "labels", *IDENTITY_SHOWN)
 
+#: The fit diagnostics' warning lines for a dataset (``None``: no diagnostics given).
+FitWarnings = Sequence[str] | None
+
+#: Columns of a :attr:`DatasetSection.specs` frame.
+SPEC_COLUMNS = ("kind", "name", "partition_key", "spec")
+
 _CSS = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px;
-  padding: 0 1em; color: #1b1b1b; background: #fff; }
-h1 { font-size: 1.6em; } h2 { border-bottom: 2px solid #ccd; padding-bottom: .2em;
-  margin-top: 2em; } h3 { margin-top: 1.5em; }
-table { border-collapse: collapse; margin: .5em 0 1em; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #ccd; padding: .25em .6em; text-align: left; vertical-align: top;
-  white-space: nowrap; }
+*, *::before, *::after { box-sizing: border-box; }
+body { font: 15px/1.5 system-ui, sans-serif; margin: 1.5em auto; max-width: 1320px;
+  padding: 0 1em; color: #1b1b1b; background: #fff; overflow-wrap: anywhere; }
+h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { border-bottom: 2px solid #ccd;
+  padding-bottom: .2em; margin-top: 2em; } h3 { margin-top: 1.6em; } h4 { margin: 1em 0 .3em; }
+p.lede { font-size: 1.05em; color: #333; margin-top: 0; }
+p.sentence { font-size: 1.1em; margin: .3em 0 .5em; }
+table { border-collapse: collapse; margin: .3em 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccd; padding: .25em .5em; text-align: left; vertical-align: top;
+  overflow-wrap: normal; }
 th { background: #eef; } td.num { text-align: right; }
 td.code { font-family: ui-monospace, monospace; font-size: .85em; white-space: normal;
-  word-break: break-all; min-width: 12em; }
-div.wide { overflow-x: auto; }
+  word-break: break-all; min-width: 14em; }
+td.text { white-space: normal; min-width: 16em; max-width: 32em; }
+td.id { font-family: ui-monospace, monospace; font-size: .8em; color: #555; }
+td.best { outline: 2px solid #123; outline-offset: -2px; }
+div.wide { overflow-x: auto; max-width: 100%; margin-bottom: .8em; }
 tr.baseline td { background: #f6f6fb; }
-p.note { color: #555; font-size: .9em; margin: .2em 0; }
-pre.verdict { background: #f4f8f4; border-left: 4px solid #4a4; padding: .8em;
-  white-space: pre-wrap; }
-img.figure { max-width: 100%; border: 1px solid #ccd; }
-pre.across { overflow-x: auto; font-size: .85em; }
+p.note { color: #555; font-size: .88em; margin: .2em 0; }
+svg.chart { display: block; max-width: 520px; margin: .3em 0 .6em; }
+svg.chart text { font: 15px system-ui, sans-serif; fill: #1b1b1b; }
+svg.chart text.tick { font-size: 12px; fill: #555; }
+svg.chart .grid { stroke: #dde; stroke-width: 1; }
+svg.chart .ci { stroke: #2a5599; stroke-width: 2.5; }
+svg.chart .mean { fill: #2a5599; }
+div.examples { display: grid; grid-template-columns: repeat(auto-fit, minmax(16em, 1fr));
+  gap: .8em; }
+div.example { border: 1px solid #ccd; border-radius: 6px; padding: .6em .8em; }
+div.example h4 { margin-top: 0; }
+blockquote { margin: .3em 0; padding: .3em .6em; background: #f7f7fa;
+  border-left: 3px solid #aab; font-size: .92em; }
+mark { background: #fde68a; }
+ul.warnings li { color: #8a3b00; }
+img.figure { max-width: 100%; height: auto; border: 1px solid #ccd; }
+pre.across { overflow-x: auto; font-size: .85em; max-width: 100%; }
 nav a { margin-right: 1em; }
+@media (max-width: 600px) { body { font-size: 14px; margin: .8em auto; padding: 0 .6em; } }
 """
 
 #: No fetch of any kind: images only from data: URIs, styles only inline.
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
-def esc(value: object) -> str:
-    """``value`` as escaped HTML text (``None`` → ``–``; floats as
-    :func:`~erag_dagster.reports.tables.format_cell` writes them)."""
-    return html.escape(format_cell(value), quote=True)
-
-
 @dataclass(frozen=True)
 class DatasetSection:
-    """What the page shows for one dataset; ``None`` where the run has no such report.
+    """What the page shows for one dataset; ``None`` (or empty) where the run has no such part.
 
-    ``erag_board``: :func:`dataset_erag_leaderboard`; ``retrieval_report``: the
-    ``retrieval_report`` asset (:func:`~erag_dagster.reports.leaderboard.leaderboard`);
-    ``correlation_report``: the ``correlation_report`` asset (Table 1's long frame);
-    ``figure_png``: Figure 1's png bytes; ``label_agreement``: the ``label_agreement`` asset;
-    ``identities``: :func:`reader_identities`; ``files``: ``(label, href)`` pairs
+    ``name``: the dataset's display name (registry name, or :func:`~.html_words.
+    dataset_display_name` of its spec); ``facts``: its size and full spec; ``verdict``: the
+    run's :class:`~.verdict.Verdict` of this dataset (rendered, never recomputed);
+    ``erag_per_query``: for the drill-down; ``questions``: question id → text (drill-down);
+    ``downstream_metric``: the reader's metric behind the labels (``f1``); ``cost``:
+    :class:`~.html_words.LabelCost`; ``examples``: :class:`~.html_examples.WorkedExample`\\ s;
+    ``fit_warnings``: the fit diagnostics' warning lines (``None``: no diagnostics given, no
+    section; empty: "no warning"); ``erag_board``: :func:`dataset_erag_leaderboard`;
+    ``retrieval_report``: the ``retrieval_report`` asset; ``correlation_report``: Table 1's
+    long frame; ``figure_png``: Figure 1's png bytes; ``label_agreement``: the
+    ``label_agreement`` asset; ``identities``: :func:`reader_identities`; ``specs``: the names,
+    partition keys and full specs (:data:`SPEC_COLUMNS`); ``files``: ``(label, href)`` pairs
     (:func:`file_links`).
     """
 
     name: str
+    facts: DatasetFacts | None = None
+    verdict: Verdict | None = None
+    erag_per_query: pl.DataFrame | None = None
+    questions: Mapping[str, str] = field(default_factory=dict)
+    downstream_metric: str | None = None
+    cost: LabelCost | None = None
+    examples: Sequence[WorkedExample] = field(default_factory=tuple)
+    fit_warnings: FitWarnings = None
     erag_board: pl.DataFrame | None = None
     ranking_metric: str | None = None
     retrieval_report: pl.DataFrame | None = None
@@ -106,7 +171,24 @@ class DatasetSection:
     figure_png: bytes | None = None
     label_agreement: pl.DataFrame | None = None
     identities: pl.DataFrame | None = None
+    specs: pl.DataFrame | None = None
     files: Sequence[tuple[str, str | None]] = field(default_factory=tuple)
+
+    def names(self) -> dict[str, str]:
+        """Display name of every partition key the section's frames hold
+        (:func:`~.html_blocks.display_names`)."""
+        keys: list[str] = []
+        for frame, columns in (
+            (self.erag_per_query, ("reader", "retriever")),
+            (self.erag_board, ("reader", "retriever")),
+            (self.retrieval_report, ("retriever",)),
+            (self.verdict.ranking if self.verdict else None, ("reader", "retriever")),
+        ):
+            if frame is not None:
+                for c in columns:
+                    if c in frame.columns:
+                        keys += [str(v) for v in frame.get_column(c).drop_nulls().to_list()]
+        return display_names(keys)
 
 
 def dataset_erag_leaderboard(
@@ -180,41 +262,46 @@ def render_html_report(
     *,
     title: str = "eRAG evaluation report",
     run_id: str | None = None,
-    verdict: str | Sequence[str] | None = None,
+    written: datetime | None = None,
     across: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The whole page (a ``str`` of UTF-8 HTML); see the module docstring.
 
-    ``verdict``: the verdict text (lines; :mod:`erag_dagster.reports.verdict` once wired),
-    shown first in a section of its own; no section without one (``None``, empty).
-    ``run_id``: the Dagster run the page was written by (shown, not linked). ``across``:
-    ``(title, text)`` of each report across datasets, the terminal's text table
+    ``run_id``: the Dagster run the page was written by (shown, not linked); ``written``: when
+    (UTC; shown as the run's date); ``across``: ``(title, text)`` of each report across
+    datasets, the terminal's text table
     (:func:`~erag_dagster.reports.cross_leaderboard.format_cross_leaderboard`,
     :func:`~erag_dagster.reports.cross_table1.format_table1_across`), shown preformatted
-    after the datasets.
+    after the datasets. A section's verdict opens the page (no verdict: no such section).
     """
     body = [f"<h1>{esc(title)}</h1>"]
-    if run_id:
-        body.append(f'<p class="note">Written by Dagster run <code>{esc(run_id)}</code>.</p>')
+    if len(sections) == 1:
+        body.append(_lede(sections[0], written))
+    elif written is not None:
+        body.append(f'<p class="lede">Run {written:%Y-%m-%d %H:%M} UTC.</p>')
     if len(sections) > 1:
         links = [f'<a href="#dataset-{i}">{esc(s.name)}</a>' for i, s in enumerate(sections)]
         if across:
             links.append('<a href="#across">Across datasets</a>')
         body.append(f"<nav>{' '.join(links)}</nav>")
-    if verdict:  # None, "" or no lines: no section
-        text = verdict if isinstance(verdict, str) else "\n".join(verdict)
-        body.append(
-            '<section id="verdict"><h2>Verdict</h2>'
-            f'<pre class="verdict">{html.escape(text, quote=True)}</pre></section>'
-        )
+    judged = [s for s in sections if s.verdict is not None and s.verdict.readers]
+    if judged:
+        parts = ['<section id="verdict"><h2>Verdict</h2>']
+        for s in judged:
+            if len(sections) > 1:
+                parts.append(f"<h3>Dataset {esc(s.name)}</h3>")
+            parts.append(_verdict_html(s))
+        body.append("\n".join(parts) + "</section>")
     for index, section in enumerate(sections):
-        body.append(_dataset_html(index, section))
+        body.append(_dataset_html(index, section, written, lede=len(sections) > 1))
     if across:
         parts = ['<section id="across"><h2>Across datasets</h2>']
         for heading, text in across:
             parts.append(f"<h3>{esc(heading)}</h3>")
             parts.append(f'<pre class="across">{html.escape(text, quote=True)}</pre>')
         body.append("\n".join(parts) + "</section>")
+    if run_id:
+        body.append(f'<p class="note">Written by Dagster run <code>{esc(run_id)}</code>.</p>')
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -233,44 +320,170 @@ def write_html_report(page: str, path: Path) -> Path:
     return path
 
 
-# --- sections --------------------------------------------------------------------------------
+# --- the one-minute parts ----------------------------------------------------------------------
 
 
-def _dataset_html(index: int, s: DatasetSection) -> str:
+def _lede(s: DatasetSection, written: datetime | None) -> str:
+    facts = s.facts or DatasetFacts(name=s.name)
+    line = facts_sentence(facts, written)
+    lead = f"Dataset <strong>{esc(s.name)}</strong>"
+    return f'<p class="lede">{lead}{" · " + esc(line) if line else ""}</p>'
+
+
+def _verdict_html(s: DatasetSection) -> str:
+    """Per reader: the sentence, the chart, the pairs with their p (the verdict's family)."""
+    v = s.verdict
+    assert v is not None
+    names = s.names()
+    parts = []
+    for reader in v.readers:
+        ranks = v.ranking.filter(pl.col("reader") == reader).sort("rank")
+        pairs = v.pairs.filter(pl.col("reader") == reader)
+        reader_name = names.get(reader, reader)
+        parts.append(
+            f'<p class="sentence">Reader <strong>{esc(reader_name)}</strong>: '
+            f"{esc(v.sentences[reader])}</p>"
+        )
+        parts.append(
+            ci_chart_svg(
+                list(ranks.iter_rows(named=True)), v.metric, names,
+                f"eRAG {v.metric} of each retriever with reader {reader_name}",
+            )
+        )  # fmt: skip
+        if pairs.height:
+            rows = [
+                (False, [
+                    f"{names.get(p['higher'], p['higher'])} − {names.get(p['lower'], p['lower'])}",
+                    f"{p['difference']:+.3f} [{p['low']:+.2f}, {p['high']:+.2f}]",
+                    _p(p["p_holm"]),
+                    "differ" if p["significant"] else "indistinguishable",
+                    str(p["queries"]),
+                ])
+                for p in pairs.iter_rows(named=True)
+            ]  # fmt: skip
+            headers = ["pair", "difference [95% CI]", "p (Holm)", "decision", "questions"]
+            parts.append(rows_table(headers, rows, [False, True, True, False, True], "pairs"))
+    m = max((v.pairs.filter(pl.col("reader") == r).height for r in v.readers), default=0)
+    parts.append(note(FAMILIES["verdict"].format(m=m, alpha=v.alpha)))
+    return "\n".join(parts)
+
+
+def _meaning_html(s: DatasetSection, names: Mapping[str, str]) -> str:
+    """One sentence per list metric, its example value the top retriever's (first reader)."""
+    board = s.erag_board
+    if board is None or not board.height:
+        return absent("no eRAG labels in this run")
+    metrics = board.get_column("metric").unique(maintain_order=True).to_list()
+    reader = board.get_column("reader")[0]
+    items = []
+    for metric in metrics:
+        rows = board.filter((pl.col("reader") == reader) & (pl.col("metric") == metric))
+        best = rows.sort(["mean", "retriever"], descending=[True, False]).row(0, named=True)
+        who = f"{names.get(best['retriever'], best['retriever'])} with {names.get(reader, reader)}"
+        items.append(f"<li>{esc(metric_sentence(metric, best['mean']))} ({esc(who)})</li>")
+    return f"<p>{esc(label_sentence(s.downstream_metric))}</p><ul>{''.join(items)}</ul>"
+
+
+def _examples_html(s: DatasetSection, names: Mapping[str, str]) -> str:
+    if not s.examples:
+        return absent("no worked example: no eRAG labels (or no question text) in this run")
+    first = s.examples[0]
+    spread = max(e.score for e in s.examples) - min(e.score for e in s.examples)
+    metric = s.verdict.metric if s.verdict else (s.ranking_metric or "")
+    gold = ", ".join(f"“{g}”" for g in first.gold) or MISSING
+    head = (
+        f"<p>The retrievers disagree most on question <code>{esc(first.query_id)}</code> "
+        f"(reader {esc(names.get(first.reader, first.reader))}: eRAG {esc(metric)} differs by "
+        f"{spread:.2f} between them). <strong>Question:</strong> {esc(first.question)} "
+        f"<strong>Gold answer:</strong> {esc(gold)}</p>"
+    )
+    cards = []
+    for e in s.examples:
+        text = "".join(
+            f"<mark>{esc(part)}</mark>" if gold_part else esc(part)
+            for part, gold_part in marked_spans(e.excerpt, e.gold)
+        )
+        cards.append(
+            '<div class="example">'
+            f"<h4>{esc(names.get(e.retriever, e.retriever))} "
+            f"<small>(eRAG {esc(metric)} here: {e.score:.2f})</small></h4>"
+            f'<p class="note">its best document: <code>{esc(e.doc_id)}</code>, rank {e.rank}</p>'
+            f"<blockquote>{text or esc(MISSING)}</blockquote>"
+            f"<p>Reader's answer: <strong>“{esc(e.answer)}”</strong> → label "
+            f"<strong>{e.label:.2f}</strong></p></div>"
+        )
+    return head + f'<div class="examples">{"".join(cards)}</div>'
+
+
+def _fit_html(warnings: Sequence[str]) -> str:
+    if not warnings:
+        return '<p class="note">No warning: the labels fit the data by every check.</p>'
+    return '<ul class="warnings">' + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>"
+
+
+# --- the details -------------------------------------------------------------------------------
+
+
+def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede: bool) -> str:
+    names = s.names()
     parts = [f'<section id="dataset-{index}"><h2>Dataset {esc(s.name)}</h2>']
+    if lede:  # one dataset: its lede is the page's
+        parts.append(_lede(s, written))
+    parts.append("<h3>What the numbers mean</h3>")
+    parts.append(_meaning_html(s, names))
+    parts.append("<h3>What it cost</h3>")
+    parts.append(
+        f"<p>{esc(cost_sentence(s.cost))}</p>"
+        if s.cost is not None
+        else absent("no eRAG labels in this run: no reader cost")
+    )
+    if s.fit_warnings is not None:  # the fit diagnostics: wired by one argument
+        parts.append('<h3 id="fit-diagnostics">Fit diagnostics</h3>')
+        parts.append(_fit_html(s.fit_warnings))
+    parts.append("<h3>Worked examples: where the retrievers disagree most</h3>")
+    parts.append(_examples_html(s, names))
     parts.append("<h3>eRAG leaderboard</h3>")
     if s.erag_board is not None and s.erag_board.height and s.ranking_metric:
-        parts.append(_erag_board_html(s.erag_board, s.ranking_metric))
+        parts.append(_erag_board_html(s.erag_board, s.ranking_metric, names))
     else:
-        parts.append(_absent("no eRAG labels in this run"))
+        parts.append(_absent_labels())
     parts.append("<h3>Retrieval quality on the human judgments</h3>")
     if s.retrieval_report is not None and s.retrieval_report.height:
-        parts.append(_table(format_leaderboard(s.retrieval_report)))
+        shown = renamed(s.retrieval_report, ["retriever"])
+        parts.append(frame_table(format_leaderboard(shown), label="human-judgment leaderboard"))
         parts.append(
-            _note(
-                "mean [95% bootstrap CI]; vs the first retriever: difference, permutation p "
-                "(* p < 0.05, not corrected)."
+            note(
+                "mean [95% bootstrap CI]; vs the first retriever: difference, p (* p < 0.05). "
+                + FAMILIES["judgments"]
             )
         )
     else:
-        parts.append(_absent("the dataset has no judgments"))
+        parts.append(absent("the dataset has no judgments"))
     parts.append("<h3>Table 1: correlation of each labelling method with end-to-end quality</h3>")
     if s.correlation_report is not None and s.correlation_report.height:
-        cells = table1_cells(s.correlation_report, "kendall_tau")
+        cells = table1_cells(
+            renamed(s.correlation_report, ["retriever"]), "kendall_tau", compact=True
+        )
         # the dataset column repeats the section's name: left out
         keep = [i for i, h in enumerate(cells.headers) if h != "dataset"]
         parts.append(
-            _cells_table(
+            heat_table(
                 [cells.headers[i] for i in keep],
                 [[row[i] for i in keep] for row in cells.rows],
                 [cells.right[i] for i in keep],
                 star="*",
             )
         )
-        parts.append(_note("Kendall tau-b with the end-to-end score per query."))
-        parts += [_note(n) for n in cells.notes]
+        parts.append(
+            note(
+                "Kendall tau-b with the end-to-end score per query; colour: blue for positive, "
+                "orange for negative, deeper for larger |tau|; outlined bold *: the best "
+                "method in its column for that system."
+            )
+        )
+        parts += [note(n) for n in cells.notes]
     else:
-        parts.append(_absent("no correlation report in this run"))
+        parts.append(absent("no correlation report in this run"))
     parts.append("<h3>Figure 1: correlation vs number of retrieved documents</h3>")
     if s.figure_png:
         data = base64.b64encode(s.figure_png).decode("ascii")
@@ -279,26 +492,42 @@ def _dataset_html(index: int, s: DatasetSection) -> str:
             f'src="data:image/png;base64,{data}">'
         )
     else:
-        parts.append(_absent("no figure in this run"))
+        parts.append(absent("no figure in this run"))
+    parts.append("<h3>Per question: where the retrievers disagree</h3>")
+    parts.append(_drilldown_html(s, names))
     parts.append("<h3>Agreement of automatic labels with the human judgments</h3>")
     if s.label_agreement is not None and s.label_agreement.height:
-        parts.append(_table(s.label_agreement))
-        parts.append(_note("agreement: share of documents labelled alike; kappa: Cohen's kappa."))
+        shown = renamed(s.label_agreement, ["reader", "retriever"])
+        parts.append(frame_table(shown, label="label agreement"))
+        parts.append(note("agreement: share of documents labelled alike; kappa: Cohen's kappa."))
     else:
-        parts.append(_absent("no label agreement in this run"))
-    parts.append("<h3>Readers behind the eRAG labels</h3>")
-    if s.identities is not None and s.identities.height:
-        parts.append(_table(s.identities, code=("reader_fingerprint", *IDENTITY_SHOWN)))
+        parts.append(absent("no label agreement in this run"))
+    parts.append("<h3>Details: names, partition hashes and specs</h3>")
+    if s.specs is not None and s.specs.height:
+        parts.append(frame_table(s.specs, code=("partition_key", "spec"), label="specs"))
         parts.append(
-            _note(
+            note(
+                "The page names each retriever and reader by its registry name; its Dagster "
+                "partition is the name plus the first 8 hex digits of the spec's content hash."
+            )
+        )
+    else:
+        parts.append(absent("no registry specs given"))
+    parts.append("<h4>Readers behind the eRAG labels</h4>")
+    if s.identities is not None and s.identities.height:
+        parts.append(
+            frame_table(s.identities, code=("reader_fingerprint", *IDENTITY_SHOWN), label="readers")
+        )
+        parts.append(
+            note(
                 "One row per reader partition and fingerprint among the labels; the identity "
                 "is the one registered in the label store (erag-dagster audit shows a label's)."
                 ' hardware: "any" where the answers do not depend on the machine.'
             )
         )
     else:
-        parts.append(_absent("no eRAG labels in this run"))
-    parts.append("<h3>Stored files</h3>")
+        parts.append(_absent_labels())
+    parts.append("<h4>Stored files</h4>")
     if s.files:
         items = [
             f'<li><a href="{html.escape(href, quote=True)}">{esc(label)}</a></li>'
@@ -308,12 +537,49 @@ def _dataset_html(index: int, s: DatasetSection) -> str:
         ]
         parts.append("<ul>" + "".join(items) + "</ul>")
     else:
-        parts.append(_absent("no stored file found"))
+        parts.append(absent("no stored file found"))
     parts.append("</section>")
     return "\n".join(parts)
 
 
-def _erag_board_html(board: pl.DataFrame, ranking: str) -> str:
+def _absent_labels() -> str:
+    return absent("no eRAG labels in this run")
+
+
+def _drilldown_html(s: DatasetSection, names: Mapping[str, str]) -> str:
+    per_query = s.erag_per_query
+    metric = s.verdict.metric if s.verdict else s.ranking_metric
+    if per_query is None or not per_query.height or metric not in per_query.columns:
+        return _absent_labels()
+    table = drilldown(per_query, metric, s.questions, names)
+    headers = list(table.columns)
+    rows = []
+    for row in table.iter_rows():
+        cells = [f'<td class="text">{esc(row[0])}</td>']
+        cells += [f'<td class="num">{_num(v)}</td>' for v in row[1:-1]]
+        cells.append(f'<td class="id">{esc(row[-1])}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    box = (
+        f'<div class="wide" role="region" aria-label="drill-down" tabindex="0"><table '
+        f'class="drilldown"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        "</table></div>"
+    )
+    total = per_query.get_column("query_id").n_unique()
+    cut = ""
+    if total > table.height:
+        cut = f" The {DRILLDOWN_ROWS} most disputed of {total} are shown."
+    return box + note(
+        f"eRAG {metric} of each retriever at each question; disagreement: the largest minus "
+        f"the smallest over the retrievers (the largest over the readers), sorted by it.{cut}"
+    )
+
+
+def _num(value: object) -> str:
+    return esc(MISSING) if value is None else f"{float(value):.3f}"  # type: ignore[arg-type]
+
+
+def _erag_board_html(board: pl.DataFrame, ranking: str, names: Mapping[str, str]) -> str:
     """Per reader: retrievers ranked by ``ranking`` (competition ranking: ties share a
     place), the ranking metric's CI and comparison, then every other metric's CI."""
     metrics = board.get_column("metric").unique(maintain_order=True).to_list()
@@ -332,24 +598,23 @@ def _erag_board_html(board: pl.DataFrame, ranking: str) -> str:
         body = []
         for r in ranked.iter_rows(named=True):
             retriever = r["retriever"]
-            name = f"{retriever} (baseline)" if r["baseline"] else retriever
+            shown = names.get(retriever, retriever)
+            name = f"{shown} (baseline)" if r["baseline"] else shown
             row = [str(r["place"]), name, str(r["queries"]), _ci(r), _versus(r)]
             row += [_ci(cells[(retriever, m)]) if (retriever, m) in cells else MISSING
                     for m in others]  # fmt: skip
             body.append((r["baseline"], row))
-        parts.append(f"<h4>Reader {esc(reader)}</h4>")
-        parts.append(_rows_table(headers, body, right=[True, False, True, True, True]))
+        parts.append(f"<h4>Reader {esc(names.get(reader, reader))}</h4>")
+        parts.append(
+            rows_table(headers, body, right=[True, False, True, True, True], label="leaderboard")
+        )
     family = int(board.get_column("family")[0])
     parts.append(
-        _note(
+        note(
             f"Ranked by eRAG {ranking} (mean over queries of the list metric on the reader's "
-            "per-document labels); [low, high]: 95% percentile bootstrap CI over queries."
-        )
-    )
-    parts.append(
-        _note(
-            f"vs baseline: difference of the means on the same queries, p: {P_HOLM_TEST} over "
-            f"{family} comparisons (every reader, metric and retriever of this dataset)."
+            "per-document labels); [low, high]: 95% percentile bootstrap CI over queries. "
+            "vs baseline: difference of the means on the same queries and its p. "
+            + FAMILIES["leaderboard"].format(m=family)
         )
     )
     return "\n".join(parts)
@@ -368,69 +633,5 @@ def _versus(row: Mapping[str, Any]) -> str:
     return f"{round(diff, 3) + 0.0:+.3f}, p = {p:.3f}"
 
 
-# --- HTML building blocks ----------------------------------------------------------------------
-
-
-def _note(text: str) -> str:
-    return f'<p class="note">{html.escape(text, quote=True)}</p>'
-
-
-def _absent(text: str) -> str:
-    return f'<p class="note absent">{html.escape(text, quote=True)}.</p>'
-
-
-def _table(frame: pl.DataFrame, code: Sequence[str] = ()) -> str:
-    """A frame as a table, cells as :func:`~erag_dagster.reports.tables.format_cell` writes
-    them; numeric columns right-aligned, ``code`` columns in monospace."""
-    classes = [
-        "num" if dtype.is_numeric() else "code" if name in code else ""
-        for name, dtype in frame.schema.items()
-    ]
-    head = "".join(f"<th>{esc(c)}</th>" for c in frame.columns)
-    rows = [
-        "<tr>" + "".join(_td(esc(v), cls) for v, cls in zip(row, classes, strict=True)) + "</tr>"
-        for row in frame.iter_rows()
-    ]
-    return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-
-
-def _cells_table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool], star: str
-) -> str:
-    """Text cells as a table; a cell starting with ``star`` (best in its column) is bold."""
-
-    def cell(text: str, numeric: bool) -> str:
-        inner = esc(text)
-        if text.startswith(star):
-            inner = f"<strong>{inner}</strong>"
-        return _td(inner, "num" if numeric else "")
-
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(cell(c, r) for c, r in zip(row, right, strict=True)) + "</tr>"
-        for row in rows
-    )
-    return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-
-
-def _rows_table(
-    headers: Sequence[str], rows: Sequence[tuple[bool, Sequence[str]]], right: Sequence[bool]
-) -> str:
-    """Text rows as a table; ``(True, cells)`` rows are the baseline's (shaded); columns past
-    ``right`` are numeric."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = []
-    for baseline, cells in rows:
-        numeric = [*right, *([True] * (len(cells) - len(right)))]
-        tds = "".join(_td(esc(c), "num" if n else "") for c, n in zip(cells, numeric, strict=True))
-        body.append(f'<tr class="baseline">{tds}</tr>' if baseline else f"<tr>{tds}</tr>")
-    return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
-
-
-def _td(inner: str, cls: str) -> str:
-    return f'<td class="{cls}">{inner}</td>' if cls else f"<td>{inner}</td>"
-
-
-def _wide(table: str) -> str:
-    """A table in a box that scrolls sideways when it is wider than the page."""
-    return f'<div class="wide">{table}</div>'
+def _p(value: float) -> str:
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
