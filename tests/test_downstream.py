@@ -146,8 +146,13 @@ def test_values_lie_in_unit_interval() -> None:
 
 def test_registry_names() -> None:
     assert set(DOWNSTREAM_METRICS) == {"em", "f1", "rougel", "accuracy", "contains"}
-    assert get_downstream_metric("f1") is token_f1
-    assert get_downstream_metric("rougel") is rouge_l
+    # each a declared measure (name, version, function) that computes its function
+    f1, rougel = get_downstream_metric("f1"), get_downstream_metric("rougel")
+    assert (f1.name, f1.version, f1.function) == ("f1", "1", token_f1)
+    assert (rougel.name, rougel.version, rougel.function) == ("rougel", "1", rouge_l)
+    assert f1("the Denver Broncos", ["Denver Broncos"]) == token_f1(
+        "the Denver Broncos", ["Denver Broncos"]
+    )
 
 
 def test_unknown_metric_lists_known_names() -> None:
