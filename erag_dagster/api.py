@@ -117,6 +117,7 @@ def evaluate(
 
     say = log or (lambda _message: None)
     reg = load_registry_file(registry)
+    api_args.check_reader_names(reader, reg)  # before retrieval; an unknown reader creates nothing
     config = evaluation_config(
         reg, "evaluate", dataset=dataset or None, k=k, label_k=label_k, metric=metric,
         list_metrics=metric_list(metrics) if metrics is not None else None,

@@ -145,11 +145,20 @@ def check_score(labels: Any, metrics: Any, compat: Any) -> None:
 
 def check_reader_names(reader: str | Sequence[str] | None, registry: Any) -> None:
     """Every reader argument that is not a config file names a registry reader (an unknown name
-    is the registry's :class:`InputError`) — checked before a store is opened or created."""
+    is the registry's :class:`InputError`; a folder, FIFO or device that is no registry name is
+    named as what it is) — checked before a store is opened or created."""
+    from erag_dagster.input_files import UNBOUNDED, regular_file
+
     values = [reader] if reader is None or isinstance(reader, str) else list(reader)
     for value in values:
-        if value and not (Path(value).exists() and not Path(value).is_dir()):
+        if not value or (Path(value).exists() and not Path(value).is_dir()):
+            continue
+        try:
             registry.reader(value)
+        except InputError:
+            if Path(value).exists():
+                regular_file(value, UNBOUNDED)  # says "is a folder, not a regular file"
+            raise
 
 
 # --- the rules ---------------------------------------------------------------------------

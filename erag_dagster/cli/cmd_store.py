@@ -15,7 +15,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     target = parse_store(resolve_store(args.store, writable=False))
     path = redact_url(target.where)
-    if target.kind == "sqlite" and not Path(target.where).is_file():
+    if target.kind == "sqlite" and not Path(target.where).exists():  # a folder: named below
         raise InputError(f"{path}: no label store here (run labelling first or pass --store)")
     with concerning(path):
         rows = open_store(args.store, read_only=True).audit(args.query, args.doc)

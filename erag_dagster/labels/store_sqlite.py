@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 from erag_dagster.errors import InputError, StorageError
+from erag_dagster.input_files import UNBOUNDED, regular_file
 from erag_dagster.labels.store_base import (
     LabelStoreBase,
     NoLabelStore,
@@ -67,6 +68,8 @@ class SqliteLabelStore(LabelStoreBase):
         self.read_only = read_only
         self.busy_timeout_s = default_busy_timeout() if busy_timeout_s is None else busy_timeout_s
         self._local = threading.local()
+        if self.path.exists():  # a folder, FIFO or device is named as such, never opened
+            regular_file(self.path, UNBOUNDED)
         if read_only:
             if not self.path.is_file():
                 raise NoLabelStore(f"{self.path}: no label store here")
