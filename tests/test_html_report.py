@@ -321,6 +321,10 @@ def test_page_renders_in_chromium_without_any_request_outside_it(
     assert requests[0] == path.as_uri()
 
 
+def _p_text(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def test_verdict_section_renders_the_runs_verdict_with_its_p_by_each_pair(
     section: DatasetSection,
 ) -> None:
@@ -340,7 +344,7 @@ def test_verdict_section_renders_the_runs_verdict_with_its_p_by_each_pair(
     assert len(tables) == len(READERS)
     shown = {(row[0], row[2]) for t in tables for row in t[1:]}
     expected = {
-        (f"{p['higher']} − {p['lower']}", "<0.001" if p["p_holm"] < 0.001 else f"{p['p_holm']:.3f}")
+        (f"{p['higher']} − {p['lower']}", "p = " + _p_text(p["p_holm"]))
         for p in found.pairs.iter_rows(named=True)
     }
     assert shown == expected  # the verdict's p, next to the pair it decides

@@ -355,7 +355,7 @@ def _verdict_html(s: DatasetSection) -> str:
                 (False, [
                     f"{names.get(p['higher'], p['higher'])} − {names.get(p['lower'], p['lower'])}",
                     f"{p['difference']:+.3f} [{p['low']:+.2f}, {p['high']:+.2f}]",
-                    _p(p["p_holm"]),
+                    f"p = {_p(p['p_holm'])}",  # as the terminal prints it
                     "differ" if p["significant"] else "indistinguishable",
                     str(p["queries"]),
                 ])
