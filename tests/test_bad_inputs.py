@@ -1233,6 +1233,8 @@ def gating(bad: Path) -> Path:
     (bad / "base.trec").write_text(trec)
     (bad / "cand.trec").write_text(trec.replace(" t\n", " c\n"))
     (bad / "one.trec").write_text(trec.splitlines(keepends=True)[0])
+    (bad / "empty.trec").write_text("")
+    (bad / "unknowndoc.trec").write_text(trec.replace(rows[-1]["doc_id"], "no-such-doc"))
     good = _gate_baseline(ds, rows)
     (bad / "gate.json").write_text(json.dumps(good, indent=1))
     (bad / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(good).encode())
@@ -1318,6 +1320,13 @@ GATE_CASES = [
          "--allow-underpowered"]),
     ("a candidate covering 1 of 6 queries: cannot decide", [*GATE, "--baseline", "base.trec",
      "--candidate", "one.trec", "--fail-if", "worse"], {}, 3, ["cannot decide"]),
+    ("an empty candidate run file (before power)", [*GATE, "--baseline", "base.trec",
+     "--candidate", "empty.trec", "--fail-if", "worse"], {}, 2, ["empty.trec", "empty"]),
+    ("a candidate naming an unknown document (before power)", [*GATE, "--baseline", "base.trec",
+     "--candidate", "unknowndoc.trec", "--fail-if", "worse"], {}, 2,
+     ["unknowndoc.trec:", "'no-such-doc'", "not in the dataset"]),
+    ("an unknown retriever as the candidate", [*GATE, "--baseline", "base.trec",
+     "--candidate", "nosuch", "--fail-if", "worse"], {}, 2, ["unknown retriever 'nosuch'"]),
     ("--alpha 0.001 with 6 queries", [*RUNS, "--fail-if", "worse", "--alpha", "0.001",
      "--metrics", "RR"], {}, 3, ["1 metric:", "0.03125 >= alpha 0.001"]),
     ("--margin inf", [*RUNS, "--margin", "inf"], {}, 2, ["argument --margin", "'inf'"]),

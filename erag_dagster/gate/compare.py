@@ -305,8 +305,10 @@ def _empty_labels() -> pl.DataFrame:
     return pl.DataFrame(schema=LABEL_SCHEMA)
 
 
-def evaluate(ref: str, ctx: _Context) -> Evaluation:
-    """One side of the gate (module docstring)."""
+def evaluate(
+    ref: str, ctx: _Context, run: tuple[pl.DataFrame, RetrieverIdentity] | None = None
+) -> Evaluation:
+    """One side of the gate (module docstring); ``run``: the ref's run, already read."""
     from erag_dagster.errors import StorageError
     from erag_dagster.gate.verify import answer_keys
     from erag_dagster.labels.labeller import label_run
@@ -314,7 +316,7 @@ def evaluate(ref: str, ctx: _Context) -> Evaluation:
 
     if _ref_kind(ref, ctx) == "baseline":
         return _stored(ref, ctx)
-    run, retriever = _run_of(ref, ctx)
+    run, retriever = run if run is not None else _run_of(ref, ctx)
     query_ids = sorted(ctx.dataset.queries.get_column("query_id").cast(pl.String).to_list())
     judged = stored = 0
     labels = _empty_labels()
@@ -607,8 +609,12 @@ def _compared(
 ) -> GateResult:
     """:func:`compare` once the stored sides are read and the context is made."""
     refs = {"baseline": baseline, "candidate": candidate}
-    for ref in refs.values():  # a ref that is no file, no retriever: before any work
-        if ref not in stored and _ref_kind(ref, ctx) == "registry":
+    runs: dict[str, tuple[pl.DataFrame, RetrieverIdentity]] = {}
+    for ref in refs.values():  # every ref checked, a run file read, before any work
+        kind = "baseline" if ref in stored else _ref_kind(ref, ctx)
+        if kind == "run_file" and ref not in runs:
+            runs[ref] = _run_of(ref, ctx)
+        if kind == "registry":
             with contextlib.suppress(InputError):
                 ctx.registry.retriever(ref)
                 continue
@@ -635,7 +641,7 @@ def _compared(
         ctx.log(f"warning: {power.summary()}")
     for role, ref in refs.items():
         if role not in sides:
-            sides[role] = evaluate(ref, ctx)
+            sides[role] = evaluate(ref, ctx, runs.get(ref))
     base, cand = sides["baseline"], sides["candidate"]
     refuse_other_identity(base.identity, cand.identity, baseline, candidate)
     if base.query_ids != cand.query_ids:
