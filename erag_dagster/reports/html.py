@@ -9,6 +9,11 @@ leaderboard, Table 1 as a heat-map, Figure 1, a per-query drill-down pre-sorted 
 disagreement, label agreement, the names with their partition hashes and full specs, the
 readers behind the labels and links to the stored parquet files.
 
+The parts: :mod:`.html_story` (verdict, meanings, examples, fit warnings),
+:mod:`.html_details` (leaderboard, drill-down), :mod:`.html_chart` (the SVG chart),
+:mod:`.html_blocks` (escaping, names, tables), :mod:`.html_words` (sentences) and
+:mod:`.html_examples` (which question and documents to show); this module assembles the page.
+
 Policy:
 
 - **No network, no script.** CSS in a ``<style>`` element, the verdict chart an inline SVG,
@@ -30,7 +35,6 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,26 +61,19 @@ from erag_dagster.reports.html_blocks import (
     heat_table,
     note,
     renamed,
-    rows_table,
 )
-from erag_dagster.reports.html_chart import ci_chart_svg
-from erag_dagster.reports.html_examples import (
-    DRILLDOWN_ROWS,
-    WorkedExample,
-    drilldown,
-    marked_spans,
-)
+from erag_dagster.reports.html_details import drilldown_html, erag_board_html
+from erag_dagster.reports.html_examples import WorkedExample
+from erag_dagster.reports.html_story import examples_html, fit_html, meaning_html, verdict_html
 from erag_dagster.reports.html_words import (
     FAMILIES,
     DatasetFacts,
     LabelCost,
     cost_sentence,
     facts_sentence,
-    label_sentence,
-    metric_sentence,
 )
 from erag_dagster.reports.leaderboard import format_leaderboard
-from erag_dagster.reports.tables import MISSING, ci_text, table1_cells
+from erag_dagster.reports.tables import table1_cells
 from erag_dagster.reports.verdict import Verdict
 
 #: The identity columns the page shows for each reader fingerprint (of
@@ -290,7 +287,7 @@ def render_html_report(
         for s in judged:
             if len(sections) > 1:
                 parts.append(f"<h3>Dataset {esc(s.name)}</h3>")
-            parts.append(_verdict_html(s))
+            parts.append(verdict_html(s.verdict, s.names()))
         body.append("\n".join(parts) + "</section>")
     for index, section in enumerate(sections):
         body.append(_dataset_html(index, section, written, lede=len(sections) > 1))
@@ -330,97 +327,6 @@ def _lede(s: DatasetSection, written: datetime | None) -> str:
     return f'<p class="lede">{lead}{" · " + esc(line) if line else ""}</p>'
 
 
-def _verdict_html(s: DatasetSection) -> str:
-    """Per reader: the sentence, the chart, the pairs with their p (the verdict's family)."""
-    v = s.verdict
-    assert v is not None
-    names = s.names()
-    parts = []
-    for reader in v.readers:
-        ranks = v.ranking.filter(pl.col("reader") == reader).sort("rank")
-        pairs = v.pairs.filter(pl.col("reader") == reader)
-        reader_name = names.get(reader, reader)
-        parts.append(
-            f'<p class="sentence">Reader <strong>{esc(reader_name)}</strong>: '
-            f"{esc(v.sentences[reader])}</p>"
-        )
-        parts.append(
-            ci_chart_svg(
-                list(ranks.iter_rows(named=True)), v.metric, names,
-                f"eRAG {v.metric} of each retriever with reader {reader_name}",
-            )
-        )  # fmt: skip
-        if pairs.height:
-            rows = [
-                (False, [
-                    f"{names.get(p['higher'], p['higher'])} − {names.get(p['lower'], p['lower'])}",
-                    f"{p['difference']:+.3f} [{p['low']:+.2f}, {p['high']:+.2f}]",
-                    f"p = {_p(p['p_holm'])}",  # as the terminal prints it
-                    "differ" if p["significant"] else "indistinguishable",
-                    str(p["queries"]),
-                ])
-                for p in pairs.iter_rows(named=True)
-            ]  # fmt: skip
-            headers = ["pair", "difference [95% CI]", "p (Holm)", "decision", "questions"]
-            parts.append(rows_table(headers, rows, [False, True, True, False, True], "pairs"))
-    m = max((v.pairs.filter(pl.col("reader") == r).height for r in v.readers), default=0)
-    parts.append(note(FAMILIES["verdict"].format(m=m, alpha=v.alpha)))
-    return "\n".join(parts)
-
-
-def _meaning_html(s: DatasetSection, names: Mapping[str, str]) -> str:
-    """One sentence per list metric, its example value the top retriever's (first reader)."""
-    board = s.erag_board
-    if board is None or not board.height:
-        return absent("no eRAG labels in this run")
-    metrics = board.get_column("metric").unique(maintain_order=True).to_list()
-    reader = board.get_column("reader")[0]
-    items = []
-    for metric in metrics:
-        rows = board.filter((pl.col("reader") == reader) & (pl.col("metric") == metric))
-        best = rows.sort(["mean", "retriever"], descending=[True, False]).row(0, named=True)
-        who = f"{names.get(best['retriever'], best['retriever'])} with {names.get(reader, reader)}"
-        items.append(f"<li>{esc(metric_sentence(metric, best['mean']))} ({esc(who)})</li>")
-    return f"<p>{esc(label_sentence(s.downstream_metric))}</p><ul>{''.join(items)}</ul>"
-
-
-def _examples_html(s: DatasetSection, names: Mapping[str, str]) -> str:
-    if not s.examples:
-        return absent("no worked example: no eRAG labels (or no question text) in this run")
-    first = s.examples[0]
-    spread = max(e.score for e in s.examples) - min(e.score for e in s.examples)
-    metric = s.verdict.metric if s.verdict else (s.ranking_metric or "")
-    gold = ", ".join(f"“{g}”" for g in first.gold) or MISSING
-    head = (
-        f"<p>The retrievers disagree most on question <code>{esc(first.query_id)}</code> "
-        f"(reader {esc(names.get(first.reader, first.reader))}: eRAG {esc(metric)} differs by "
-        f"{spread:.2f} between them). <strong>Question:</strong> {esc(first.question)} "
-        f"<strong>Gold answer:</strong> {esc(gold)}</p>"
-    )
-    cards = []
-    for e in s.examples:
-        text = "".join(
-            f"<mark>{esc(part)}</mark>" if gold_part else esc(part)
-            for part, gold_part in marked_spans(e.excerpt, e.gold)
-        )
-        cards.append(
-            '<div class="example">'
-            f"<h4>{esc(names.get(e.retriever, e.retriever))} "
-            f"<small>(eRAG {esc(metric)} here: {e.score:.2f})</small></h4>"
-            f'<p class="note">its best document: <code>{esc(e.doc_id)}</code>, rank {e.rank}</p>'
-            f"<blockquote>{text or esc(MISSING)}</blockquote>"
-            f"<p>Reader's answer: <strong>“{esc(e.answer)}”</strong> → label "
-            f"<strong>{e.label:.2f}</strong></p></div>"
-        )
-    return head + f'<div class="examples">{"".join(cards)}</div>'
-
-
-def _fit_html(warnings: Sequence[str]) -> str:
-    if not warnings:
-        return '<p class="note">No warning: the labels fit the data by every check.</p>'
-    return '<ul class="warnings">' + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>"
-
-
 # --- the details -------------------------------------------------------------------------------
 
 
@@ -430,7 +336,7 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
     if lede:  # one dataset: its lede is the page's
         parts.append(_lede(s, written))
     parts.append("<h3>What the numbers mean</h3>")
-    parts.append(_meaning_html(s, names))
+    parts.append(meaning_html(s.erag_board, s.downstream_metric, names))
     parts.append("<h3>What it cost</h3>")
     parts.append(
         f"<p>{esc(cost_sentence(s.cost))}</p>"
@@ -439,14 +345,15 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
     )
     if s.fit_warnings is not None:  # the fit diagnostics: wired by one argument
         parts.append('<h3 id="fit-diagnostics">Fit diagnostics</h3>')
-        parts.append(_fit_html(s.fit_warnings))
+        parts.append(fit_html(s.fit_warnings))
     parts.append("<h3>Worked examples: where the retrievers disagree most</h3>")
-    parts.append(_examples_html(s, names))
+    metric = s.verdict.metric if s.verdict else (s.ranking_metric or "")
+    parts.append(examples_html(s.examples, metric, names))
     parts.append("<h3>eRAG leaderboard</h3>")
     if s.erag_board is not None and s.erag_board.height and s.ranking_metric:
-        parts.append(_erag_board_html(s.erag_board, s.ranking_metric, names))
+        parts.append(erag_board_html(s.erag_board, s.ranking_metric, names))
     else:
-        parts.append(_absent_labels())
+        parts.append(absent("no eRAG labels in this run"))
     parts.append("<h3>Retrieval quality on the human judgments</h3>")
     if s.retrieval_report is not None and s.retrieval_report.height:
         shown = renamed(s.retrieval_report, ["retriever"])
@@ -494,7 +401,7 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
     else:
         parts.append(absent("no figure in this run"))
     parts.append("<h3>Per question: where the retrievers disagree</h3>")
-    parts.append(_drilldown_html(s, names))
+    parts.append(drilldown_html(s.erag_per_query, metric, s.questions, names))
     parts.append("<h3>Agreement of automatic labels with the human judgments</h3>")
     if s.label_agreement is not None and s.label_agreement.height:
         shown = renamed(s.label_agreement, ["reader", "retriever"])
@@ -526,7 +433,7 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
             )
         )
     else:
-        parts.append(_absent_labels())
+        parts.append(absent("no eRAG labels in this run"))
     parts.append("<h4>Stored files</h4>")
     if s.files:
         items = [
@@ -540,98 +447,3 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
         parts.append(absent("no stored file found"))
     parts.append("</section>")
     return "\n".join(parts)
-
-
-def _absent_labels() -> str:
-    return absent("no eRAG labels in this run")
-
-
-def _drilldown_html(s: DatasetSection, names: Mapping[str, str]) -> str:
-    per_query = s.erag_per_query
-    metric = s.verdict.metric if s.verdict else s.ranking_metric
-    if per_query is None or not per_query.height or metric not in per_query.columns:
-        return _absent_labels()
-    table = drilldown(per_query, metric, s.questions, names)
-    headers = list(table.columns)
-    rows = []
-    for row in table.iter_rows():
-        cells = [f'<td class="text">{esc(row[0])}</td>']
-        cells += [f'<td class="num">{_num(v)}</td>' for v in row[1:-1]]
-        cells.append(f'<td class="id">{esc(row[-1])}</td>')
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    box = (
-        f'<div class="wide" role="region" aria-label="drill-down" tabindex="0"><table '
-        f'class="drilldown"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
-        "</table></div>"
-    )
-    total = per_query.get_column("query_id").n_unique()
-    cut = ""
-    if total > table.height:
-        cut = f" The {DRILLDOWN_ROWS} most disputed of {total} are shown."
-    return box + note(
-        f"eRAG {metric} of each retriever at each question; disagreement: the largest minus "
-        f"the smallest over the retrievers (the largest over the readers), sorted by it.{cut}"
-    )
-
-
-def _num(value: object) -> str:
-    return esc(MISSING) if value is None else f"{float(value):.3f}"  # type: ignore[arg-type]
-
-
-def _erag_board_html(board: pl.DataFrame, ranking: str, names: Mapping[str, str]) -> str:
-    """Per reader: retrievers ranked by ``ranking`` (competition ranking: ties share a
-    place), the ranking metric's CI and comparison, then every other metric's CI."""
-    metrics = board.get_column("metric").unique(maintain_order=True).to_list()
-    if ranking not in metrics:
-        ranking = metrics[0]
-    others = [m for m in metrics if m != ranking]
-    parts = []
-    for (reader,), rows in board.group_by("reader", maintain_order=True):
-        cells = {(r["retriever"], r["metric"]): r for r in rows.iter_rows(named=True)}
-        ranked = (
-            rows.filter(pl.col("metric") == ranking)
-            .with_columns(place=pl.col("mean").rank("min", descending=True).cast(pl.Int64))
-            .sort("place", "retriever")
-        )
-        headers = ["#", "retriever", "queries", f"{ranking} [95% CI]", "vs baseline", *others]
-        body = []
-        for r in ranked.iter_rows(named=True):
-            retriever = r["retriever"]
-            shown = names.get(retriever, retriever)
-            name = f"{shown} (baseline)" if r["baseline"] else shown
-            row = [str(r["place"]), name, str(r["queries"]), _ci(r), _versus(r)]
-            row += [_ci(cells[(retriever, m)]) if (retriever, m) in cells else MISSING
-                    for m in others]  # fmt: skip
-            body.append((r["baseline"], row))
-        parts.append(f"<h4>Reader {esc(names.get(reader, reader))}</h4>")
-        parts.append(
-            rows_table(headers, body, right=[True, False, True, True, True], label="leaderboard")
-        )
-    family = int(board.get_column("family")[0])
-    parts.append(
-        note(
-            f"Ranked by eRAG {ranking} (mean over queries of the list metric on the reader's "
-            "per-document labels); [low, high]: 95% percentile bootstrap CI over queries. "
-            "vs baseline: difference of the means on the same queries and its p. "
-            + FAMILIES["leaderboard"].format(m=family)
-        )
-    )
-    return "\n".join(parts)
-
-
-def _ci(row: Mapping[str, Any]) -> str:
-    return ci_text(row["mean"], row["low"], row["high"], 3, 2)
-
-
-def _versus(row: Mapping[str, Any]) -> str:
-    if row["baseline"]:
-        return "baseline"
-    diff, p = row["diff"], row["p_holm"]
-    if diff is None or p is None or math.isnan(diff):
-        return MISSING
-    return f"{round(diff, 3) + 0.0:+.3f}, p = {p:.3f}"
-
-
-def _p(value: float) -> str:
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
