@@ -65,6 +65,7 @@ def _write_report(path: str, text: str) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     """The regression gate (docs/gate.md): exit 3 when ``--fail-if`` fails it."""
     from erag_dagster.gate import EXIT_GATE_FAILED, GateRule, compare, save_baseline
+    from erag_dagster.gate.escape import shown
     from erag_dagster.gate.render import cannot_decide_report, to_json, to_markdown, to_text
     from erag_dagster.gate.verdict import GateCannotDecide, gate_failure
 
@@ -95,15 +96,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if failure:
         if args.save_candidate:
             print(
-                f"erag-dagster: the candidate was not saved to {args.save_candidate}: the gate "
-                "failed",
+                f"erag-dagster: the candidate was not saved to {shown(args.save_candidate)}: "
+                "the gate failed",
                 file=sys.stderr,
             )
         print(f"erag-dagster: gate failed: {failure}", file=sys.stderr)
         return EXIT_GATE_FAILED
     if args.save_candidate:
         save_baseline(result.candidate, args.save_candidate, option="--save-candidate")
-        print(f"saved the candidate as a baseline: {args.save_candidate}", file=sys.stderr)
+        print(f"saved the candidate as a baseline: {shown(args.save_candidate)}", file=sys.stderr)
     return 0
 
 
