@@ -27,7 +27,6 @@ from collections.abc import Iterable
 
 import dagster as dg
 import psutil
-from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
 HOST_TAG = "erag/host"
 PID_TAG = "erag/pid"
@@ -39,6 +38,11 @@ _UNFINISHED = [
     dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 ]
+
+#: The statuses a run never leaves (what Dagster itself counts as finished).
+FINISHED_STATUSES = frozenset(
+    {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+)
 
 
 #: :func:`_start_time` of a process this user may not inspect: alive, and not ours to judge.

@@ -3,8 +3,11 @@ eRAG labels → reports, plus re-runs that take labels from the store."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -12,7 +15,7 @@ import polars as pl
 import pytest
 
 from erag_dagster.definitions import build_defs
-from erag_dagster.errors import InputError
+from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.pipeline import (
     load_asset_value,
     materialize_all,
@@ -202,19 +205,85 @@ def test_stage_selection_keeps_the_cli_stages() -> None:
     assert planned(None) == base | labels | meta | {"efficiency_report"}
 
 
-def test_full_reevaluation_is_a_backfill_of_every_partition() -> None:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _request_when_loaded(base: str, proc: subprocess.Popen, timeout: float = 180) -> str:
+    """``request_full_reevaluation`` against the webserver at ``base``, retried while it starts
+    and loads its code location."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, "dagster-webserver exited during start-up"
+        try:
+            return request_full_reevaluation(base, timeout_s=30)
+        except EnvironmentFault:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def test_full_reevaluation_is_a_backfill_the_daemon_queues(tmp_path: Path) -> None:
+    """The webserver (Dagster's public GraphQL API) creates an asset backfill of every
+    partition of every asset, tagged with what launched it; the daemon (as under ``dagster
+    dev``) then queues runs with the run coordinator, roots first; nothing runs in the
+    requesting process."""
+    import logging
+
+    from dagster._core.test_utils import create_test_daemon_workspace_context
+    from dagster._core.workspace.load_target import ModuleTarget
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    home = write_instance_yaml(tmp_path / "home")  # run_queue: Dagster's queued coordinator
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ERAG_STORAGE": str(tmp_path / "storage")}
+    env.pop("ERAG_REGISTRY", None)
+    port = _free_port()
+    with (tmp_path / "webserver.log").open("w") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("dagster-webserver")), "-m",
+             "erag_dagster.definitions", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        backfill_id = _request_when_loaded(f"http://127.0.0.1:{port}", proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
     defs = build_defs()
     graph = defs.resolve_asset_graph()
-    instance = dg.DagsterInstance.ephemeral()
-    backfill = instance.get_backfill(request_full_reevaluation(instance))
-    target = backfill.asset_backfill_data.target_subset
-    assert target.asset_keys == set(graph.materializable_asset_keys)
-    for key in graph.materializable_asset_keys:
-        partitions_def = graph.get(key).partitions_def
-        if partitions_def is not None:
-            got = set(target.get_partitions_subset(key).get_partition_keys())
-            assert got == set(partitions_def.get_partition_keys()), key
-    assert "full_reevaluation" not in {job.name for job in defs.resolve_all_job_defs()}
+    with scoped_env(DAGSTER_HOME=str(home)), dg.DagsterInstance.get() as instance:
+        backfill = instance.get_backfill(backfill_id)
+        launched_by = "erag_dagster.pipeline.request_full_reevaluation"
+        assert backfill.tags["erag/launched_by"] == launched_by
+        target = backfill.asset_backfill_data.target_subset
+        assert target.asset_keys == set(graph.materializable_asset_keys)
+        for key in graph.materializable_asset_keys:
+            partitions_def = graph.get(key).partitions_def
+            if partitions_def is not None:
+                got = set(target.get_partitions_subset(key).get_partition_keys())
+                assert got == set(partitions_def.get_partition_keys()), key
+        assert "full_reevaluation" not in {job.name for job in defs.resolve_all_job_defs()}
+        target = ModuleTarget(
+            module_name="erag_dagster.definitions", attribute=None,
+            working_directory=str(REPO), location_name="erag_dagster",
+        )  # fmt: skip
+        with create_test_daemon_workspace_context(target, instance) as context:
+            list(execute_backfill_iteration(context, logging.getLogger("backfill")))
+        runs = instance.get_runs()
+        assert [r.status for r in runs] == [dg.DagsterRunStatus.QUEUED]
+        assert runs[0].tags["dagster/backfill"] == backfill_id
+        first_wave = {k.to_user_string() for k in runs[0].asset_selection}
+        assert first_wave == {"corpus", "queries", "qrels", "bm25_index", "dense_index"}
+
+
+def test_full_reevaluation_without_a_webserver_is_one_line() -> None:
+    with pytest.raises(EnvironmentFault) as caught:
+        request_full_reevaluation(f"http://127.0.0.1:{_free_port()}", timeout_s=5)
+    message = str(caught.value)
+    assert "\n" not in message and "no Dagster webserver answered" in message
+    assert "ERAG_DAGSTER_URL" in message
 
 
 def test_run_config_cannot_point_settings_at_another_registry(tmp_path: Path) -> None:
@@ -246,28 +315,3 @@ def test_settings_parse_the_registry_once(tmp_path: Path) -> None:
     path.write_text("not: [a registry")  # a later edit is not re-read by these definitions
     assert settings.resolve().label_k == 2
     assert settings.registry() is first
-
-
-def test_backfill_daemon_queues_the_first_wave_through_the_run_queue() -> None:
-    """The daemon (as under ``dagster dev``) takes the full re-evaluation backfill and queues
-    runs with the run coordinator, roots first; nothing runs in the requesting process."""
-    import logging
-
-    from dagster._core.test_utils import create_test_daemon_workspace_context
-    from dagster._core.workspace.load_target import ModuleTarget
-    from dagster._daemon.backfill import execute_backfill_iteration
-
-    queued = {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}
-    with dg.instance_for_test(overrides={"run_coordinator": queued}) as instance:
-        backfill_id = request_full_reevaluation(instance)
-        target = ModuleTarget(
-            module_name="erag_dagster.definitions", attribute=None,
-            working_directory=str(REPO), location_name="erag_dagster",
-        )  # fmt: skip
-        with create_test_daemon_workspace_context(target, instance) as context:
-            list(execute_backfill_iteration(context, logging.getLogger("backfill")))
-        runs = instance.get_runs()
-        assert [r.status for r in runs] == [dg.DagsterRunStatus.QUEUED]
-        assert runs[0].tags["dagster/backfill"] == backfill_id
-        first_wave = {k.to_user_string() for k in runs[0].asset_selection}
-        assert first_wave == {"corpus", "queries", "qrels", "bm25_index", "dense_index"}

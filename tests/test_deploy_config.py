@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -68,3 +71,103 @@ def test_workspace_yaml_names_the_definitions_module() -> None:
     assert target["module_name"] == "erag_dagster.definitions"
     module = importlib.import_module(target["module_name"])
     assert isinstance(module.defs, dg.Definitions)
+
+
+# --- the instance settings the project relies on (erag_dagster/instance_settings.py) -----------
+
+MISSING_FILE_WARNING = "No dagster instance configuration file"
+
+
+@pytest.mark.parametrize("deployment", ["local", "local-postgres", "production"])
+def test_shipped_instance_configs_carry_the_settings(deployment: str) -> None:
+    from erag_dagster.instance_settings import missing_settings
+
+    assert missing_settings(REPO / "deploy" / deployment / "dagster.yaml") == []
+
+
+def test_the_line_names_what_a_home_lacks_and_its_snippet_is_enough(tmp_path: Path) -> None:
+    from erag_dagster.instance_settings import SNIPPET, instance_settings_line
+
+    home = tmp_path / "home"
+    home.mkdir()
+    line = instance_settings_line(str(home))
+    assert line is not None and "\n" not in line
+    assert f"DAGSTER_HOME={home} has no dagster.yaml" in line
+    assert "deploy/local/dagster.yaml" in line and SNIPPET in line
+    # a file with the pool but not the run queue: the line names exactly what is missing
+    (home / "dagster.yaml").write_text("concurrency:\n  pools:\n    default_limit: 1\n")
+    line = instance_settings_line(str(home))
+    assert line is not None
+    assert "lacks concurrency.runs.max_concurrent_runs:" in line
+    assert "default_limit" not in line.split(":")[1]
+    # the snippet the line offers is valid for Dagster and gives the gpu pool a limit of 1
+    (home / "dagster.yaml").write_text(SNIPPET + "\n")
+    assert instance_settings_line(str(home)) is None
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+    finally:
+        instance.dispose()
+    # no home (Dagster's temporary instance) and a home that is not a folder: nothing to say
+    assert instance_settings_line("") is None
+    assert instance_settings_line(str(tmp_path / "nope")) is None
+
+
+def _bare_home_env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "bare-home"
+    home.mkdir()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ERAG_STORAGE": str(tmp_path / "storage")}
+    env.pop("ERAG_REGISTRY", None)
+    return env
+
+
+def test_dev_server_refuses_a_bare_home_in_one_line(tmp_path: Path) -> None:
+    """``make dev``'s server on a home without dagster.yaml: one line and exit 2 before
+    ``dagster dev`` starts, not a warning from each of its processes and an unlimited pool."""
+    done = subprocess.run(
+        [sys.executable, "-m", "erag_dagster.dev_server", "-m", "erag_dagster.definitions"],
+        cwd=REPO, env=_bare_home_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("dev server not started: DAGSTER_HOME=")
+    assert "has no dagster.yaml" in done.stderr and MISSING_FILE_WARNING not in done.stderr
+
+
+def test_a_code_server_load_and_the_run_command_say_it_once(tmp_path: Path) -> None:
+    """Loading the definitions (what a code server and each run worker do), then opening the
+    instance as ``erag-dagster run`` does: the one line, once, and none of Dagster's own
+    missing-file warnings."""
+    code = (
+        "import erag_dagster.definitions\n"
+        "from erag_dagster.pipeline import _instance\n"
+        "lines = []\n"
+        "instance = _instance(lines.append)\n"
+        "instance.get_runs_count()\n"
+        "print(len(lines))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO, env=_bare_home_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "0"  # said once already, at the definitions load
+    said = [line for line in done.stderr.splitlines() if "DAGSTER_HOME=" in line]
+    assert len(said) == 1 and "has no dagster.yaml" in said[0], done.stderr
+    assert MISSING_FILE_WARNING not in done.stderr
+
+
+def test_the_run_command_says_it_through_its_log(tmp_path: Path, monkeypatch) -> None:
+    from erag_dagster import instance_settings
+    from erag_dagster.pipeline import _instance
+
+    env = _bare_home_env(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+    monkeypatch.setattr(instance_settings, "_warned", False)
+    lines: list[str] = []
+    instance = _instance(lines.append)
+    instance.dispose()
+    assert len(lines) == 1 and lines[0].startswith("warning: DAGSTER_HOME=")
+    _instance(lines.append).dispose()
+    assert len(lines) == 1  # once per process

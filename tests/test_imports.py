@@ -87,3 +87,52 @@ def test_definitions_and_cli_load_without_the_heavy_libraries() -> None:
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "", f"imported at load: {done.stdout.strip()}"
+
+
+#: What Dagster keeps to itself: its underscore modules and two copy hooks of its classes.
+_PRIVATE_ATTRIBUTES = ("_with_updated_values", "dagster_internal_init")
+
+
+def _private_dagster_uses(path: Path) -> list[str]:
+    """``file:line name`` of each import of a private Dagster module (``dagster._…``, also
+    named in a string as ``importlib.import_module`` takes it) and each use of one of
+    :data:`_PRIVATE_ATTRIBUTES` in ``path``."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr] if node.attr in _PRIVATE_ATTRIBUTES else []
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value] if node.value.startswith("dagster._") else []
+        found += [
+            f"{path}:{node.lineno} {name}"
+            for name in names
+            if name.startswith("dagster._") or name in _PRIVATE_ATTRIBUTES
+        ]
+    return found
+
+
+def test_no_module_uses_dagster_private_api(tmp_path: Path) -> None:
+    """Dagster's public API only (issue 31 item 5): no module under erag_dagster imports
+    ``dagster._…`` or calls ``_with_updated_values`` / ``dagster_internal_init``, so the
+    package runs on the Dagster releases pyproject.toml's range names."""
+    files = sorted((ROOT / "erag_dagster").rglob("*.py"))
+    assert len(files) > 80
+    found = [use for path in files for use in _private_dagster_uses(path)]
+    assert found == [], found
+    # the scan sees each kind of use it must refuse
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from dagster._core.utils import make_new_backfill_id\nimport dagster._cli\n"
+        "x = y._with_updated_values({})\nz = importlib.import_module('dagster._utils')\n"
+        "import dagster, dagster_shared\nfrom dagster import AssetKey\n"
+    )
+    assert [use.split(" ")[1] for use in _private_dagster_uses(probe)] == [
+        "dagster._core.utils", "dagster._cli", "_with_updated_values", "dagster._utils",
+    ]  # fmt: skip

@@ -157,6 +157,20 @@ def test_run_prints_progress_lines_and_reports_only(quiet_and_verbose) -> None:
 
 
 @pytest.mark.slow
+def test_runs_are_named_and_say_which_command_launched_them(quiet_and_verbose) -> None:
+    """In the UI's Runs list, the run command's runs are ``observe_inputs`` and
+    ``erag_evaluation`` (not ``__ephemeral_asset_job__``), each tagged with the command."""
+    instance = dg.DagsterInstance.from_config(str(quiet_and_verbose["root"] / "home"))
+    try:
+        runs = instance.get_runs()
+    finally:
+        instance.dispose()
+    assert len(runs) >= quiet_and_verbose["runs"] > 1
+    assert {run.job_name for run in runs} == {"observe_inputs", "erag_evaluation"}
+    assert {run.tags.get("erag/launched_by") for run in runs} == {"erag-dagster run"}
+
+
+@pytest.mark.slow
 def test_run_ends_with_the_path_of_its_html_report(quiet_and_verbose) -> None:
     """The last line names the page the run's ``html_report`` step wrote (docs/html-report.md)."""
     done = quiet_and_verbose["quiet"]

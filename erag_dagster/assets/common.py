@@ -1,5 +1,6 @@
 """Helpers shared by the asset modules: partitions from the registry, data versions, metadata."""
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -86,12 +87,16 @@ def with_key_prefix(
 def _renamed_node(assets_def: dg.AssetsDefinition, dataset: str) -> dg.AssetsDefinition:
     """``assets_def`` with its op named ``<dataset>__<op>`` (what ``key_prefix`` gives an
     asset decorated with it): a job holding two datasets' copies needs distinct op names, and
-    ``with_attributes`` renames keys only. Uses Dagster's own copy path (``with_attributes``
-    builds its result the same way)."""
+    ``with_attributes`` renames keys only. Built with the public ``AssetsDefinition``
+    constructor from the definition's own attributes (``get_attributes_dict``: what
+    ``with_attributes`` copies too), the renamed op in place of the old one."""
     node = assets_def.node_def
     renamed = node.with_replaced_properties(name=f"{dataset}__{node.name}")
     attributes = {**assets_def.get_attributes_dict(), "node_def": renamed}
-    return assets_def.__class__.dagster_internal_init(**attributes)
+    with warnings.catch_warnings():  # the constructor's beta/preview notices are not for users
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetsDefinition(**attributes)
 
 
 def evaluation_of(registry: Registry, settings: EvalSettings | None = None) -> Evaluation:

@@ -32,6 +32,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             verbose=args.verbose,
             progress=progress,
             load_dataset=load_dataset,
+            launched_by="erag-dagster run",  # the runs' erag/launched_by tag
         )
     from erag_dagster.paths import storage_dir
 

@@ -15,27 +15,15 @@ from pydantic import Field, PrivateAttr
 
 from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_file
 from erag_dagster.registry import Registry, load_registry
+from erag_dagster.resources.bound_registry import RegistryBound
 
 Evaluation = EvaluationConfig
 """The settings in force for one evaluation (:meth:`EvalSettings.resolve`): the one typed
 configuration every front door uses (:mod:`erag_dagster.config.evaluation`)."""
 
-#: The registries bound Definitions were built from, by :func:`bound_registry_name`: how a
-#: settings copy Dagster makes for a run (it keeps public fields only) finds its registry.
-_BOUND_REGISTRIES: dict[str, Registry] = {}
 
-
-def bound_registry_name(registry: Registry) -> str:
-    """``<path>#<sha256 of the file's bytes>`` (digest empty when the file is gone): one name
-    per file content, so an edited file bound again by new Definitions is a new entry while
-    the Definitions built before keep the registry they parsed."""
-    digest = sha256_file(registry.path) if Path(registry.path).is_file() else ""
-    return f"{registry.path}#{digest}"
-
-
-class EvalSettings(dg.ConfigurableResource):
+class EvalSettings(RegistryBound):
     """What to evaluate: dataset spec, registry file, cut-offs, downstream and list metrics.
 
     Empty values (``""``, ``0``, ``[]``) fall back to the registry's ``evaluation`` section,
@@ -66,25 +54,18 @@ class EvalSettings(dg.ConfigurableResource):
     label_methods: list[str] = Field(
         default_factory=list, description="extra Table-1 labellings: likelihood, signed"
     )
-    bound_registry: str = Field(
-        default="",
-        description="set by the definitions: the registry their partitions came from "
-        "(path#sha256 of its bytes); not for run config",
-    )
 
     _registry: Registry | None = PrivateAttr(default=None)
 
     def bound_to(self, registry: Registry) -> EvalSettings:
         """A copy bound to an already parsed ``registry`` (the one the Definitions' partitions
-        came from): it, and every copy Dagster makes from it for a run (public fields only:
-        ``bound_registry`` names the registry in :data:`_BOUND_REGISTRIES`), uses that object,
-        never a new parse of the file; refuses a ``registry_path`` naming another file."""
-        name = bound_registry_name(registry)
-        _BOUND_REGISTRIES[name] = registry
-        # A new object, not model_copy: Dagster builds a run's copy from the constructor's
-        # arguments, so a field set by model_copy would be empty in every run.
+        came from): it, and every copy Dagster makes from it for a run (``parsed_registry``,
+        :mod:`erag_dagster.resources.bound_registry`), uses that object, never a new parse of
+        the file; refuses a ``registry_path`` naming another file."""
+        # a new object, not model_copy: Dagster builds a run's copy from the constructor's
+        # arguments
         given = {field: getattr(self, field) for field in self.model_fields_set}
-        copy = self.__class__(**{**given, "bound_registry": name})
+        copy = self.__class__(**{**given, "parsed_registry": registry})
         copy._registry = registry
         copy._check_registry_path()
         return copy
@@ -104,33 +85,22 @@ class EvalSettings(dg.ConfigurableResource):
             )
 
     def _check_registry_path(self) -> None:
-        if not self.bound_registry or not self.registry_path:
+        bound = self.parsed_registry
+        if bound is None or not self.registry_path:
             return
-        bound_path = self.bound_registry.rpartition("#")[0]
+        bound_path = bound.path
         if Path(self.registry_path).resolve() != Path(bound_path).resolve():
             raise InputError(
                 f"settings.registry_path {self.registry_path} is not the registry these "
                 f"definitions were built from ({bound_path}); set ERAG_REGISTRY to it instead"
             )
 
-    def _bound(self) -> Registry | None:
-        """The registry ``bound_registry`` names: the object the Definitions parsed or, in a
-        process that did not build them (a hand-written ``bound_registry``), that file parsed
-        once here; ``None`` when unbound."""
-        if not self.bound_registry:
-            return None
-        found = _BOUND_REGISTRIES.get(self.bound_registry)
-        if found is None:
-            found = load_registry(self.bound_registry.rpartition("#")[0])
-            _BOUND_REGISTRIES[self.bound_registry] = found
-        return found
-
     def registry(self, dataset: str | None = None) -> Registry:
         """The registry (parsed at most once per settings object, and once per Definitions for
         a bound one); with ``dataset``, the view of that registry dataset
         (:meth:`Registry.for_dataset`)."""
         if self._registry is None:
-            self._registry = self._bound() or load_registry(self.registry_path or None)
+            self._registry = self.parsed_registry or load_registry(self.registry_path or None)
         self._check_registry_path()
         return self._registry.for_dataset(dataset)
 
