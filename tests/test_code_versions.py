@@ -28,6 +28,7 @@ import erag_dagster
 from erag_dagster.cli import main
 from erag_dagster.code_versions import CodeVersion, asset_code_version, key_parts
 from erag_dagster.definitions import build_defs
+from erag_dagster.gate.compare import GateSettings, make_baseline
 from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.keys import score_key
 from erag_dagster.labels.store import open_store
@@ -137,7 +138,9 @@ def test_asset_code_versions_follow_exactly_the_code_they_run(
 #: What the acceptance case materialises: the labels, the end-to-end scores and the eRAG
 #: reports, with everything they read (the other reports are not needed to show the rule).
 SUBGRAPH = (
-    dg.AssetSelection.keys("erag_report", "end_to_end").upstream().required_multi_asset_neighbors()
+    dg.AssetSelection.assets("erag_report", "end_to_end")
+    .upstream()
+    .required_multi_asset_neighbors()
 )
 
 
@@ -274,7 +277,7 @@ def test_raising_a_metric_version_recomputes_exactly_its_scores_and_assets(
 
 
 @pytest.mark.slow
-def test_audit_shows_the_evaluation_id_of_a_label_made_by_evaluate(
+def test_audit_shows_the_evaluation_id_of_labels_made_by_evaluate_and_the_gate(
     storage: Path, capsys: pytest.CaptureFixture
 ) -> None:
     store = storage / "api-labels.sqlite"
@@ -284,7 +287,8 @@ def test_audit_shows_the_evaluation_id_of_a_label_made_by_evaluate(
         dataset="sample?spread_questions=6", retrievers=["bm25", "dense"],
         reader="gemma3-270m", metrics=["nDCG@2"], k=10, label_k=2, store=store,
     )  # fmt: skip
-    row = report["doc_labels"].row(0, named=True)
+    bm25 = report["doc_labels"].filter(pl.col("retriever").str.starts_with("bm25"))
+    row = bm25.row(0, named=True)
     argv = ["audit", "--query", row["query_id"], "--doc", row["doc_id"], "--store", str(store)]
     assert main([*argv, "--json"]) == 0
     records = [r for r in json.loads(capsys.readouterr().out) if r["metric"] == "f1"]
@@ -296,3 +300,16 @@ def test_audit_shows_the_evaluation_id_of_a_label_made_by_evaluate(
     assert ids == {made}
     assert main(argv) == 0  # the text form shows it too
     assert f"score_run_id: {made}" in capsys.readouterr().out
+
+    # the gate's labels record their own id: a baseline of the same pairs scored with em (the
+    # answers are read from the store; the em scores are new rows, made by this baseline)
+    settings = GateSettings(
+        dataset="sample?spread_questions=6", reader="gemma3-270m", downstream_metric="em",
+        metrics=("nDCG@2",), k=2, store=str(store),
+    )  # fmt: skip
+    gated = make_baseline("bm25", storage / "baseline.json", settings)
+    assert gated.judged_now == 0  # every answer from the store
+    assert main([*argv, "--json"]) == 0
+    by_metric = {r["metric"]: r for r in json.loads(capsys.readouterr().out)}
+    assert by_metric["f1"]["score_run_id"] == made  # the first writer's row is kept
+    assert re.fullmatch(r"gate:[0-9a-f]{32}", by_metric["em"]["score_run_id"])
