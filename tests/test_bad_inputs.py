@@ -1256,6 +1256,11 @@ def gating(bad: Path) -> Path:
                                       keyed["labels"])  # fmt: skip
     (bad / "rekeyed.json").write_text(json.dumps(keyed))  # digest recomputed, keys forged
     (bad / "v1.json").write_text(json.dumps({**good, "format": "erag-gate-baseline/1"}))
+    extra = _gate_baseline(ds, rows)
+    extra["query_ids"] = [*extra["query_ids"], "zz-extra"]
+    extra["digest"] = baseline_digest(extra["identity"], extra["retriever"], extra["query_ids"],
+                                      extra["labels"])  # fmt: skip
+    (bad / "extra.json").write_text(json.dumps(extra))  # a query the dataset lacks
     (bad / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (bad / "dupkey.json").write_text('{"format": "erag-gate-baseline/2", "format": "x"}')
     (bad / "big.json").write_text(json.dumps(good) + " " * 2048)
@@ -1349,6 +1354,8 @@ GATE_CASES = [
      ["rekeyed.json", "labels[1]", "answer_key is not the key"]),
     ("every label 1.0, the store's answers score 0", [*STORED, "--store", "answers.sqlite"], {},
      2, ["gate.json", "labels[1]", "is 1.0 but the label store's answer scores 0.0"]),
+    ("query_ids other than the dataset's", _against("extra.json"), {}, 2,
+     ["extra.json: query_ids are not the queries of", "'zz-extra'"]),
     ("format 1 baseline", _against("v1.json"), {}, 2, ["v1.json", "format 1", "write it again"]),
     ("100,000-deep nesting", _against("deep.json"), {}, 2, ["deep.json", "nested too deeply"]),
     ("duplicate key", _against("dupkey.json"), {}, 2, ["dupkey.json", "'format' appears twice"]),

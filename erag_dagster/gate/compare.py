@@ -365,6 +365,13 @@ def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Eval
             f"digest {identity.dataset_digest[:12]} vs {dataset_digest(ctx.spec)[:12]}); give "
             "--dataset with the baseline's dataset, or write the baseline again"
         )
+    known = set(ctx.dataset.queries.get_column("query_id").cast(pl.String).to_list())
+    if set(data["query_ids"]) != known:
+        odd = sorted(set(data["query_ids"]) ^ known)
+        raise InputError(
+            f"{shown(ref)}: query_ids are not the queries of {shown(ctx.spec)} ({len(odd)} "
+            f"differ, e.g. {shown(odd[0])!r}); write the baseline again"
+        )
     verified = verify_stored_labels(ref, data["labels"], identity, ctx.dataset, ctx.read_store)
     rows = data["labels"]
     labels = pl.DataFrame(rows, schema=LABEL_SCHEMA) if rows else _empty_labels()
