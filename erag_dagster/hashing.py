@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import polars as pl
+if TYPE_CHECKING:  # only an annotation: the reader's import graph stays free of polars
+    import polars as pl  # (bench/gpu_check.py runs the reader where polars is absent)
 
 __all__ = [
     "canonical_json",
