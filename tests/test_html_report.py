@@ -448,7 +448,11 @@ def test_meaning_cost_and_fit_sections(section: DatasetSection) -> None:
     assert meaning.count("<li>") == len(METRICS)  # one sentence per list metric
     assert "the reader&#x27;s em score" in meaning and "eRAG P@2 = " in meaning
     assert "216 question-document pairs" in page and "200 from the label store" in page
-    assert "16 generated (reader time in that run 4.5 s)" in page
+    assert "16 generated (reader time 4.5 s)" in page
+    stored = dataclasses.replace(section.cost, from_store=216, generated=0, reader_seconds=0.0)
+    assert "all 216 distinct pairs came from the label store" in render_html_report(
+        [dataclasses.replace(section, cost=stored)]
+    )
     assert 'id="fit-diagnostics"' not in page  # no diagnostics given: no section
     warned = render_html_report([dataclasses.replace(section, fit_warnings=["cut at 16"])])
     assert '<h3 id="fit-diagnostics">' in warned and "<li>cut at 16</li>" in warned

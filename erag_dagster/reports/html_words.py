@@ -121,16 +121,24 @@ class LabelCost:
 
 
 def cost_sentence(cost: LabelCost) -> str:
-    """The cost in one sentence (counts as integers, time in seconds or minutes)."""
+    """The cost in one sentence (counts as integers, time in seconds or minutes). Every pair
+    from the store: said so (the reader ran in earlier runs, none of its time is this run's)."""
+    head = (
+        f"{cost.pairs:,} question-document pairs judged by the reader over "
+        f"{cost.partitions} reader x retriever runs: "
+    )
+    if cost.generated == 0 and cost.from_store:
+        return head + (
+            f"all {cost.from_store:,} distinct pairs came from the label store (answered in "
+            "earlier runs): no reader time in this one."
+        )
     time = (
         "reader time not recorded"
         if cost.reader_seconds is None
-        else f"reader time in that run {_duration(cost.reader_seconds)}"
+        else f"reader time {_duration(cost.reader_seconds)}"
     )
-    return (
-        f"{cost.pairs:,} question-document pairs judged by the reader over "
-        f"{cost.partitions} reader x retriever runs: {cost.from_store:,} from the label store, "
-        f"{cost.generated:,} generated ({time})."
+    return head + (
+        f"{cost.from_store:,} from the label store, {cost.generated:,} generated ({time})."
     )
 
 
