@@ -8,12 +8,14 @@ JVM, index or reader is started.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -1432,3 +1434,469 @@ def test_gate_output_on_a_full_disk_names_the_path(gating, argv, option) -> None
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"{option}: cannot write the file (File too large)" in done.stderr
     assert not (gating / "full.md").exists() and not list(gating.glob(".full.md.*"))
+
+
+# === issue 32, items 6-9 (not the gate): import-recovery, the Python API, storage lines, progress
+# Every recovery line is verified whole (labels/recovery.py: a sha256 over every field, the answer
+# included; reader records that hash to their fingerprint; one answer per key; sizes, times); a
+# store that does not exist is created only with --create; the API checks its arguments at the
+# door (api_args.py); a read-only store, a full disk under --output, a FIFO/device/folder where a
+# file or store is named each say what they are; ERAG_LOCK_WAIT_SECONDS is honoured; progress comes
+# at least every progress_every_s (10 s) while a reader generates.
+
+
+def _i32_line(query_id: str = "q1", answer: str = "alpha", **changes: object) -> dict:
+    """A digested generation line of the test reader, ``changes`` applied before the digest."""
+    line = {k: v for k, v in _recovery_line(query_id, "d1").items() if k != "line_sha256"}
+    return _digested({**line, "answer": answer, **changes})
+
+
+def _i32_write(path: Path, *lines: dict | str, record: bool = True) -> None:
+    """A recovery file: the test reader's record (unless ``record=False``), then ``lines``."""
+    head = [_test_reader().line()] if record else []
+    text = [x if isinstance(x, str) else json.dumps(x) for x in (*head, *lines)]
+    path.write_text("".join(t + "\n" for t in text))
+
+
+@pytest.fixture
+def recovering(bad: Path) -> Path:
+    """Recovery files good and hostile, an existing store ``real.sqlite`` (the test reader not
+    registered in it), in the working directory ``bad``."""
+    from erag_dagster.hashing import sha256_json, sha256_text
+    from erag_dagster.labels.keys import generation_key
+
+    gc.collect()  # the bad fixture's store connection closed: its WAL folded in, not mid-test
+    LabelStore(bad / "real.sqlite").close()
+    _i32_write(bad / "good.jsonl", _i32_line())
+    _i32_write(bad / "edited.jsonl", {**_i32_line(), "answer": "edited by hand"})
+    _i32_write(bad / "conflict.jsonl", _i32_line(answer="one"), _i32_line(answer="two"))
+    stranger = "a" * 64
+    qh, th = sha256_text("alpha"), sha256_text("alpha beta")
+    strangers = _i32_line(
+        reader_fingerprint=stranger, generation_key=generation_key(stranger, "q1", qh, th)
+    )
+    _i32_write(bad / "unknown-reader.jsonl", strangers)
+    forged = {"reader": {"reader_fingerprint": stranger, "name": "r", "identity": {"v": 1},
+                         "spec": None}}  # fmt: skip
+    forged["line_sha256"] = sha256_json(forged)
+    _i32_write(
+        bad / "forged-reader.jsonl",
+        forged,
+        strangers,
+        record=False,
+    )
+    _i32_write(bad / "huge.jsonl", _i32_line(answer="x" * 5_000_000))
+    _i32_write(bad / "badtime.jsonl", _i32_line(created_at="not a time"))
+    _i32_write(bad / "naive.jsonl", _i32_line(created_at="2026-01-01T00:00:00"))
+    _i32_write(bad / "nan.jsonl", _i32_line(gen_seconds=float("nan")))
+    _i32_write(bad / "badhash.jsonl", _i32_line(question_hash="xyz"))
+    _i32_write(bad / "extra.jsonl", _i32_line(note="hi"))
+    old = {k: v for k, v in _i32_line().items() if k != "line_sha256"}
+    _i32_write(bad / "undigested.jsonl", old)
+    line = json.dumps(_i32_line())
+    _i32_write(bad / "dupkey.jsonl", line[:-1] + ', "answer": "again"}')
+    _i32_write(bad / "array.jsonl", "[1, 2]")
+    _i32_write(bad / "reader-only.jsonl")
+    _i32_write(bad / "long-answer.jsonl", _i32_line(answer="x" * 200_000))
+    (bad / "a-folder").mkdir()
+    gc.collect()
+    return bad
+
+
+IMPORT = ["import-recovery"]
+ON_REAL = ["--store", "real.sqlite"]
+ISSUE_32_RECOVERY_CASES = [
+    ("edited answer", [*IMPORT, "edited.jsonl", *ON_REAL], 2,
+     ["edited.jsonl:2", "line_sha256 does not match", "edited or damaged", "nothing of the file"]),
+    ("two answers for one key", [*IMPORT, "conflict.jsonl", *ON_REAL], 2,
+     ["conflict.jsonl:3", "a second, different answer", "first is at conflict.jsonl:2"]),
+    ("unknown reader fingerprint", [*IMPORT, "unknown-reader.jsonl", *ON_REAL], 2,
+     ["unknown-reader.jsonl:2", "aaaaaaaaaaaaaaaa… is not registered", "no reader record"]),
+    ("reader record that does not hash to its fingerprint",
+     [*IMPORT, "forged-reader.jsonl", *ON_REAL], 2,
+     ["forged-reader.jsonl:1", "does not hash to its fingerprint"]),
+    ("5 MB answer", [*IMPORT, "huge.jsonl", *ON_REAL], 2,
+     ["huge.jsonl:2", "a line of 5000", "characters is over the limit of 4194304"]),
+    ("200,000-character answer", [*IMPORT, "long-answer.jsonl", *ON_REAL], 2,
+     ["long-answer.jsonl:2", "an answer of 200000 characters is over the limit of 100000"]),
+    ("created_at: not a time", [*IMPORT, "badtime.jsonl", *ON_REAL], 2,
+     ["badtime.jsonl:2", "created_at 'not a time' is not an ISO 8601 time"]),
+    ("created_at without offset", [*IMPORT, "naive.jsonl", *ON_REAL], 2,
+     ["naive.jsonl:2", "no UTC offset"]),
+    ("gen_seconds NaN", [*IMPORT, "nan.jsonl", *ON_REAL], 2,
+     ["nan.jsonl:2", "gen_seconds must be a finite number >= 0"]),
+    ("a hash that is not hex", [*IMPORT, "badhash.jsonl", *ON_REAL], 2,
+     ["badhash.jsonl:2", "question_hash must be 64 lower-case hex digits"]),
+    ("an unknown field", [*IMPORT, "extra.jsonl", *ON_REAL], 2,
+     ["extra.jsonl:2", "unknown field(s) 'note'"]),
+    ("a line written before digests", [*IMPORT, "undigested.jsonl", *ON_REAL], 2,
+     ["undigested.jsonl:2", "no line_sha256", "--accept-undigested"]),
+    ("a key given twice", [*IMPORT, "dupkey.jsonl", *ON_REAL], 2,
+     ["dupkey.jsonl:2", "'answer' appears twice"]),
+    ("a line that is an array", [*IMPORT, "array.jsonl", *ON_REAL], 2,
+     ["array.jsonl:2", "not a JSON object"]),
+    ("no answers, only a reader", [*IMPORT, "reader-only.jsonl", *ON_REAL], 2,
+     ["reader-only.jsonl: the recovery file holds no answers"]),
+    ("a mistyped --store", [*IMPORT, "good.jsonl", "--store", "reel.sqlite"], 2,
+     ["reel.sqlite: no label store here", "check --store for a typo", "--create"]),
+    ("the default store, absent", [*IMPORT, "good.jsonl"], 2,
+     ["storage/labels.sqlite: no label store here", "--create"]),
+    ("--store a folder", [*IMPORT, "good.jsonl", "--store", "a-folder"], 2,
+     ["a-folder: is a folder, not a regular file"]),
+    ("--store /dev/null", [*IMPORT, "good.jsonl", "--store", "/dev/null", "--create"], 2,
+     ["/dev/null: is a character device"]),
+    ("recovery file /dev/null", [*IMPORT, "/dev/null", *ON_REAL], 2,
+     ["/dev/null: is a character device"]),
+    ("recovery file a folder", [*IMPORT, "a-folder", *ON_REAL], 2,
+     ["a-folder: is a folder"]),
+    ("audit --store a folder", ["audit", "--store", "a-folder", "--query", "q", "--doc", "d"], 2,
+     ["a-folder: is a folder"]),
+    ("ERAG_LOCK_WAIT_SECONDS not a number", [*IMPORT, "good.jsonl", *ON_REAL], 2,
+     ["ERAG_LOCK_WAIT_SECONDS='soon' is not a number of seconds"]),
+]  # fmt: skip
+_I32_ENV = {"ERAG_LOCK_WAIT_SECONDS not a number": {"ERAG_LOCK_WAIT_SECONDS": "soon"}}
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "parts"),
+    [c[1:] for c in ISSUE_32_RECOVERY_CASES],
+    ids=[c[0] for c in ISSUE_32_RECOVERY_CASES],
+)
+def test_issue_32_recovery_case_is_one_line_and_changes_nothing(
+    recovering, monkeypatch, capsys, request, argv, code, parts
+) -> None:
+    case = request.node.callspec.id
+    for key, value in _I32_ENV.get(case, {}).items():
+        monkeypatch.setenv(key, value)
+    before = _snapshot(recovering)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == code, err
+    assert out == ""
+    assert err.startswith("erag-dagster: error: ") and err.count("\n") == 1, err
+    for part in parts:
+        assert part in err, (part, err)
+    after = _snapshot(recovering)
+    assert after == before, sorted(set(after) ^ set(before)) or "a file changed"
+    monkeypatch.delenv("ERAG_LOCK_WAIT_SECONDS", raising=False)
+    assert LabelStore(recovering / "real.sqlite").count_generations() == 0
+
+
+def test_import_recovery_registers_the_reader_and_counts_what_it_kept(recovering, capsys) -> None:
+    """--create starts a new store; the file's reader record is registered; a second file with
+    another answer for a stored key keeps the stored one and says so; --accept-undigested reads
+    an old file once the store knows its reader."""
+    assert main([*IMPORT, "good.jsonl", "--store", "new.sqlite", "--create"]) == 0
+    assert "1 answers added to new.sqlite, 0 already stored" in capsys.readouterr().out
+    store = LabelStore(recovering / "new.sqlite")
+    reader = _test_reader()
+    assert store.reader_identity(reader.fingerprint) == TEST_READER_IDENTITY
+    _i32_write(recovering / "other.jsonl", _i32_line(answer="another"))
+    assert main([*IMPORT, "other.jsonl", "--store", "new.sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert "0 answers added" in out and "1 stored with another answer (kept" in out
+    (answer,) = store.lookup_generations([_i32_line()["generation_key"]])["answer"]
+    assert answer == "alpha"
+    assert main([*IMPORT, "undigested.jsonl", "--store", "new.sqlite", "--accept-undigested"]) == 0
+    assert "1 already stored" in capsys.readouterr().out
+
+
+def test_the_in_repo_answer_files_verify_and_carry_their_readers() -> None:
+    """The two files make test seeds from: every line digested, every fingerprint's reader
+    record verified (so they import into a new store)."""
+    from erag_dagster.labels.recovery import read_recovery_file
+
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "tests/answers/fixture_answers.jsonl",
+                 root / "reproductions/answers/default_run.jsonl"):  # fmt: skip
+        file = read_recovery_file(path)
+        assert set(file.used_at) == set(file.readers), path
+        assert all(record.verified for record in file.readers.values()), path
+
+
+def test_a_recovery_file_written_on_a_full_disk_imports_into_a_new_store(tmp_path: Path) -> None:
+    """write_recovery carries the reader it was given: the file imports where that reader is
+    unknown (a fresh store), and every line's digest holds."""
+    from erag_dagster.labels.cached import DEFAULT_COMMIT, _commit
+
+    store = LabelStore(tmp_path / "s.sqlite")
+    pages = store._conn().execute("PRAGMA page_count").fetchone()[0]
+    store._conn().execute(f"PRAGMA max_page_count = {pages}")
+    lines = [{**_i32_line(f"q{i}"), "answer": "x" * 200} for i in range(100)]
+    frame = pl.DataFrame(lines, schema=GENERATIONS_SCHEMA)
+    with pytest.raises(StorageError, match="100 generated answers saved to"):
+        _commit(store, frame, DEFAULT_COMMIT, None, [_test_reader()])
+    (recovery,) = tmp_path.glob("s.sqlite.recovery-*.jsonl")
+    fresh = LabelStore(tmp_path / "fresh.sqlite")
+    assert fresh.import_recovery(recovery) == 100
+    assert fresh.reader_identity(_test_reader().fingerprint) == TEST_READER_IDENTITY
+
+
+def test_a_lock_is_waited_for_no_longer_than_erag_lock_wait_seconds(tmp_path: Path) -> None:
+    """Another process holds the store's write lock: with ERAG_LOCK_WAIT_SECONDS=1 the command
+    gives up after about 1 s (the busy timeout is capped by it), not 60 s."""
+    import time
+
+    store = tmp_path / "s.sqlite"
+    LabelStore(store).close()
+    _i32_write(tmp_path / "good.jsonl", _i32_line())
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], "
+         "isolation_level=None); c.execute('BEGIN IMMEDIATE'); print('held', flush=True); "
+         "time.sleep(120)", str(store)], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        began = time.monotonic()
+        done = _cli([*IMPORT, str(tmp_path / "good.jsonl"), "--store", str(store)], tmp_path,
+                    {"ERAG_LOCK_WAIT_SECONDS": "1"})  # fmt: skip
+        waited = time.monotonic() - began
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert "locked by another process for more than 1 s" in done.stderr
+    assert waited < 30, waited
+
+
+@contextlib.contextmanager
+def _read_only_folder(folder: Path) -> Iterator[Path]:
+    """``folder`` as read-only: a read-only bind mount when root (permissions do not stop
+    root), else mode 0555; skips when neither is possible."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield folder
+        finally:
+            folder.chmod(0o755)
+        return
+    view = folder.with_name(folder.name + "-ro")
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot make a read-only view here (root without mount)")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(view)]
+        if subprocess.run(remount, capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], capture_output=True)
+        view.rmdir()
+
+
+def test_a_read_only_store_says_it_is_read_only(tmp_path: Path) -> None:
+    """Not "is the disk full?": the one line says read-only and why, exit 1, the store as it
+    was."""
+    folder = tmp_path / "media"
+    folder.mkdir()
+    LabelStore(folder / "s.sqlite").close()
+    _i32_write(tmp_path / "good.jsonl", _i32_line())
+    before = (folder / "s.sqlite").read_bytes()
+    with _read_only_folder(folder) as view:
+        done = _cli([*IMPORT, str(tmp_path / "good.jsonl"), "--store", str(view / "s.sqlite")],
+                    tmp_path)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "the label store is read-only (" in done.stderr and "disk full" not in done.stderr
+    assert (folder / "s.sqlite").read_bytes() == before
+
+
+def test_label_output_on_a_full_disk_is_exit_1_naming_output(tmp_path: Path, postgres) -> None:
+    """``label --output`` past the file-size limit: exit 1, one line naming --output and the
+    path (was exit 2 "input: unreadable": polars wraps the OS error). The store is a PostgreSQL
+    database (its writes are the server's, not limited) seeded with every answer, so no model
+    runs; a first run without the limit warms every cache the command writes."""
+    import resource
+
+    from erag_dagster.hashing import sha256_text
+    from erag_dagster.labels.keys import generation_key
+    from erag_dagster.labels.store import open_store
+    from erag_dagster.readers.factory import reader_from_config
+    from erag_dagster.readers.passages import run_with_passages
+    from erag_dagster.registry import load_registry
+
+    ds = load_dataset("sample?max_questions=1")
+    query = ds.queries.get_column("query_id")[0]
+    question = ds.queries.get_column("question")[0]
+    docs = ds.corpus.get_column("doc_id").to_list()[:2]
+    (tmp_path / "run.trec").write_text(
+        "".join(f"{query} Q0 {d} {i} {3 - i}.0 t\n" for i, d in enumerate(docs, 1))
+    )
+    name, entry = next(iter(load_registry().readers.items()))
+    reader = reader_from_config(name, dict(entry.config))
+    url = postgres.create_database("full_output")
+    store = open_store(url)
+    store.register_reader(reader.fingerprint, name, reader.identity())
+    run = pl.DataFrame({"query_id": [query] * 2, "doc_id": docs, "rank": [1, 2]})
+    rows = [
+        {"generation_key": generation_key(reader.fingerprint, query, sha256_text(question),
+                                          sha256_text(passage)),
+         "reader_fingerprint": reader.fingerprint, "query_id": query,
+         "question_hash": sha256_text(question), "doc_id": doc,
+         "text_hash": sha256_text(passage), "answer": "x", "gen_seconds": 0.0}
+        for doc, passage in run_with_passages(run, ds.corpus).select("doc_id", "passage").rows()
+    ]  # fmt: skip
+    store.put_generations(pl.DataFrame(rows))
+    store.close()
+    argv = ["label", "--dataset", "sample?max_questions=1", "--run", "run.trec", "--store", url]
+    env = {"ERAG_STORAGE": str(tmp_path / "storage")}
+    warm = subprocess.run(
+        [str(CONSOLE_SCRIPT), *argv, "--output", "warm.parquet"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+    )  # fmt: skip
+    assert warm.returncode == 0 and "from store 2" in warm.stderr + warm.stdout, warm.stderr
+
+    def limit() -> None:
+        _lowered_file_size_limit()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20, 20))
+
+    done = subprocess.run(
+        [str(CONSOLE_SCRIPT), *argv, "--output", "full.parquet"], cwd=tmp_path,
+        preexec_fn=limit, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env},
+    )  # fmt: skip
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert last.startswith("erag-dagster: error: --output full.parquet: cannot write the file")
+    assert "File too large" in last
+    assert not (tmp_path / "full.parquet").exists()
+    assert not list(tmp_path.glob(".full.parquet.*"))
+
+
+def test_progress_comes_while_one_step_is_still_running(tmp_path: Path) -> None:
+    """One reader step of 1.5 s (a slow batch): the engine reports from its ticker while the
+    step runs, not only after it (here every 0.3 s; 10 s by default), with the current count;
+    the callback is never called by two threads at once."""
+    import threading
+    import time
+
+    from erag_dagster.labels.cached import Subject, generate_stored
+    from erag_dagster.labels.ticker import PROGRESS_EVERY_S
+
+    assert PROGRESS_EVERY_S <= 10
+    subjects = [Subject(f"q{i}", f"question {i}", f"d{i}", f"text {i}") for i in range(4)]
+    calls: list[tuple[float, int, int]] = []
+    inside = threading.Lock()
+    began = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        assert inside.acquire(blocking=False), "two progress calls at once"
+        try:
+            calls.append((time.monotonic() - began, done, total))
+        finally:
+            inside.release()
+
+    def slow(part: list[int]) -> list[str]:
+        time.sleep(1.5)
+        return [subjects[i].question.upper() for i in part]
+
+    store = LabelStore(tmp_path / "s.sqlite")
+    done = generate_stored(subjects, slow, store, "7" * 64, "slow", {}, step=4,
+                           progress=progress, progress_every_s=0.3)  # fmt: skip
+    assert done.generated == 4
+    during = [c for c in calls if c[0] < 1.45]
+    assert len(during) >= 3 and all(d == 0 and t == 4 for _, d, t in during), calls
+    assert calls[-1][1:] == (4, 4)
+
+
+def test_label_run_and_the_api_pass_progress_on() -> None:
+    """The API's progress callback reaches the engine: label(progress=...) and
+    label_run(progress=...) are the same parameter, checked at the door."""
+    import inspect
+
+    import erag_dagster
+    from erag_dagster.labels.labeller import label_run
+
+    for function in (erag_dagster.label, erag_dagster.evaluate, label_run):
+        assert "progress" in inspect.signature(function).parameters, function
+    with pytest.raises(InputError, match="progress must be a callable taking"):
+        erag_dagster.label("sample", "run.trec", progress=5)
+
+
+# -- the Python API: arguments refused at the door, before any work or any file is created
+
+
+def _i32_frame_without_run_columns():
+    return pl.DataFrame({"query": ["q1"], "document": ["d1"]})
+
+
+ISSUE_32_API_CASES = [
+    ("label(5, run)", lambda e: e.label(5, "run.trec"), "dataset must be a dataset spec"),
+    ("label(ds, 5)", lambda e: e.label("sample", 5), "run must be a TREC run file path"),
+    ("label: a frame without the run columns",
+     lambda e: e.label("sample", _i32_frame_without_run_columns()),
+     "run frame lacks column(s) query_id, doc_id, rank"),
+    ("label: a float rank", lambda e: e.label("sample", pl.DataFrame(
+        {"query_id": ["q"], "doc_id": ["d"], "rank": [1.5]})), "rank must be an integer column"),
+    ("label: reader=[a, b]", lambda e: e.label("sample", "run.trec", reader=["a", "b"]),
+     "label takes one reader"),
+    ("label: k=0", lambda e: e.label("sample", "run.trec", k=0), "k must be a positive integer"),
+    ("label: k=True", lambda e: e.label("sample", "run.trec", k=True), "k must be a positive"),
+    ("label: log=5", lambda e: e.label("sample", "run.trec", log=5), "log must be a callable"),
+    ("label: reader='nosuch' on a new store",
+     lambda e: e.label("sample", "run.trec", reader="nosuch", store="NEW.sqlite"),
+     "unknown reader 'nosuch'"),
+    ("score({'q': ['a']})", lambda e: e.score({"q": ["a"]}, "P@1"),
+     "label at rank 1 of query 'q' is 'a' (str), not a number"),
+    ("score({'q': ['10']})", lambda e: e.score({"q": ["10"]}, "P@1"), "'10' (str), not a number"),
+    ("score({'q': '10'})", lambda e: e.score({"q": "10"}, "P@1"),
+     "labels of query 'q' must be a list in rank order"),
+    ("score({'q': 5})", lambda e: e.score({"q": 5}, "P@1"), "must be a list in rank order"),
+    ("score({'q': [True]})", lambda e: e.score({"q": [True]}, "P@1"),
+     "booleans are 1/0 only with compat='erag'"),
+    ("score({1: [1.0]})", lambda e: e.score({1: [1.0]}, "P@1"), "query id 1 (int) must be a"),
+    ("score(5, ...)", lambda e: e.score(5, "P@1"), "labels must be a labels file path"),
+    ("score: a boolean label column", lambda e: e.score(pl.DataFrame(
+        {"query_id": ["q"], "rank": [1], "label": [True]}), "P@1"), "label is a boolean column"),
+    ("score: metrics=[]", lambda e: e.score({"q": [1.0]}, []), "metrics is an empty list"),
+    ("score: compat='pytrec'", lambda e: e.score({"q": [1.0]}, "P@1", compat="pytrec"),
+     "compat must be None or 'erag'"),
+    ("evaluate(seed='abc')", lambda e: e.evaluate(seed="abc"), "seed must be an integer in [0,"),
+    ("evaluate(seed=-1)", lambda e: e.evaluate(seed=-1), "seed must be an integer"),
+    ("evaluate(seed=2**32)", lambda e: e.evaluate(seed=2**32), "seed must be an integer"),
+    ("evaluate(retrievers=[])", lambda e: e.evaluate(retrievers=[]),
+     "retrievers is an empty list; leave it out for the default"),
+    ("evaluate(retrievers='bm25')", lambda e: e.evaluate(retrievers="bm25"),
+     "got the string 'bm25' (write ['bm25'] for one)"),
+    ("evaluate(metrics=[])", lambda e: e.evaluate(metrics=[]), "metrics is an empty list"),
+    ("evaluate(metrics=' , ')", lambda e: e.evaluate(metrics=" , "), "metrics is empty"),
+    ("evaluate(reader=[])", lambda e: e.evaluate(reader=[]), "reader is an empty list"),
+    ("evaluate(reader=5)", lambda e: e.evaluate(reader=5), "reader must be a list of names"),
+    ("evaluate(n_resamples=0)", lambda e: e.evaluate(n_resamples=0),
+     "n_resamples must be a positive integer"),
+    ("evaluate(k='10')", lambda e: e.evaluate(k="10"), "k must be a positive integer"),
+    ("evaluate(dataset=5)", lambda e: e.evaluate(dataset=5), "dataset must be a dataset spec"),
+    ("evaluate(store=5)", lambda e: e.evaluate(store=5), "store must be a non-empty path"),
+    ("evaluate(reader='nosuch')", lambda e: e.evaluate(reader="nosuch", store="NEW.sqlite"),
+     "unknown reader 'nosuch'"),
+    ("GateRule(margin='0.1')", lambda e: __import__("erag_dagster.gate.verdict", fromlist=["x"])
+     .GateRule(margin="0.1"), "margin must be a number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "part"), [c[1:] for c in ISSUE_32_API_CASES], ids=[c[0] for c in ISSUE_32_API_CASES]
+)
+def test_issue_32_api_refuses_at_the_door(bad: Path, call, part) -> None:
+    """One InputError naming the argument; nothing created (no store, no storage folder)."""
+    import erag_dagster
+
+    gc.collect()  # the bad fixture's store connection closed first (its WAL folded in)
+    before = _snapshot(bad)
+    with pytest.raises(InputError) as caught:
+        call(erag_dagster)
+    assert part in str(caught.value), str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert _snapshot(bad) == before
+    assert not (bad / "NEW.sqlite").exists() and not (bad / "storage").exists()
+
+
+def test_seed_none_is_the_registrys_fixed_seed() -> None:
+    """``seed=None`` is the registry's seed (0 unless set), never a fresh one: CIs repeat."""
+    from erag_dagster.api import evaluation_config, load_registry_file
+
+    registry = load_registry_file(None)
+    first = evaluation_config(registry, "evaluate", seed=None)
+    assert first.seed == registry.evaluation.seed == evaluation_config(registry, "x").seed

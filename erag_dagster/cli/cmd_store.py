@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from erag_dagster.errors import InputError, concerning
+
+if TYPE_CHECKING:
+    from erag_dagster.labels.recovery import RecoveryFile
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -41,11 +45,13 @@ def cmd_import_recovery(args: argparse.Namespace) -> int:
     path = redact_url(resolve_store(args.store))
     with concerning(path, args.file):
         file = read_recovery_file(args.file, args.accept_undigested)  # checked before the store
-        if not args.create and not _store_exists(args.store):
+        exists = _store_exists(args.store)
+        if not exists and not args.create:
             raise InputError(
                 f"{path}: no label store here; import-recovery adds answers to an existing store "
                 "(check --store for a typo), or pass --create to start a new one"
             )
+        _check_readers(file, args.store, exists, path)  # on a read-only open: before any write
         with open_store(args.store) as store:
             done = store.import_recovery_file(file)
     kept = f", {done.kept} stored with another answer (kept: the first answer wins)"
@@ -54,6 +60,19 @@ def cmd_import_recovery(args: argparse.Namespace) -> int:
         + (kept if done.kept else "")
     )
     return 0
+
+
+def _check_readers(file: RecoveryFile, store: str | None, exists: bool, path: str) -> None:
+    """Every fingerprint of ``file`` known to the store ``store`` (opened read-only) or vouched
+    for by the file (a store about to be created, ``exists`` False, knows none)."""
+    from erag_dagster.labels.store import open_store
+    from erag_dagster.labels.store_base import recovery_readers
+
+    if not exists:
+        recovery_readers(file, lambda _fingerprint: None, path)
+        return
+    with open_store(store, read_only=True) as opened:
+        recovery_readers(file, opened.reader_identity, path)
 
 
 def _store_exists(store: str | None) -> bool:

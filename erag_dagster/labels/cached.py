@@ -52,7 +52,7 @@ from erag_dagster.labels.store import (
     generation_key,
     utc_now,
 )
-from erag_dagster.labels.ticker import Ticker
+from erag_dagster.labels.ticker import PROGRESS_EVERY_S, Ticker
 
 __all__ = [
     "DEFAULT_COMMIT",
@@ -158,6 +158,7 @@ def generate_stored(
     streams: bool = False,
     commit: CommitPolicy | None = None,
     progress: Progress | None = None,
+    progress_every_s: float = PROGRESS_EVERY_S,
     log: Log | None = None,
     estimate: Callable[[list[int]], Mapping[str, Any]] | None = None,
 ) -> Generated:
@@ -169,7 +170,7 @@ def generate_stored(
     ``generate(indices, on_batch)`` and may report outputs as they come with
     ``on_batch(positions in indices, outputs)`` (e.g. per model batch), so commits need not wait
     for the whole call. ``progress(done, total)`` runs after each step and, from a ticker
-    thread, whenever 10 s pass without a report (:mod:`.ticker`; calls serialised). With a
+    thread, whenever ``progress_every_s`` (10 s) pass without one (:mod:`.ticker`). With a
     store, the final outputs are read back from it, so if another process stored a key first,
     its output is the one returned (the first writer wins). Without a store every distinct key
     is generated. ``estimate(indices)`` runs once, before any generation, with the subjects
@@ -195,7 +196,9 @@ def generate_stored(
         log(f"{reader_name}: {from_store} outputs in the store, {len(todo)} to generate")
     estimated = dict(estimate(todo)) if estimate is not None and todo else {}
     spent = [0.0]
-    ticker = Ticker(progress, len(todo), lambda: batch.generated) if progress and todo else None
+    ticker = None
+    if progress is not None and todo:
+        ticker = Ticker(progress, len(todo), lambda: batch.generated, progress_every_s)
     try:
         with ticker or contextlib.nullcontext():  # progress at least every 10 s, also mid-step
             _generate_all(todo, step, batch, generate, streams, ticker, spent)

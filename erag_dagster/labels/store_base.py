@@ -26,7 +26,7 @@ import math
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -404,33 +404,7 @@ class LabelStoreBase(ABC):
         return RecoveryImport(added, same, differ + (new.height - added))
 
     def _check_readers(self, file: RecoveryFile) -> list[ReaderRecord]:
-        """The records to register; :class:`InputError` for a fingerprint the store does not
-        know and the file cannot vouch for, or a record contradicting the store."""
-        register = []
-        for fingerprint in sorted(file.used_at):
-            known = self.reader_identity(fingerprint)
-            record = file.readers.get(fingerprint)
-            if known is None and record is None:
-                raise InputError(
-                    f"{file.used_at[fingerprint]}: reader fingerprint {fingerprint[:16]}… is "
-                    f"not registered in {self.location} and the file carries no reader record "
-                    "for it (import into the store that labelled with it); nothing imported"
-                )
-            if known is None and record is not None:
-                if not record.verified:
-                    raise InputError(
-                        f"{file.reader_at[fingerprint]}: the reader record's identity does not "
-                        f"hash to its fingerprint {fingerprint[:16]}… and {self.location} does "
-                        "not know that reader; nothing imported"
-                    )
-                register.append(record)
-            elif record is not None and dict(record.identity) != known:
-                raise InputError(
-                    f"{file.reader_at[fingerprint]}: the reader record's identity differs from "
-                    f"the one {self.location} registered for {fingerprint[:16]}…; nothing "
-                    "imported"
-                )
-        return register
+        return recovery_readers(file, self.reader_identity, self.location)
 
     # -- scores --------------------------------------------------------------------------------
 
@@ -505,6 +479,42 @@ class LabelStoreBase(ABC):
         wanted = list(dict.fromkeys(keys.to_list() if isinstance(keys, pl.Series) else keys))
         rows = self._lookup_rows(table, wanted) if wanted else []
         return pl.DataFrame(rows, schema=table.schema, orient="row")
+
+
+def recovery_readers(
+    file: RecoveryFile, identity_of: Callable[[str], dict[str, Any] | None], location: str
+) -> list[ReaderRecord]:
+    """The reader records of ``file`` a store must register before its answers, given the
+    store's registrations (``identity_of(fingerprint)``, ``None`` if unknown; a store that does
+    not exist yet knows none). :class:`InputError` for a fingerprint the store does not know
+    and the file cannot vouch for (no record, or one whose identity does not hash to it), or a
+    record contradicting the store's registration. Reads only, so a caller can check on a
+    read-only open before it opens the store for writing."""
+    register = []
+    for fingerprint in sorted(file.used_at):
+        known = identity_of(fingerprint)
+        record = file.readers.get(fingerprint)
+        if known is None and record is None:
+            raise InputError(
+                f"{file.used_at[fingerprint]}: reader fingerprint {fingerprint[:16]}… is "
+                f"not registered in {location} and the file carries no reader record "
+                "for it (import into the store that labelled with it); nothing imported"
+            )
+        if known is None and record is not None:
+            if not record.verified:
+                raise InputError(
+                    f"{file.reader_at[fingerprint]}: the reader record's identity does not "
+                    f"hash to its fingerprint {fingerprint[:16]}… and {location} does "
+                    "not know that reader; nothing imported"
+                )
+            register.append(record)
+        elif record is not None and dict(record.identity) != known:
+            raise InputError(
+                f"{file.reader_at[fingerprint]}: the reader record's identity differs from "
+                f"the one {location} registered for {fingerprint[:16]}…; nothing "
+                "imported"
+            )
+    return register
 
 
 def read_recovery(path: str | Path, accept_undigested: bool = False) -> pl.DataFrame:
