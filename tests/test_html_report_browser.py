@@ -108,6 +108,8 @@ def test_page_fits_the_width_fetches_nothing_and_reads_first(page_path: Path, wi
         overlaps = page.evaluate(_CHART_OVERLAPS)
         sentences = page.locator("#verdict p.sentence").all_inner_texts()
         verdict_text = page.locator("#verdict").inner_text()
+        lede = page.locator("p.lede").first.inner_text()
+        cost = page.locator("h3:has-text('What it cost') + p").inner_text()
         charts = page.locator("#verdict svg.chart").count()
         examples = page.locator("div.example").all_inner_texts()
         figure_ok = page.locator("img.figure").evaluate("img => img.complete && img.naturalWidth")
@@ -121,6 +123,12 @@ def test_page_fits_the_width_fetches_nothing_and_reads_first(page_path: Path, wi
     assert len(sentences) == 1 and sentences[0].startswith("Reader smollm2-135m: ")
     assert any(w in sentences[0] for w in ("indistinguishable", "is worse than")), sentences
     assert not PARTITION_HASH.search(verdict_text + "".join(examples))  # names, not keys
+    assert re.fullmatch(
+        r"Dataset sample · 6 questions · \d+ documents · 6 judgments · run "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d UTC",
+        lede,
+    ), lede  # name, not the spec
+    assert cost.startswith("36 question-document pairs judged by the reader"), cost  # 6 x 2 x 3
     assert charts == 1
     assert len(examples) == RETRIEVERS
     for text in examples:
