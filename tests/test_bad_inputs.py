@@ -1551,6 +1551,13 @@ ISSUE_32_RECOVERY_CASES = [
      ["a-folder: is a folder"]),
     ("audit --store a folder", ["audit", "--store", "a-folder", "--query", "q", "--doc", "d"], 2,
      ["a-folder: is a folder"]),
+    ("label --store a folder", ["label", "--dataset", "beir:good", "--run", "run.trec",
+     "--store", "a-folder", "--output", "l.parquet"], 2, ["a-folder: is a folder"]),
+    ("label --store /dev/null", ["label", "--dataset", "beir:good", "--run", "run.trec",
+     "--store", "/dev/null", "--output", "l.parquet"], 2, ["/dev/null: is a character device"]),
+    ("label --reader a folder", ["label", "--dataset", "beir:good", "--run", "run.trec",
+     "--reader", "a-folder", *ON_REAL, "--output", "l.parquet"], 2,
+     ["a-folder: is a folder"]),
     ("ERAG_LOCK_WAIT_SECONDS not a number", [*IMPORT, "good.jsonl", *ON_REAL], 2,
      ["ERAG_LOCK_WAIT_SECONDS='soon' is not a number of seconds"]),
 ]  # fmt: skip
