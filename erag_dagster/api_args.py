@@ -222,7 +222,7 @@ def _count(value: Any, name: str) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a positive integer, got {_kind(value)}")
+        raise InputError(f"{name} is {value!r}; it must be an integer >= 1")
 
 
 def _seed(value: Any) -> None:
@@ -230,8 +230,8 @@ def _seed(value: Any) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise InputError(
-            f"seed must be an integer in [0, {MAX_SEED}] (or None: the registry's fixed seed), "
-            f"got {_kind(value)}"
+            f"seed is {value!r}; it must be an integer in [0, {MAX_SEED}] (or None: the "
+            "registry's fixed seed)"
         )
 
 
