@@ -45,6 +45,7 @@ from erag_dagster.reports.html import (
     render_html_report,
     write_html_report,
 )
+from erag_dagster.reports.html_blocks import renamed
 from erag_dagster.reports.html_words import dataset_display_name
 from erag_dagster.reports.verdict import Verdict
 from erag_dagster.resources import EvalSettings, LabelStoreResource
@@ -201,7 +202,7 @@ def _html_report(
             _section(context, settings, name, inputs, store.reader_identity, links, base)
         )
     across = [
-        (title, text(inputs[key]))
+        (title, text(renamed(inputs[key], ["reader", "retriever"])))  # names, not keys
         for key, (title, text) in _ACROSS.items()
         if isinstance(inputs.get(key), pl.DataFrame) and inputs[key].height
     ]

@@ -320,11 +320,13 @@ def write_html_report(page: str, path: Path) -> Path:
 # --- the one-minute parts ----------------------------------------------------------------------
 
 
-def _lede(s: DatasetSection, written: datetime | None) -> str:
+def _lede(s: DatasetSection, written: datetime | None, named: bool = True) -> str:
+    """The title line: ``Dataset <name> · size · run date`` (``named``: with the name; a
+    section under its own heading leaves it out)."""
     facts = s.facts or DatasetFacts(name=s.name)
-    line = facts_sentence(facts, written)
-    lead = f"Dataset <strong>{esc(s.name)}</strong>"
-    return f'<p class="lede">{lead}{" · " + esc(line) if line else ""}</p>'
+    line = esc(facts_sentence(facts, written))
+    lead = f"Dataset <strong>{esc(s.name)}</strong>" if named else ""
+    return f'<p class="lede">{" · ".join(p for p in (lead, line) if p)}</p>'
 
 
 # --- the details -------------------------------------------------------------------------------
@@ -334,7 +336,7 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
     names = s.names()
     parts = [f'<section id="dataset-{index}"><h2>Dataset {esc(s.name)}</h2>']
     if lede:  # one dataset: its lede is the page's
-        parts.append(_lede(s, written))
+        parts.append(_lede(s, written, named=False))
     parts.append("<h3>What the numbers mean</h3>")
     parts.append(meaning_html(s.erag_board, s.downstream_metric, names))
     parts.append("<h3>What it cost</h3>")

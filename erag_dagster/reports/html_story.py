@@ -54,7 +54,8 @@ def verdict_html(v: Verdict, names: Mapping[str, str]) -> str:
             headers = ["pair", "difference [95% CI]", "p (Holm)", "decision", "questions"]
             parts.append(rows_table(headers, rows, [False, True, True, False, True], "pairs"))
     m = max((v.pairs.filter(pl.col("reader") == r).height for r in v.readers), default=0)
-    parts.append(note(FAMILIES["verdict"].format(m=m, alpha=v.alpha)))
+    if m:  # one retriever: no pair, no test to name
+        parts.append(note(FAMILIES["verdict"].format(m=m, alpha=v.alpha)))
     return "\n".join(parts)
 
 
