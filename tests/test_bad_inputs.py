@@ -1498,6 +1498,8 @@ def recovering(bad: Path) -> Path:
     _i32_write(bad / "array.jsonl", "[1, 2]")
     _i32_write(bad / "reader-only.jsonl")
     _i32_write(bad / "long-answer.jsonl", _i32_line(answer="x" * 200_000))
+    mixed = _digested({**_test_reader().line(), "answer": "smuggled"})
+    _i32_write(bad / "mixed.jsonl", mixed, _i32_line(), record=False)
     (bad / "a-folder").mkdir()
     gc.collect()
     return bad
@@ -1535,6 +1537,8 @@ ISSUE_32_RECOVERY_CASES = [
      ["dupkey.jsonl:2", "'answer' appears twice"]),
     ("a line that is an array", [*IMPORT, "array.jsonl", *ON_REAL], 2,
      ["array.jsonl:2", "not a JSON object"]),
+    ("a reader line with other fields", [*IMPORT, "mixed.jsonl", *ON_REAL], 2,
+     ["mixed.jsonl:1", "a reader record line holds other fields too ('answer')"]),
     ("no answers, only a reader", [*IMPORT, "reader-only.jsonl", *ON_REAL], 2,
      ["reader-only.jsonl: the recovery file holds no answers"]),
     ("a mistyped --store", [*IMPORT, "good.jsonl", "--store", "reel.sqlite"], 2,

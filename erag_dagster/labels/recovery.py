@@ -180,6 +180,9 @@ def read_recovery_file(path: str | Path, accept_undigested: bool = False) -> Rec
             )
         row = _checked_object(parse_json(line, label, number), at, accept_undigested)
         if "reader" in row:
+            if set(row) != {"reader"}:
+                extra = ", ".join(repr(k) for k in sorted(set(row) - {"reader"}))
+                raise InputError(f"{at}: a reader record line holds other fields too ({extra})")
             record = _reader_record(row["reader"], at)
             earlier = readers.get(record.fingerprint)
             if earlier is not None and earlier != record:

@@ -85,7 +85,7 @@ def default_busy_timeout() -> float:
         seconds = float(raw)
     except ValueError:
         seconds = math.nan
-    if not seconds >= 0 or math.isinf(seconds):
+    if not seconds >= 0:  # NaN and negatives; inf (wait as long as it takes) keeps 60 s
         raise InputError(f"{LOCK_WAIT_ENV}={raw!r} is not a number of seconds >= 0")
     return min(BUSY_TIMEOUT_S, seconds)
 
