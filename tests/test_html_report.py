@@ -21,11 +21,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from erag_dagster.assets.html_inputs import registry_specs
 from erag_dagster.labels.store import open_store
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation_report import correlation_report
 from erag_dagster.meta.per_query import erag_per_query
 from erag_dagster.meta.plots import correlation_vs_k_figure
+from erag_dagster.registry import load_registry
 from erag_dagster.reports.html import (
     DatasetSection,
     dataset_erag_leaderboard,
@@ -492,3 +494,20 @@ def test_figure1_titles_do_not_overlap() -> None:
         assert a.x0 >= 0 and a.x1 <= fig.bbox.width and a.y0 >= 0 and a.y1 <= fig.bbox.height
         for b in boxes[i + 1 :]:
             assert not a.overlaps(b), (a, b)
+
+
+def test_details_table_holds_each_partition_key_and_spec_with_credentials_masked() -> None:
+    registry = load_registry()
+    reader = next(iter(registry.readers.values()))
+    leaky = dataclasses.replace(
+        reader, config={**reader.config, "base_url": "http://me:hunter2@llm.local/v1"}
+    )
+    registry = dataclasses.replace(registry, readers={reader.name: leaky})
+    facts = DatasetFacts("clapnq", "jsonl:http://me:hunter2@data.local/clapnq?x=1")
+    specs = registry_specs(registry, facts)
+    assert specs.columns == ["kind", "name", "partition_key", "spec"]
+    assert specs["kind"].to_list() == ["dataset", *["retriever"] * len(registry.retrievers),
+                                       "reader"]  # fmt: skip
+    keys = dict(zip(specs["name"], specs["partition_key"], strict=True))
+    assert keys["bm25"] == registry.retrievers["bm25"].partition_key
+    assert "hunter2" not in "".join(specs["spec"].to_list())

@@ -23,6 +23,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from erag_dagster.credentials import mask_credentials, mask_in
 from erag_dagster.meta.per_query import System
 from erag_dagster.registry import Registry
 from erag_dagster.reports.html_examples import WorkedExample, example_picks, excerpt
@@ -152,11 +153,17 @@ def worked_examples(
 
 def registry_specs(registry: Registry, facts: DatasetFacts) -> pl.DataFrame:
     """``kind, name, partition_key, spec`` of the dataset (its full spec), each retriever and
-    each reader of ``registry`` (a dataset's view); specs as sorted JSON."""
-    rows = [("dataset", facts.name, "", facts.spec or "")]
+    each reader of ``registry`` (a dataset's view); specs as sorted JSON, anything that looks
+    like a credential masked (:mod:`erag_dagster.credentials`: the page is a file people share)."""
+    rows = [("dataset", facts.name, "", mask_credentials(facts.spec or ""))]
     for kind, entries in (("retriever", registry.retrievers), ("reader", registry.readers)):
         rows += [
-            (kind, e.name, e.partition_key, json.dumps(e.config, sort_keys=True, default=str))
+            (
+                kind,
+                e.name,
+                e.partition_key,
+                json.dumps(mask_in(e.config), sort_keys=True, default=str),
+            )
             for e in entries.values()
         ]
     return pl.DataFrame(rows, schema=["kind", "name", "partition_key", "spec"], orient="row")
