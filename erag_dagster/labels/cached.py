@@ -194,13 +194,16 @@ def generate_stored(
     from_store = len(set(batch.keys) & set(known))
     if log is not None:
         log(f"{reader_name}: {from_store} outputs in the store, {len(todo)} to generate")
-    estimated = dict(estimate(todo)) if estimate is not None and todo else {}
     spent = [0.0]
+    estimated: dict[str, Any] = {}
     ticker = None
     if progress is not None and todo:
         ticker = Ticker(progress, len(todo), lambda: batch.generated, progress_every_s)
     try:
-        with ticker or contextlib.nullcontext():  # progress at least every 10 s, also mid-step
+        # progress at least every progress_every_s, also while the estimate loads the model
+        # and in the middle of a step
+        with ticker or contextlib.nullcontext():
+            estimated = dict(estimate(todo)) if estimate is not None and todo else {}
             _generate_all(todo, step, batch, generate, streams, ticker, spent)
     finally:
         batch.flush()  # also on an error: what was generated is kept
