@@ -284,7 +284,7 @@ def test_audit_shows_the_evaluation_id_of_labels_made_by_evaluate_and_the_gate(
     with open_store(store) as seeded:  # the answers only: every score is this call's own
         seeded.import_recovery(FIXTURE_ANSWERS)
     report = erag_dagster.evaluate(
-        dataset="sample?spread_questions=6", retrievers=["bm25", "dense"],
+        dataset="sample?spread_questions=6", retrievers=["bm25"],
         reader="gemma3-270m", metrics=["nDCG@2"], k=10, label_k=2, store=store,
     )  # fmt: skip
     bm25 = report["doc_labels"].filter(pl.col("retriever").str.starts_with("bm25"))
