@@ -181,27 +181,54 @@ def _copy_site(site: Path) -> list[str]:
     return names
 
 
+def device_calls(manifest: dict[str, Any]) -> list[list[tuple[str, dict[str, Any]]]]:
+    """The chunks grouped into device calls, first fit in pack order: a chunk joins the first
+    call whose chunks and it stay within ``chunk_bytes`` (a reader's small last chunk rides
+    with an earlier call), else opens a new call. Each call: ``[(reader, chunk), ...]``."""
+    calls: list[list[tuple[str, dict[str, Any]]]] = []
+    for name, entry in manifest["readers"].items():
+        for chunk in entry["chunks"]:
+            for call in calls:
+                if sum(c["bytes"] for _, c in call) + chunk["bytes"] <= manifest["chunk_bytes"]:
+                    call.append((name, chunk))
+                    break
+            else:
+                calls.append([(name, chunk)])
+    return calls
+
+
 def plan_text(out: Path, manifest: dict[str, Any]) -> str:
-    """The device calls, one chunk each, as Markdown (also printed by ``--pack``)."""
+    """The device calls as Markdown (also printed by ``--pack``): :func:`device_calls`; the
+    call that completes a reader runs its check (the first reader: every section; the others:
+    throughput and determinism), the others ``--status``; ``--compare`` when ``out/cpu.json``
+    (the CPU run) exists."""
     rel = out.as_posix().rstrip("/")
+    env = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 python3 bench/gpu_check.py"
+    compare = f" --compare {rel}/cpu.json" if (out / "cpu.json").is_file() else ""
+    carried = f"`{rel}/manifest.json`, `{rel}/site`" + (f", `{rel}/cpu.json`" if compare else "")
     lines = [
         "# Device calls for bench/gpu_check.py",
         "",
-        f"Every call carries `{rel}/manifest.json` and `{rel}/site`; add `{rel}/cpu.json` to "
-        "the last call of each reader (the CPU run to compare with). Make the calls back to "
-        "back: a warm machine goes back after a short idle time and takes the chunks with it.",
+        f"Every call carries {carried} and its chunks. Make the calls back to back: a warm "
+        "machine goes back after a short idle time and takes the carried chunks with it "
+        "(`--status` names the missing ones).",
         "",
     ]
-    step = 0
-    for name, entry in manifest["readers"].items():
-        for chunk in entry["chunks"]:
-            step += 1
-            mib = chunk["bytes"] / 2**20
-            lines.append(f"{step}. carry `{rel}/{chunk['file']}` ({mib:.1f} MiB)")
-        lines.append(
-            f"   then run: `python3 bench/gpu_check.py --pack-dir {rel} --readers {name} "
-            f"--compare {rel}/cpu.json --json $OUT/gpu_check_{name}.json`"
-        )
+    calls = device_calls(manifest)
+    names = list(manifest["readers"])
+    last = {n: max(i for i, call in enumerate(calls) for r, _ in call if r == n) for n in names}
+    for i, call in enumerate(calls):
+        files = ", ".join(f"`{rel}/{c['file']}`" for _, c in call)
+        mib = sum(c["bytes"] for _, c in call) / 2**20
+        runs = []
+        for name in [n for n in names if last[n] == i]:
+            sections = "" if name == names[0] else " --sections throughput"
+            runs.append(f"{env} --pack-dir {rel} --readers {name}{sections}{compare} "
+                        f"--json $OUT/gpu_check_{name}.json")  # fmt: skip
+        command = "; ".join(["nvidia-smi", *runs]) if runs else (
+            f"{env} --pack-dir {rel} --readers {','.join(names)} --status"
+        )  # fmt: skip
+        lines.append(f"{i + 1}. carry {files} ({mib:.1f} MiB); run `{command}`")
     return "\n".join(lines) + "\n"
 
 
