@@ -11,10 +11,10 @@ first queries by id in ``bench/gpu_check_bm25.trec`` (the project's BM25, writte
 
 Sections (one row each in the printed table; every figure also in ``--json``):
 
-* **throughput** — labels (answer + token F1) of ``--pairs`` (question, document) pairs per
-  reader and dtype: pairs/s at batch 1 and at the best of ``--batch-sizes``, each the median of
-  the two orders timed below; ``--compare`` adds the same script's figures from another machine
-  (this CPU).
+* **throughput** — the reader's answers to ``--pairs`` (question, document) pairs per reader
+  and dtype: pairs/s at batch 1 and at the best of ``--batch-sizes``, each the median of the
+  two orders timed below (the labels' token F1, microseconds a pair, is computed once, untimed);
+  ``--compare`` adds the same script's figures from another machine (this CPU).
 * **determinism** — the same pairs answered at every batch size, in input order and reversed,
   in float32 and in bfloat16: pairs whose answer is equal in every layout, and the margin-guard
   re-decodes (float32 only: ``readers/exact_greedy.py``); with ``--compare``, float32 answers
@@ -582,6 +582,10 @@ def run_check(args: argparse.Namespace) -> int:
     if sections - {"throughput", "table2"}:
         raise InputError(f"--sections: unknown {sorted(sections - {'throughput', 'table2'})}")
     sizes = _ints(args.batch_sizes, "--batch-sizes")
+    if 1 not in sizes:
+        raise InputError(
+            f"--batch-sizes must include 1 (the batch-1 row), got {args.batch_sizes!r}"
+        )
     ks = _ints(args.ks, "--ks")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if args.pairs < 1 or args.per_query < 1 or args.table2_queries < 1 or args.rounds < 1:

@@ -6,13 +6,14 @@ readers' converted float32 safetensors are far larger (SmolLM2 538 MB, Gemma 3 2
 so what travels is the packaged **GGUF** itself (98 MB and 253 MB: the file whose sha256 the
 reader fingerprint records) plus the small files of the converted folder made here (config,
 generation config, tokenizer, chat template), as one gzip'd tar per reader split into chunks of
-``--chunk-mib`` (default 56 MiB, leaving room for the working tree), carried one chunk per call.
+``--chunk-mib`` (default 56 MiB, leaving room for the working tree), grouped into device calls
+of at most that size (:func:`device_calls`).
 
 * here — :func:`write_pack` (``bench/gpu_check.py --pack DIR``): ``DIR/chunks/<reader>.NN``,
   ``DIR/site/`` (the ``gguf`` package with its dist-info: the GPU image lacks it, and
   transformers needs it to read a GGUF), ``DIR/manifest.json`` (sha256 of every chunk, of the
   payload and of the GGUF, and the sha256 of every float32 tensor of the converted folder here),
-  ``DIR/PLAN.md`` (the device calls, each with its carry paths).
+  ``DIR/PLAN.md`` (the device calls, each with its carry paths and command).
 * on the device — :func:`unpack_reader` (``bench/gpu_check.py --pack-dir DIR``): joins the
   chunks, checks every sha256, dequantises the GGUF to float32 with transformers (as
   ``readers/models.py`` does here), saves ``DIR/readers/<reader>/`` beside the packed small

@@ -122,6 +122,8 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "no reader 'nope'" in done.stderr and "Traceback" not in done.stderr
     done = _script("--pack-dir", str(tmp_path), "--readers", "smollm2-135m", "--status")
     assert done.returncode == 2 and "no pack manifest" in done.stderr
+    done = _script("--readers", "smollm2-135m", "--device", "cpu", "--batch-sizes", "4,16")
+    assert done.returncode == 2 and "--batch-sizes must include 1" in done.stderr
 
 
 def test_sample_read_with_the_standard_library_is_the_project_loaders() -> None:
