@@ -187,8 +187,13 @@ def test_schedule_cron_comes_from_the_definitions_registry(tmp_path: Path) -> No
     schedule = build_defs(str(weekly)).resolve_schedule_def("reevaluation_schedule")
     assert schedule.cron_schedule == "15 4 * * 1"
     broken = small_registry(tmp_path / "broken", **{"evaluation.schedule": "every night"})
-    with pytest.raises(InputError, match=r"evaluation\.schedule 'every night' is not a cron"):
-        build_defs(str(broken))
+    with pytest.raises(
+        InputError, match=r"evaluation\.schedule is 'every night'; it must be a cron"
+    ):
+        build_defs(str(broken))  # refused by the registry (EvaluationConfig: five fields)
+    minute = small_registry(tmp_path / "minute", **{"evaluation.schedule": "61 * * * *"})
+    with pytest.raises(InputError, match=r"evaluation\.schedule '61 \* \* \* \*' is not a cron"):
+        build_defs(str(minute))  # five fields, refused by Dagster's own cron check
 
 
 def _sensor_result(defs: dg.Definitions, instance: dg.DagsterInstance):

@@ -258,8 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--alpha",
         type=_fraction("--alpha", closed_low=False),
-        default=0.05,
-        help="level of the Holm-corrected p, in (0, 1) (default 0.05)",
+        default=None,
+        help="level of the Holm-corrected p, in (0, 1) (default: registry evaluation.alpha, 0.05)",
     )
     p.add_argument(
         "--allow-underpowered",

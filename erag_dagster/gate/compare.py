@@ -38,6 +38,7 @@ from typing import Any
 import polars as pl
 
 from erag_dagster.callbacks import Log
+from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.errors import InputError, concerning
 from erag_dagster.gate.baseline_file import baseline_payload, read_baseline, write_baseline
 from erag_dagster.gate.escape import shown
@@ -503,6 +504,7 @@ def decide(
     verdict: :func:`~erag_dagster.gate.power.gate_power` of ``len(query_ids)``.
     """
     n = len(query_ids)
+    rule = rule.with_settings(EvaluationConfig())  # unset alpha/resamples/seed: the defaults
     power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
     base, _ = _scores(baseline_labels, query_ids, metrics)
     cand, _ = _scores(candidate_labels, query_ids, metrics)
@@ -596,10 +598,10 @@ def compare(
     (:mod:`.power`), ``require_power`` raises :class:`~erag_dagster.gate.verdict.
     GateCannotDecide` before labelling; otherwise it is logged and noted in the result.
     """
-    rule = rule or GateRule()
     stored = _stored_refs([baseline, candidate])
     settings = _settled(settings or GateSettings(), stored)
     ctx = _Context(settings, reader, log)
+    rule = (rule or GateRule()).with_settings(ctx.config)  # alpha, resamples, seed: the config's
     try:
         return _compared(baseline, candidate, stored, ctx, rule, require_power)
     finally:

@@ -39,24 +39,32 @@ class Heartbeat:
         min_gap: float = 3.0,
         quiet: float = 8.0,
         verbose: bool = False,
-        tick: float = 0.25,
+        tick: float | None = 0.25,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``tick``: seconds between the background thread's checks (:meth:`poll`); ``None``
+        starts no thread (the caller polls). ``clock``: the time source (monotonic seconds)."""
         self._write, self._what = write, what
-        self._min_gap, self._quiet, self._verbose, self._tick = min_gap, quiet, verbose, tick
+        self._min_gap, self._quiet, self._verbose = min_gap, quiet, verbose
+        self._clock = clock
         self._lock = threading.Lock()
-        self._start = self._last_line = time.monotonic()
+        self._start = self._last_line = clock()
         self._held: str | None = None
         self._latest = "starting"
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gate-heartbeat", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if tick is not None:
+            self._thread = threading.Thread(
+                target=self._run, args=(tick,), name="gate-heartbeat", daemon=True
+            )
+            self._thread.start()
 
     def _emit(self, text: str, now: float) -> None:
         self._write(f"{self._what}: {shown(text)}")
         self._last_line = now
 
     def __call__(self, message: str) -> None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             self._latest = message
             if self._verbose or now - self._last_line >= self._min_gap:
@@ -65,24 +73,30 @@ class Heartbeat:
             else:
                 self._held = message
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._tick):
-            now = time.monotonic()
-            with self._lock:
-                if self._held is not None and now - self._last_line >= self._min_gap:
-                    held, self._held = self._held, None
-                    self._emit(held, now)
-                elif now - self._last_line >= self._quiet:
-                    elapsed = _clock(now - self._start)
-                    self._emit(f"still working ({elapsed}; last: {self._latest})", now)
+    def _run(self, tick: float) -> None:
+        while not self._stop.wait(tick):
+            self.poll()
+
+    def poll(self) -> None:
+        """Write the held message once ``min_gap`` has passed, or a heartbeat line after
+        ``quiet`` seconds of silence (what the background thread does every ``tick``)."""
+        now = self._clock()
+        with self._lock:
+            if self._held is not None and now - self._last_line >= self._min_gap:
+                held, self._held = self._held, None
+                self._emit(held, now)
+            elif now - self._last_line >= self._quiet:
+                elapsed = _clock(now - self._start)
+                self._emit(f"still working ({elapsed}; last: {self._latest})", now)
 
     def close(self) -> None:
         """Stop the thread; a held message is written (the last news is never lost)."""
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         with self._lock:
             if self._held is not None:
-                self._emit(self._held, time.monotonic())
+                self._emit(self._held, self._clock())
                 self._held = None
 
     def __enter__(self) -> Heartbeat:

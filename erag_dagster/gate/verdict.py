@@ -24,8 +24,9 @@ verdict.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.errors import InputError
 from erag_dagster.gate.power import Power
 from erag_dagster.stats.significance import compare_paired, holm
@@ -67,22 +68,42 @@ class MetricVerdict:
 @dataclass(frozen=True)
 class GateRule:
     """The verdict's parameters: ``margin`` δ >= 0 (metric units), ``alpha`` in (0, 1),
-    ``confidence`` of the interval in (0, 1), resamples, permutations and the seed."""
+    ``confidence`` of the interval in (0, 1), resamples, permutations and the seed.
+
+    ``alpha``, ``n_resamples`` and ``seed`` left as ``None`` take the registry's
+    ``evaluation`` settings (:meth:`with_settings`: the verdict's own ``alpha``,
+    ``bootstrap_resamples`` and ``seed``), so the gate and the verdict test a pair with the
+    same draws."""
 
     margin: float = 0.0
-    alpha: float = 0.05
+    alpha: float | None = None
     confidence: float = 0.95
-    n_resamples: int = 1000
+    n_resamples: int | None = None
     n_permutations: int = 10_000
-    seed: int = 0
+    seed: int | None = None
+
+    def with_settings(self, config: EvaluationConfig) -> GateRule:
+        """This rule with every ``None`` taken from ``config``."""
+        return replace(
+            self,
+            alpha=config.alpha if self.alpha is None else self.alpha,
+            n_resamples=config.bootstrap_resamples
+            if self.n_resamples is None
+            else self.n_resamples,
+            seed=config.seed if self.seed is None else self.seed,
+        )
 
     def __post_init__(self) -> None:
         for name in ("margin", "alpha", "confidence"):
             value = getattr(self, name)
+            if value is None and name == "alpha":
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InputError(f"--{name} must be a number, got {value!r}")
         for name in ("n_resamples", "n_permutations", "seed"):
             value = getattr(self, name)
+            if value is None and name != "n_permutations":
+                continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"GateRule.{name} must be an integer, got {value!r}")
         if not 0 <= self.margin < 1:  # nan and inf fail too
@@ -90,11 +111,11 @@ class GateRule:
                 f"--margin must lie in [0, 1) (metric units; metric values lie in [0, 1], so a "
                 f"margin of 1 or more could never be exceeded), got {self.margin}"
             )
-        if not 0 < self.alpha < 1:
+        if self.alpha is not None and not 0 < self.alpha < 1:
             raise InputError(f"--alpha must lie in (0, 1), got {self.alpha}")
         if not 0 < self.confidence < 1:
             raise InputError(f"GateRule.confidence must lie in (0, 1), got {self.confidence}")
-        if self.n_resamples < 1 or self.n_permutations < 1:
+        if (self.n_resamples is not None and self.n_resamples < 1) or self.n_permutations < 1:
             raise InputError("GateRule.n_resamples and n_permutations must be >= 1")
 
 
@@ -105,7 +126,9 @@ def metric_verdicts(
     rule: GateRule,
 ) -> list[MetricVerdict]:
     """Per-metric verdicts of ``candidate`` against ``baseline`` (``query -> metric -> value``
-    on the same queries; a query one side lacks is an error, never silently dropped)."""
+    on the same queries; a query one side lacks is an error, never silently dropped). A rule's
+    unset ``alpha``/``n_resamples``/``seed`` take :class:`EvaluationConfig`'s defaults."""
+    rule = rule.with_settings(EvaluationConfig())
     if set(baseline) != set(candidate):
         only = sorted(set(baseline) ^ set(candidate))
         raise InputError(
