@@ -94,11 +94,13 @@ def test_long_golds_scored_with_f1_and_poor_separation_warn() -> None:
     fit = fit_diagnostics(labels, queries, qrels, reader="r", retriever="bm25", metric="f1")
     text = "\n".join(fit.warnings())
     assert fit.cut_answers is None  # no token counts: the cut share is unknown, not 0
-    assert "use metric rougel or contains for long answers" in text
+    assert "use metric rougel for long answers" in text
     assert "ratio 0.10 < 0.5" in text and "F1 can reach at most 0.18" in text
     assert fit.separation is not None and fit.separation.auc == 0.0 < MIN_AUC
     assert "separate judged-relevant from other documents poorly: AUC 0.00" in text
     assert fit_frame([fit])["warnings"][0] == text  # one string per run: the frame writes to CSV
+    contains = fit_diagnostics(labels, queries, qrels, reader="r", metric="contains")
+    assert any("contains needs a whole gold answer" in w for w in contains.warnings())
 
 
 def test_label_auc_matches_sklearn_and_ties_count_half() -> None:
