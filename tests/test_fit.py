@@ -129,15 +129,31 @@ def test_separation_ci_is_seeded_and_holds_the_estimate() -> None:
 
 def test_run_report_prints_the_fit_after_the_verdict() -> None:
     labels = _labels([("q1", "a", 0.0, "x " * 16), ("q1", "b", 0.0, "y " * 16)])
-    queries = pl.DataFrame({"query_id": ["q1"], "answers": [["x"]]})
+    queries = pl.DataFrame({"query_id": ["q1"], "answers": [["x " * 16]]})
     fit = fit_diagnostics(
-        labels, queries, None, reader="r", retriever="bm25", metric="f1", max_new_tokens=16,
+        labels, queries, None, reader="r", retriever="bm25", metric="rougel", max_new_tokens=16,
         count_tokens=lambda text: len(text.split()),
     )  # fmt: skip
-    report = RunReport(sections=[], fits=[fit])
-    text = report.text()
-    assert text.startswith(f"== {FIT_TITLE} ==")
-    assert "100% of the answers stop at max_new_tokens=16" in text
+    other = fit_diagnostics(
+        labels, queries, None, reader="r", retriever="dense", metric="rougel", max_new_tokens=64,
+        count_tokens=lambda text: len(text.split()),
+    )  # fmt: skip
+    report = RunReport(sections=[], fits=[fit, other])
+    full = report.text(full=True)
+    assert full.startswith(f"== {FIT_TITLE} ==")
+    assert "fit warning [r / bm25]: 100% of the answers stop at max_new_tokens=16" in full
+    assert "fit warning [r / dense]" not in full  # 16 tokens of 64: not cut
+    compact = report.text().splitlines()  # erag-dagster run's default: one line per reader
+    assert compact[0] == f"== {FIT_TITLE} =="
+    assert compact[1].startswith(
+        "fit warning [r]: answers cut at max_new_tokens: raise it (1 of 2 runs)"
+    )
+    assert compact[1].endswith("[2 runs (answers cut at most 100%); each run and its fix: --full]")
+    assert len(compact) == 2
+    quiet = RunReport(sections=[], fits=[other]).text().splitlines()
+    assert quiet[1] == (
+        "no fit warning on 1 reader x retriever runs (answers cut at most 0%); each run: --full"
+    )
 
 
 @pytest.mark.slow

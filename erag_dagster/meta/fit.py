@@ -75,6 +75,14 @@ MIN_AUC = 0.7
 """Warn when the label-vs-judgment AUC is below this (Hosmer & Lemeshow's "acceptable")."""
 SPAN_METRICS = ("em", "f1")
 """Metrics made for short answer spans (the long-answer warning names them)."""
+SHORT_FIXES: dict[str, str] = {
+    "cut": "answers cut at max_new_tokens: raise it",
+    "long_golds": "long gold answers: metric rougel",
+    "short_answers": "answers much shorter than the golds: more tokens or a sentence prompt",
+    "long_answers": "answers much longer than the golds: a span prompt or metric contains",
+    "separation": "labels barely follow the judgments",
+}
+"""Each kind of finding in a few words, for the compact report (one line per reader)."""
 
 
 @dataclass(frozen=True)
@@ -139,53 +147,63 @@ class FitDiagnostics:
     def name(self) -> str:
         return f"{self.reader} / {self.retriever}" if self.retriever else self.reader
 
-    def warnings(self) -> list[str]:
-        """One line per threshold crossed, each with its fix (module docstring); ``[]`` when
-        the labels fit."""
+    def findings(self) -> list[tuple[str, str]]:
+        """``(kind, text)`` per threshold crossed (kinds: the keys of :data:`SHORT_FIXES`),
+        each text with its fix (module docstring); ``[]`` when the labels fit."""
         if not self.answers:
             return []
-        out: list[str] = []
+        out: list[tuple[str, str]] = []
         share = self.cut_share
         if share is not None and share > CUT_SHARE:
-            out.append(
+            text = (
                 f"{share:.0%} of the answers stop at max_new_tokens={self.max_new_tokens} "
                 f"(more than {CUT_SHARE:.0%}): they are cut; raise the reader's max_new_tokens "
                 f"(e.g. {4 * int(self.max_new_tokens or 16)})"
             )
+            out.append(("cut", text))
         gold, ratio = self.mean_gold_words, self.length_ratio
-        if not math.isnan(gold) and gold > LONG_GOLD_WORDS and self.metric in SPAN_METRICS:
-            out.append(
+        long_golds = not math.isnan(gold) and gold > LONG_GOLD_WORDS
+        if long_golds and self.metric in SPAN_METRICS:
+            text = (
                 f"gold answers average {gold:.1f} words (long answers: more than "
                 f"{LONG_GOLD_WORDS:.0f}), scored with {self.metric}, a short-span metric: use "
                 "metric rougel for long answers"
             )
-        if not math.isnan(gold) and gold > LONG_GOLD_WORDS and self.metric == "contains":
-            out.append(
+            out.append(("long_golds", text))
+        if long_golds and self.metric == "contains":
+            text = (
                 f"gold answers average {gold:.1f} words and contains needs a whole gold answer "
                 "inside the reader's answer, so nearly every label is 0: use metric rougel"
             )
+            out.append(("long_golds", text))
+        words = f"answers average {self.mean_answer_words:.1f} words against {gold:.1f}"
         if not math.isnan(ratio) and ratio < SHORT_RATIO:
             cap = 2 * ratio / (1 + ratio)
-            out.append(
-                f"answers average {self.mean_answer_words:.1f} words against {gold:.1f} in the "
-                f"gold answers (ratio {ratio:.2f} < {SHORT_RATIO}; F1 can reach at most "
-                f"{cap:.2f}): raise max_new_tokens, or a prompt that asks for the whole answer "
-                "sentence"
+            text = (
+                f"{words} in the gold answers (ratio {ratio:.2f} < {SHORT_RATIO}; F1 can reach "
+                f"at most {cap:.2f}): raise max_new_tokens, or a prompt that asks for the whole "
+                "answer sentence"
             )
+            out.append(("short_answers", text))
         if not math.isnan(ratio) and ratio > LONG_RATIO:
-            out.append(
-                f"answers average {self.mean_answer_words:.1f} words against {gold:.1f} in the "
-                f"gold answers (ratio {ratio:.2f} > {LONG_RATIO:.0f}): a prompt that asks for the "
-                "answer span only (system_prompt), or metric contains"
+            text = (
+                f"{words} in the gold answers (ratio {ratio:.2f} > {LONG_RATIO:.0f}): a prompt "
+                "that asks for the answer span only (system_prompt), or metric contains"
             )
+            out.append(("long_answers", text))
         sep = self.separation
         if sep is not None and (sep.auc < MIN_AUC or (sep.low <= 0.5 <= sep.high)):
-            out.append(
+            text = (
                 f"labels separate judged-relevant from other documents poorly: {sep.text}; "
                 f"below {MIN_AUC} or a CI holding 0.5 means the labels barely follow the "
                 "judgments: check the fixes above, the metric, or a larger reader"
             )
-        return [f"fit warning [{self.name}]: {line}" for line in out]
+            out.append(("separation", text))
+        return out
+
+    def warnings(self) -> list[str]:
+        """:meth:`findings` as lines naming the run: ``fit warning [reader / retriever]: ...``."""
+        return [f"fit warning [{self.name}]: {text}" for _, text in self.findings()]
 
     def as_dict(self) -> dict[str, object]:
         """Plain data for a frame, JSON or the HTML page: every field, the separation's flat
@@ -375,9 +393,13 @@ def fit_lines(diagnostics: Sequence[FitDiagnostics]) -> list[str]:
     return [line for d in diagnostics for line in d.warnings()]
 
 
-def format_fit(diagnostics: Sequence[FitDiagnostics]) -> str:
-    """The text section: one line per run (cut share, lengths, AUC), then the warnings, or a
-    line saying the labels fit."""
+def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
+    """The text section. ``full``: one line per run (cut share, lengths, AUC), then every
+    warning, or a line saying the labels fit. Compact (``full=False``, ``erag-dagster run``'s
+    default): one line when no run has a warning, else one line per reader naming each kind of
+    finding and on how many of its runs (:data:`SHORT_FIXES`)."""
+    if not full:
+        return _compact(diagnostics)
     lines = []
     for d in diagnostics:
         share = "unknown" if d.cut_share is None else f"{d.cut_share:.0%}"
@@ -389,7 +411,36 @@ def format_fit(diagnostics: Sequence[FitDiagnostics]) -> str:
             f"{gold}; label vs judgment: {sep}"
         )
     warnings = fit_lines(diagnostics)
-    lines += warnings or [
-        "no fit warning: the labels fit the data (thresholds: docs/label-methods.md)"
-    ]
+    fits = "no fit warning: the labels fit the data (thresholds: docs/label-methods.md)"
+    lines += warnings or [fits]
+    return "\n".join(lines)
+
+
+def _compact(diagnostics: Sequence[FitDiagnostics]) -> str:
+    runs = len(diagnostics)
+    shares = [d.cut_share for d in diagnostics if d.cut_share is not None]
+    aucs = [d.separation.auc for d in diagnostics if d.separation is not None]
+    facts = []
+    if shares:
+        facts.append(f"answers cut at most {max(shares):.0%}")
+    if aucs:
+        facts.append(f"label-vs-judgment AUC {min(aucs):.2f}-{max(aucs):.2f}")
+    detail = f" ({'; '.join(facts)})" if facts else ""
+    by_reader: dict[str, list[FitDiagnostics]] = {}
+    for d in diagnostics:
+        by_reader.setdefault(d.reader, []).append(d)
+    lines = []
+    for reader, runs_of in by_reader.items():
+        kinds: dict[str, int] = {}
+        for d in runs_of:
+            for kind in dict.fromkeys(kind for kind, _ in d.findings()):
+                kinds[kind] = kinds.get(kind, 0) + 1
+        if kinds:
+            said = "; ".join(
+                f"{SHORT_FIXES[k]} ({n} of {len(runs_of)} runs)" for k, n in kinds.items()
+            )
+            lines.append(f"fit warning [{reader}]: {said}")
+    if not lines:
+        return f"no fit warning on {runs} reader x retriever runs{detail}; each run: --full"
+    lines[-1] += f" [{runs} runs{detail}; each run and its fix: --full]"
     return "\n".join(lines)

@@ -16,7 +16,8 @@
 - **full** (``--full``): every cell of every table, as the assets hold them.
 
 Either way the fit diagnostics (:attr:`RunReport.fits`, :mod:`erag_dagster.meta.fit`) come
-right after the verdict: one line per reader x retriever, then any warning with its fix.
+right after the verdict: compact, one line (or one per reader with warnings); full, a line per
+reader x retriever and every warning with its fix.
 
 :meth:`RunReport.write_tables` writes every frame in full as CSV and parquet (the run's
 storage folder, ``<storage root>/reports/tables``, is the CLI's choice).
@@ -147,7 +148,7 @@ class RunReport:
             for v in self.verdicts
         ]
         if self.fits:  # right after the verdict: labels that do not fit the data undo it
-            blocks.append(f"== {FIT_TITLE} ==\n{format_fit(self.fits)}")
+            blocks.append(f"== {FIT_TITLE} ==\n{format_fit(self.fits, full)}")
         for section in self.sections:
             if section.frame is None:
                 blocks.append(f"{section.title}: not available ({section.missing})")
