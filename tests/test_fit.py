@@ -163,7 +163,7 @@ def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch
     import dagster as dg
     import yaml
 
-    from erag_dagster.pipeline import load_fits, materialize_all
+    from erag_dagster.pipeline import load_fits, load_run_report, materialize_all
     from erag_dagster.resources import EvalSettings
     from tests.pipeline_fixtures import small_registry
 
@@ -188,3 +188,5 @@ def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch
     assert fit.cut_answers is not None  # counted with the reader's tokenizer
     assert fit.separation is not None and fit.separation.relevant >= 1
     assert fit.name in format_fit([fit])
+    report = load_run_report(instance, str(path), only=["erag_report"])  # what `run` prints
+    assert report.fits == [fit] and f"== {FIT_TITLE} ==" in report.text()
