@@ -47,6 +47,7 @@ from erag_dagster.labels.cached import (
 )
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls, spec_dict
+from erag_dagster.labels.step_notes import StepNotes
 from erag_dagster.labels.store import LabelStoreBase, gold_hash, score_key
 from erag_dagster.metrics.downstream import DownstreamMeasure, get_downstream_metric
 from erag_dagster.metrics.label_value import checked_label
@@ -158,10 +159,13 @@ def label_run(
             NOTES.info(estimate_summary(found))  # the main job's terminal (erag-dagster run)
         return found
 
+    eta = StepNotes("eRAG labels", reader, lambda part: [])  # the ETA lines (the estimate: above)
+
     def report(done: int, total: int) -> None:
         elapsed = time.perf_counter() - began
         rate = done / max(elapsed, 1e-9)
         say(f"generated {done}/{total} pairs in {elapsed:.0f} s ({rate:.2f} pairs/s)")
+        eta.progress(done, total)
         if progress is not None:
             progress(done, total)
 

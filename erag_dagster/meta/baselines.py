@@ -23,6 +23,7 @@ from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
+from erag_dagster.labels.step_notes import StepNotes
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers.passages import run_with_passages
 
@@ -145,6 +146,7 @@ def llm_annotation_labels(
             joined["query_id"].to_list(), joined["doc_id"].to_list(), items, strict=True
         )
     ]
+    notes = StepNotes("LLM annotation", reader, lambda part: [items[i] for i in part])
     with reader_calls(reader, executor) as calls:
 
         def generate(part: list[int]) -> list[str]:
@@ -161,6 +163,8 @@ def llm_annotation_labels(
             annotation_identity(reader),
             run_id=run_id,
             step=max(1, len(subjects)),
+            progress=notes.progress,
+            estimate=notes.estimate,
         ).outputs
     p_yes = [float(v) for v in outputs]
     return joined.with_columns(

@@ -23,6 +23,7 @@ from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.cached import OnBatch, Subject, generate_stored, task_fingerprint
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
+from erag_dagster.labels.step_notes import StepNotes, chained
 from erag_dagster.labels.store import generation_key
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers import prompts
@@ -110,6 +111,12 @@ def evaluate_end_to_end(
     # At k = 1 the prompt is the eRAG prompt of the top document: reuse its stored answer.
     reused = _erag_answers(store, reader, subjects, rows) if k == 1 and store is not None else {}
     rest = [i for i in range(len(rows)) if i not in reused]
+    asked = [subjects[i] for i in rest]
+    notes = StepNotes(
+        f"end_to_end (top {k})",
+        reader,
+        lambda part: [(asked[j].question, asked[j].text) for j in part],
+    )
     with reader_calls(reader, executor, log) as calls:
 
         def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
@@ -118,7 +125,7 @@ def evaluate_end_to_end(
             return calls("answer_with_contexts", items, on_batch, chunk=STEP, progress=shown)
 
         done = generate_stored(
-            [subjects[i] for i in rest],
+            asked,
             generate,
             store,
             end_to_end_fingerprint(reader),
@@ -127,7 +134,8 @@ def evaluate_end_to_end(
             run_id=run_id,
             step=calls.step(STEP, len(rest)),
             streams=calls.streams("answer_with_contexts"),
-            progress=progress,
+            progress=chained(progress, notes.progress),
+            estimate=notes.estimate,
         )
     generated = done.generated
     answers = [reused.get(i, "") for i in range(len(rows))]

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
@@ -69,6 +70,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import polars as pl
 
+from erag_dagster.callbacks import NOTES
 from erag_dagster.data.schema import require_answers
 from erag_dagster.errors import InputError
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
@@ -304,13 +306,21 @@ def _similarities(
     keys = [(identity, method, r, c) for r, c in zip(refs, cands, strict=True)]
     todo = list(dict.fromkeys(k for k in keys if k not in _SIMILARITIES))
     fresh: dict[tuple[str, str, str, str], float] = {}
-    if todo:
+    if todo:  # an encoder pass, no reader: its size is the estimate (words, the encoder's unit)
+        words = sum(len(k[2].split()) + len(k[3].split()) for k in todo)
+        NOTES.info(
+            f"semantic labels ({method}): {len(todo):,} pairs to encode, ~{words:,} words "
+            f"({len(keys) - len(todo):,} already scored in this process)"
+        )
+        started = time.monotonic()
         new_refs, new_cands = [k[2] for k in todo], [k[3] for k in todo]
         if method == "cosine":
             values = _cosine(new_refs, new_cands, encoder)
         else:
             values = bertscore(new_refs, new_cands, encoder, batch_size)["recall"].to_numpy()
         fresh = dict(zip(todo, (float(v) for v in values), strict=True))
+        NOTES.info(f"semantic labels ({method}): {len(todo):,} pairs encoded in "
+                   f"{time.monotonic() - started:.1f} s")  # fmt: skip
     out = np.array([fresh[k] if k in fresh else _SIMILARITIES[k] for k in keys], np.float64)
     if len(_SIMILARITIES) + len(fresh) > _SIMILARITIES_MAX:
         _SIMILARITIES.clear()
