@@ -457,52 +457,15 @@ def load_fits(
     registry_path: str = "",
     verbose: bool = False,
 ) -> list:
-    """The fit diagnostics (:mod:`erag_dagster.meta.fit`) of every materialised ``doc_labels``
-    partition of dataset ``name``: its answers, labels and metric, the dataset's ``queries``
-    and ``qrels``, and the reader's ``max_new_tokens`` and tokenizer (the reader is built from
-    the registry and loads its model to count the answers' tokens). A partition not
-    materialised is skipped; ``[]`` when none is."""
-    from erag_dagster.meta.fit import reader_fit
-    from erag_dagster.readers.factory import reader_from_config
-    from erag_dagster.registry import load_registry
+    """The fit diagnostics of dataset ``name``: the ``fit`` asset's value (computed once per
+    run, :mod:`erag_dagster.assets.fit`); ``[]`` when it is not materialised."""
+    from erag_dagster.meta.fit import fit_from_dict
 
-    registry = load_registry(registry_path or None).for_dataset(name)
-    config = registry.evaluation
-    prefix = f"{name}/" if name else ""
-    defs = build_defs(registry_path or None)
-    key = dg.AssetKey.from_user_string(f"{prefix}doc_labels")
-    partitions = defs.resolve_assets_def(key).partitions_def
-    quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
-    found: list[tuple[str, str, object]] = []
-    with quiet, defs.get_asset_value_loader(instance=instance or _instance()) as loader:
-        try:
-            queries = loader.load_asset_value(dg.AssetKey.from_user_string(f"{prefix}queries"))
-            qrels = loader.load_asset_value(dg.AssetKey.from_user_string(f"{prefix}qrels"))
-        except Exception:  # the dataset's tables not materialised: no labels either
-            return []
-        for partition in partitions.get_partition_keys() if partitions else []:
-            try:
-                labels = loader.load_asset_value(key, partition_key=partition)
-            except Exception:  # this partition not materialised (yet)
-                continue
-            dims = partition.keys_by_dimension
-            found.append((dims["reader"], dims["retriever"], labels))
-    fits = []
-    readers: dict[str, object] = {}
-    for reader_key, retriever_key, labels in found:
-        if reader_key not in readers:
-            entry = registry.reader(reader_key)
-            readers[reader_key] = reader_from_config(entry.name, entry.config)
-        metric = str(labels["metric"][0]) if labels.height else ""
-        fit = reader_fit(
-            labels, queries, qrels, readers[reader_key], reader_name=reader_key,
-            retriever=retriever_key, metric=metric, relevance_level=config.relevance_level,
-            n_resamples=config.bootstrap_resamples, seed=config.seed,
-        )  # fmt: skip
-        fits.append(fit)
-    for reader in readers.values():
-        getattr(reader, "close", lambda: None)()
-    return fits
+    try:
+        rows = load_asset_value(f"{name}/fit" if name else "fit", instance, registry_path, verbose)
+    except Exception:  # not materialised (yet): no diagnostics
+        return []
+    return [fit_from_dict(row) for row in rows or []]
 
 
 def print_reports(

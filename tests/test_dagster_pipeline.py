@@ -195,7 +195,7 @@ def test_stage_selection_keeps_the_cli_stages() -> None:
 
     base = {"corpus", "queries", "qrels", "bm25_index", "dense_index", "retrieval_run",
             "retrieval_report"}  # fmt: skip
-    labels = {"doc_labels", "erag_per_query", "erag_report", "verdict"}
+    labels = {"doc_labels", "erag_per_query", "erag_report", "verdict", "fit"}
     # the HTML page reads Table 1 and the label agreement, so it comes with the meta stage
     meta = {"end_to_end", "baseline_labels", "correlation_report", "label_agreement",
             "html_report"}  # fmt: skip

@@ -206,6 +206,22 @@ def test_renderers_carry_the_verdict(gate: Gate, reader, storage_env) -> None:
     assert f"**{result.verdict}**" in to_markdown(result)
 
 
+def test_the_gate_shows_the_fit_diagnostics(gate: Gate, reader, storage_env) -> None:
+    """Each labelled side carries its fit diagnostics (issue 34): the real ones in the JSON,
+    and a warning line in the text and markdown when the answers were cut."""
+    import dataclasses
+
+    result = compare(str(gate.baseline), str(gate.reversed), gate.settings(), reader=reader)
+    fit = result.candidate.fit
+    assert fit is not None and fit.answers == result.candidate.labels.height
+    assert json.loads(to_json(result))["candidate"]["fit"]["answers"] == fit.answers
+    cut = dataclasses.replace(fit, cut_answers=fit.answers)  # every answer at max_new_tokens
+    shown = dataclasses.replace(result, candidate=dataclasses.replace(result.candidate, fit=cut))
+    text, md = to_text(shown), to_markdown(shown)
+    assert "fit warning" in text and "max_new_tokens" in text
+    assert "fit warning" in md and "max\\_new\\_tokens" in md
+
+
 def test_options_contradicting_a_stored_baseline_are_refused(
     gate: Gate, reader, storage_env, capsys
 ) -> None:

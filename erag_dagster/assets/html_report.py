@@ -33,6 +33,7 @@ from erag_dagster.assets.html_inputs import (
     worked_examples,
 )
 from erag_dagster.hashing import sha256_text
+from erag_dagster.meta.fit import fit_from_dict, fit_lines
 from erag_dagster.registry import Registry
 from erag_dagster.reports.cross_leaderboard import format_cross_leaderboard
 from erag_dagster.reports.cross_table1 import format_table1_across
@@ -55,7 +56,7 @@ PAGE_NAME = "report.html"
 
 #: The reports a dataset with reader stages contributes (besides ``retrieval_report``).
 _READER_INPUTS = (
-    "erag_per_query", "verdict", "correlation_report", "label_agreement", "doc_labels",
+    "erag_per_query", "verdict", "fit", "correlation_report", "label_agreement", "doc_labels",
 )  # fmt: skip
 
 
@@ -132,6 +133,8 @@ def _section(
     )
     per_query = value["erag_per_query"]
     found = Verdict.from_dict(value["verdict"]) if value["verdict"] else None  # the run's one
+    if fit_warnings is None and value["fit"] is not None:  # the fit asset's, computed once
+        fit_warnings = fit_lines([fit_from_dict(row) for row in value["fit"]])
     board = cost = queries = None
     examples: list = []
     identities = figure = None

@@ -99,6 +99,9 @@ class Evaluation:
     from_store: int = 0
     stored: bool = False
     checked: str = ""
+    fit: Any = None
+    """The labels' fit diagnostics (:class:`~erag_dagster.meta.fit.FitDiagnostics`; ``None``
+    for a stored baseline, which keeps no answers, or a run without documents)."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,7 @@ def evaluate(
     from erag_dagster.gate.verify import answer_keys
     from erag_dagster.labels.labeller import label_run
     from erag_dagster.labels.store import redact_url, resolve_store
+    from erag_dagster.meta.fit import reader_fit
 
     if _ref_kind(ref, ctx) == "baseline":
         return _stored(ref, ctx)
@@ -339,10 +343,16 @@ def evaluate(
         keys = answer_keys(found.to_dicts(), ctx.reader.fingerprint, ctx.dataset)
         labels = found.with_columns(pl.Series("answer_key", keys, dtype=pl.String))
         judged, stored = result.judged_now, result.from_store
+        fit = reader_fit(
+            result.labels, ctx.dataset.queries, ctx.dataset.qrels, ctx.reader,
+            reader_name=str(ctx.reader.name), retriever=shown(ref), metric=ctx.downstream,
+            relevance_level=ctx.config.relevance_level, n_resamples=ctx.config.bootstrap_resamples,
+            seed=ctx.config.seed,
+        )  # fmt: skip
     per_query, aggregate = _scores(labels, query_ids, ctx.metrics)
     return Evaluation(
         ref, ctx.identity(), retriever, ctx.spec, str(ctx.reader.name), query_ids, labels,
-        per_query, aggregate, judged, stored,
+        per_query, aggregate, judged, stored, fit=fit if run.height else None,
     )  # fmt: skip
 
 

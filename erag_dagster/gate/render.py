@@ -17,6 +17,7 @@ from typing import Any
 from erag_dagster.gate.compare import Evaluation, GateResult
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.power import Power
+from erag_dagster.meta.fit import fit_lines
 from erag_dagster.reports.tables import render_cells
 
 _MARK = {"worse": "❌ worse", "better": "✅ better", "indistinguishable": "➖ indistinguishable"}
@@ -86,8 +87,16 @@ def to_text(result: GateResult) -> str:
         f"baseline {shown(result.baseline.ref)}: {_cost(result.baseline)}",
         f"candidate {shown(result.candidate.ref)}: {_cost(result.candidate)}",
         *(f"note: {shown(n)}" for n in result.notes),
+        *_fit_lines(result),
     ]
     return "\n".join(lines)
+
+
+def _fit_lines(result: GateResult, md: bool = False) -> list[str]:
+    """The fit diagnostics' warning lines of both sides (labels that do not fit the data
+    undo the verdict; :mod:`erag_dagster.meta.fit`); none when the labels fit."""
+    fits = [side.fit for side in (result.baseline, result.candidate) if side.fit is not None]
+    return [shown(line, md) for line in fit_lines(fits)]
 
 
 def to_markdown(result: GateResult) -> str:
@@ -112,6 +121,7 @@ def to_markdown(result: GateResult) -> str:
         "",
         f"Reader cost: baseline — {_cost(result.baseline)}; candidate — {_cost(result.candidate)}.",
         *(f"\nNote: {shown(n, markdown=True)}." for n in result.notes),
+        *(f"\n{line}" for line in _fit_lines(result, md=True)),
     ]
     return "\n".join(lines) + "\n"
 
@@ -128,6 +138,7 @@ def _side(side: Evaluation) -> dict[str, Any]:
         "judged_now": side.judged_now,
         "from_store": side.from_store,
         "stored": side.stored,
+        "fit": side.fit.as_dict() if side.fit is not None else None,
     }
 
 

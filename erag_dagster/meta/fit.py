@@ -217,11 +217,39 @@ class FitDiagnostics:
             auc_high=None if sep is None else sep.high,
             relevant_pairs=None if sep is None else sep.relevant,
             other_pairs=None if sep is None else sep.others,
+            queries=None if sep is None else sep.queries,
             mean_label_relevant=None if sep is None else sep.mean_relevant,
             mean_label_other=None if sep is None else sep.mean_other,
             warnings=self.warnings(),
         )
         return row
+
+
+def fit_from_dict(row: dict[str, object]) -> FitDiagnostics:
+    """The :class:`FitDiagnostics` that :meth:`FitDiagnostics.as_dict` wrote (the ``fit``
+    asset's stored value; derived entries — ``cut_share``, ``warnings`` — are recomputed)."""
+
+    def number(key: str) -> float:
+        value = row.get(key)
+        return math.nan if value is None else float(value)  # JSON has no NaN: None
+
+    separation = None
+    if row.get("auc") is not None:
+        separation = Separation(
+            auc=number("auc"), low=number("auc_low"), high=number("auc_high"),
+            relevant=int(row["relevant_pairs"]), others=int(row["other_pairs"]),
+            queries=int(row.get("queries") or 0),
+            mean_relevant=number("mean_label_relevant"), mean_other=number("mean_label_other"),
+        )  # fmt: skip
+    cut = row.get("cut_answers")
+    limit = row.get("max_new_tokens")
+    return FitDiagnostics(
+        reader=str(row["reader"]), retriever=str(row["retriever"]), metric=str(row["metric"]),
+        answers=int(row["answers"]), max_new_tokens=None if limit is None else int(limit),
+        cut_answers=None if cut is None else int(cut),
+        mean_answer_words=number("mean_answer_words"), mean_gold_words=number("mean_gold_words"),
+        separation=separation,
+    )  # fmt: skip
 
 
 def label_auc(labels: Sequence[float] | np.ndarray, relevant: Sequence[bool] | np.ndarray) -> float:
