@@ -19,6 +19,7 @@ from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.labels import labeller
 from erag_dagster.labels.labeller import LABEL_COLUMNS, label_run
 from erag_dagster.labels.store import LabelStore
+from erag_dagster.metrics.downstream import DownstreamMeasure
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.transformers_reader import TransformersReader
 
@@ -202,7 +203,8 @@ def test_bad_metric_values_are_refused(
 ) -> None:
     store = LabelStore(tmp_path / "labels.sqlite")
     label_run(_bad_run(), QUERIES, CORPUS, reader, "em", store)  # generation stored
-    monkeypatch.setattr(labeller, "get_downstream_metric", lambda name: lambda p, g: bad)
+    broken = DownstreamMeasure("broken", "1", lambda p, g: bad)  # a declared metric, bad values
+    monkeypatch.setattr(labeller, "get_downstream_metric", lambda name: broken)
     with pytest.raises(
         InputError, match=r"downstream metric 'broken' for query 'q-fr', doc 'fr': label"
     ):
