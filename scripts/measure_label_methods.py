@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Table 1 for the labelling methods beyond the paper, on one dataset, with BM25 and the default
-reader: eRAG (generation), eRAG likelihood, signed utility and every baseline of the default
+reader (``--retriever``, ``--reader`` for others): eRAG (generation), the label methods of
+``--methods`` (default eRAG likelihood and signed utility) and every baseline of the default
 run's Table 1 (provenance judgments, answer containment, semantic similarity to the answer and
 to the question, LLM annotation), each under P@k, Success@k, RR, AP, both nDCG ideals and
 UDCG@k, against end-to-end quality at depth k (Kendall tau-b and Spearman with 95% bootstrap
@@ -81,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="f1")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--reader", help="registry reader (default: the registry's first)")
+    parser.add_argument("--retriever", default="bm25", help="registry retriever (default: bm25)")
+    parser.add_argument(
+        "--methods",
+        default="likelihood,signed",
+        help="label methods beyond eRAG, comma-separated (meta/label_methods.py LABEL_METHODS)",
+    )
     parser.add_argument(
         "--no-annotation",
         action="store_true",
@@ -94,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     store = LabelStore(str(args.store or args.out / "labels.sqlite"))
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    run = top_k(run_retriever(registry, "bm25", ds.corpus, ds.queries, args.k), args.k)
+    methods = [m for m in args.methods.split(",") if m]
+    run = top_k(run_retriever(registry, args.retriever, ds.corpus, ds.queries, args.k), args.k)
     erag = label_run(run, ds.queries, ds.corpus, reader, args.metric, store).labels
     print(f"eRAG labels {time.perf_counter() - began:.0f} s", file=sys.stderr)
     rescored = []
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     others = baseline_label_set(
         run, ds.queries, ds.corpus, ds.qrels, encoder_from_config(registry.first_config("dense")),
         _WithoutAnnotation(reader) if args.no_annotation else reader, store,
-        metric=args.metric, methods=["likelihood", "signed"],
+        metric=args.metric, methods=methods,
         log=lambda line: print(f"[{time.perf_counter() - began:.0f} s] {line}", file=sys.stderr),
     )  # fmt: skip
     print(f"eRAG and baseline labels {time.perf_counter() - began:.0f} s", file=sys.stderr)
@@ -126,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for stat in ("kendall_tau", "spearman_rho"):
         print(
             f"\n{stat} ({ds.queries.height} queries, {entry.name} {args.dtype}, {args.metric}, "
-            f"BM25 top {args.k})"
+            f"{args.retriever} top {args.k})"
         )
         print(format_table1(table, stat, markdown=True, digits=2))
     return 0

@@ -2,19 +2,26 @@
 
 Selected by the registry's ``evaluation.label_methods`` (or :class:`EvalSettings`):
 
-===============  =====================  ==================================================
-setting          Table 1 method         labels (module)
-===============  =====================  ==================================================
-``likelihood``   ``eRAG_likelihood``    teacher-forced P(gold | question, doc), prefill only
-                                        (:mod:`erag_dagster.labels.likelihood`)
-``signed``       ``signed_utility``     eRAG label − closed-book score, in [−1, 1]
-                                        (:mod:`erag_dagster.labels.signed`)
-===============  =====================  ==================================================
+=====================  ========================  ============================================
+setting                Table 1 method            labels (module)
+=====================  ========================  ============================================
+``likelihood``         ``eRAG_likelihood``       teacher-forced P(gold | question, doc),
+                                                 prefill only
+                                                 (:mod:`erag_dagster.labels.likelihood`)
+``signed``             ``signed_utility``        eRAG label − closed-book score, in [−1, 1]
+                                                 (:mod:`erag_dagster.labels.signed`)
+``likelihood_gain``    ``eRAG_likelihood_gain``  P(gold | question, doc) − P(gold | question),
+                                                 in [−1, 1]: the likelihood label less the
+                                                 reader's closed-book prior
+                                                 (:mod:`erag_dagster.labels.likelihood_gain`)
+=====================  ========================  ============================================
 
 Costs per system (reader × retriever) beyond eRAG: ``likelihood`` one forward pass per
 (pair, distinct gold) — or per (pair, label) for label outputs — and no decoding; ``signed``
 one closed-book generation per query (shared by every retriever of the reader: it is stored
-per query), its eRAG term comes from the store. Both are kept in the label store.
+per query), its eRAG term comes from the store; ``likelihood_gain`` the likelihood label's
+prefills (shared with ``likelihood``) plus one closed-book prefill per (query, label). All are
+kept in the label store.
 
 Their Table 1 (:func:`~erag_dagster.meta.correlation_report.label_methods_table`) is built with
 the other correlation tables; this module only names the methods and computes their labels.
@@ -32,10 +39,17 @@ from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls
 
 #: setting → the method name in Table 1.
-LABEL_METHODS: dict[str, str] = {"likelihood": "eRAG_likelihood", "signed": "signed_utility"}
+LABEL_METHODS: dict[str, str] = {
+    "likelihood": "eRAG_likelihood",
+    "signed": "signed_utility",
+    "likelihood_gain": "eRAG_likelihood_gain",
+}
 
 #: Table-1 methods whose labels are signed (scored with ``evaluate_labels(signed=True)``).
-SIGNED_METHODS: frozenset[str] = frozenset({"signed_utility"})
+SIGNED_METHODS: frozenset[str] = frozenset({"signed_utility", "eRAG_likelihood_gain"})
+
+#: Settings that need teacher forcing (``continuation_log_probs``: the transformers backend).
+TEACHER_FORCED: frozenset[str] = frozenset({"likelihood", "likelihood_gain"})
 
 
 def check_label_methods(names: Sequence[str]) -> list[str]:
@@ -52,9 +66,11 @@ def label_method_code_versions(metric: str, methods: Sequence[str]) -> tuple[Cod
     """The versioned code the labels of ``methods`` (settings) depend on
     (:mod:`erag_dagster.code_versions`): ``likelihood`` its task and the prompt builder (it
     scores the eRAG prompt, decodes nothing); ``signed`` the eRAG label's code, the closed-book
-    task and the signed formula. An unknown method is an :class:`InputError`."""
+    task and the signed formula; ``likelihood_gain`` the likelihood's, the closed-book prior's
+    task and the gain formula. An unknown method is an :class:`InputError`."""
     from erag_dagster.labels.labeller import erag_code_versions
     from erag_dagster.labels.likelihood import LIKELIHOOD
+    from erag_dagster.labels.likelihood_gain import CLOSED_BOOK_LIKELIHOOD, LIKELIHOOD_GAIN
     from erag_dagster.labels.signed import CLOSED_BOOK, SIGNED_UTILITY
     from erag_dagster.readers import prompts
 
@@ -62,6 +78,9 @@ def label_method_code_versions(metric: str, methods: Sequence[str]) -> tuple[Cod
     for name in check_label_methods(methods):
         if name == "likelihood":
             versions += [LIKELIHOOD, prompts.PROMPT_BUILDER]
+        elif name == "likelihood_gain":
+            versions += [LIKELIHOOD, prompts.PROMPT_BUILDER]
+            versions += [CLOSED_BOOK_LIKELIHOOD, LIKELIHOOD_GAIN]
         else:
             versions += [*erag_code_versions(metric), CLOSED_BOOK, SIGNED_UTILITY]
     return tuple(versions)
@@ -81,16 +100,18 @@ def extra_labels(
 ) -> dict[str, pl.DataFrame]:
     """Table-1 method name → ``query_id, doc_id, rank, label`` for each selected method.
 
-    ``likelihood`` needs a reader with ``continuation_log_probs`` (teacher forcing: the
-    in-process transformers backend); for any other reader it is left out, with one line to
+    ``likelihood`` and ``likelihood_gain`` need a reader with ``continuation_log_probs``
+    (teacher forcing: the in-process transformers backend); for any other reader they are left
+    out, with one line to
     ``log``, rather than approximated. ``executor``: where the reader runs
     (:mod:`erag_dagster.labels.reader_calls`)."""
     from erag_dagster.labels.likelihood import likelihood_labels
+    from erag_dagster.labels.likelihood_gain import likelihood_gain_labels
     from erag_dagster.labels.signed import signed_labels
 
     out: dict[str, pl.DataFrame] = {}
     for name in check_label_methods(methods):
-        if name == "likelihood" and not hasattr(reader, "continuation_log_probs"):
+        if name in TEACHER_FORCED and not hasattr(reader, "continuation_log_probs"):
             if log is not None:
                 log(
                     f"{LABEL_METHODS[name]} left out: reader {getattr(reader, 'name', '?')!r} "
@@ -99,6 +120,10 @@ def extra_labels(
             continue
         if name == "likelihood":
             frame = likelihood_labels(
+                run, queries, corpus, reader, metric, store, run_id, executor=executor
+            )
+        elif name == "likelihood_gain":
+            frame = likelihood_gain_labels(
                 run, queries, corpus, reader, metric, store, run_id, executor=executor
             )
         else:
