@@ -18,6 +18,7 @@ from erag_dagster.labels.likelihood_gain import (
     prior_fingerprint,
 )
 from erag_dagster.labels.store import LabelStore
+from erag_dagster.meta.fit import SAME_LABEL_SHARE, fit_diagnostics, fit_from_dict
 from erag_dagster.meta.label_methods import (
     LABEL_METHODS,
     SIGNED_METHODS,
@@ -130,3 +131,33 @@ def test_likelihood_gain_on_real_smollm2_pairs(script, shared_data: Path, tmp_pa
     assert reader.timings == []
     first = gain.filter(pl.col("query_id") == queries["query_id"][0])
     assert extra["eRAG_likelihood_gain"]["label"].to_list() == first["label"].to_list()
+
+
+def test_fit_warns_when_one_label_answers_every_document() -> None:
+    """Label outputs (accuracy): a reader that gives every document of most queries the same
+    label is flagged, and the finding round-trips through the stored dict."""
+    labels = pl.DataFrame(
+        {
+            "query_id": ["a", "a", "a", "b", "b", "c", "c", "d"],
+            "doc_id": ["1", "2", "3", "1", "2", "1", "2", "1"],
+            "label": [1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0],
+            "answer": ["Yes.", "yes, because", "Yes", "No", "no", "Yes", "Maybe", "yes"],
+        }
+    )
+    queries = pl.DataFrame(
+        {"query_id": ["a", "b", "c", "d"], "answers": [["yes"], ["yes"], ["maybe"], ["yes"]]}
+    )
+    fit = fit_diagnostics(labels, queries, metric="accuracy")
+    # d has one document; of a, b, c two answer one label on every document
+    assert (fit.same_label_queries, fit.multi_doc_queries) == (2, 3)
+    assert fit.same_label_share > SAME_LABEL_SHARE
+    kinds = [kind for kind, _ in fit.findings()]
+    assert kinds == ["same_label"]
+    assert "a baseline tracks your reader better on this data" in fit.warnings()[0]
+    assert fit_from_dict(fit.as_dict()) == fit
+    # free-text metrics are not read this way
+    other = fit_diagnostics(labels, queries, metric="f1")
+    assert other.same_label_queries is None and "same_label" not in dict(other.findings())
+    # answers that follow the documents raise nothing
+    mixed = labels.with_columns(answer=pl.Series(["yes", "no", "yes", "no", "yes"] * 2)[:8])
+    assert fit_diagnostics(mixed, queries, metric="accuracy").findings() == []

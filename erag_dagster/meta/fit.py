@@ -38,11 +38,18 @@ threshold (each constant below says where its value comes from):
   of 0.67 on F1: ask for the answer span only (``system_prompt``), or score with ``contains``;
 - :data:`MIN_AUC` — AUC under 0.7, or a CI that holds 0.5: the labels do not separate the
   judged-relevant documents (0.7 is the lower bound of "acceptable discrimination" of Hosmer &
-  Lemeshow, *Applied Logistic Regression*, 2nd ed. 2000, §5.2.4).
+  Lemeshow, *Applied Logistic Regression*, 2nd ed. 2000, §5.2.4);
+- :data:`SAME_LABEL_SHARE` — label outputs only (metric ``accuracy``): in more than this share
+  of the queries with two or more labelled documents, the reader gave every document the same
+  label (the first normalised token of its answer, as ``accuracy`` reads it). Its answers then
+  follow its prior for the question, not the documents, and a baseline tracks the reader
+  better on such data (docs/label-methods.md, "Yes/no/maybe answers").
 
 Edge cases: an empty label frame gives ``answers == 0`` and no warning; a query without gold
 answers is left out of the gold length; no judgments, or no relevant or no other document among
-the labelled ones, gives ``separation is None``. Plain data and numpy: no Dagster, no reader.
+the labelled ones, gives ``separation is None``; another metric than ``accuracy``, or no query
+with two labelled documents, gives ``same_label_queries is None``. Plain data and numpy: no
+Dagster, no reader.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from erag_dagster.metrics.downstream import normalize_answer
 from erag_dagster.stats.correlation import (
     check_bootstrap_args,
     percentile_interval,
@@ -73,6 +81,12 @@ LONG_RATIO = 2.0
 """Warn when mean answer words / mean gold words is above this (precision capped at 0.5)."""
 MIN_AUC = 0.7
 """Warn when the label-vs-judgment AUC is below this (Hosmer & Lemeshow's "acceptable")."""
+SAME_LABEL_SHARE = 0.5
+"""Warn (metric ``accuracy``) when the reader gives one label to every document of more than
+this share of the queries (docs/label-methods.md, "Yes/no/maybe answers": the set where a
+baseline tracks the packaged readers better)."""
+LABEL_OUTPUT_METRICS = ("accuracy",)
+"""Metrics whose answers are labels (the same-label finding reads their first token)."""
 SPAN_METRICS = ("em", "f1")
 """Metrics made for short answer spans (the long-answer warning names them)."""
 SHORT_FIXES: dict[str, str] = {
@@ -81,6 +95,7 @@ SHORT_FIXES: dict[str, str] = {
     "short_answers": "answers much shorter than the golds: more tokens or a sentence prompt",
     "long_answers": "answers much longer than the golds: a span prompt or metric contains",
     "separation": "labels barely follow the judgments",
+    "same_label": "one label for every document: a baseline tracks the reader better",
 }
 """Each kind of finding in a few words, for the compact report (one line per reader)."""
 
@@ -116,7 +131,9 @@ class FitDiagnostics:
     """The fit of one labelled run: see the module docstring for every field's definition.
 
     ``cut_answers`` is ``None`` when the token counts are unknown; ``mean_gold_words`` is
-    ``nan`` when no labelled query has gold answers.
+    ``nan`` when no labelled query has gold answers; ``same_label_queries`` (of
+    ``multi_doc_queries``, the queries with two or more labelled documents) is ``None`` but for
+    label outputs (module docstring).
     """
 
     reader: str
@@ -128,6 +145,16 @@ class FitDiagnostics:
     mean_answer_words: float
     mean_gold_words: float
     separation: Separation | None
+    same_label_queries: int | None = None
+    multi_doc_queries: int | None = None
+
+    @property
+    def same_label_share(self) -> float | None:
+        """Share in [0, 1] of the multi-document queries whose answers all carry one label;
+        ``None`` when not computed or no such query."""
+        if self.same_label_queries is None or not self.multi_doc_queries:
+            return None
+        return self.same_label_queries / self.multi_doc_queries
 
     @property
     def cut_share(self) -> float | None:
@@ -199,6 +226,16 @@ class FitDiagnostics:
                 "judgments: check the fixes above, the metric, or a larger reader"
             )
             out.append(("separation", text))
+        same = self.same_label_share
+        if same is not None and same > SAME_LABEL_SHARE:
+            text = (
+                f"the reader gave one label to every document of {self.same_label_queries} of "
+                f"{self.multi_doc_queries} queries ({same:.0%}, more than {SAME_LABEL_SHARE:.0%}):"
+                " its answers follow its prior for the question, not the documents, and a "
+                "baseline tracks your reader better on this data (answer containment, "
+                "docs/label-methods.md); read Table 1's baselines next to eRAG, or a larger reader"
+            )
+            out.append(("same_label", text))
         return out
 
     def warnings(self) -> list[str]:
@@ -212,6 +249,7 @@ class FitDiagnostics:
         sep = self.separation
         row.update(
             cut_share=self.cut_share,
+            same_label_share=self.same_label_share,
             auc=None if sep is None else sep.auc,
             auc_low=None if sep is None else sep.low,
             auc_high=None if sep is None else sep.high,
@@ -248,8 +286,30 @@ def fit_from_dict(row: dict[str, object]) -> FitDiagnostics:
         answers=int(row["answers"]), max_new_tokens=None if limit is None else int(limit),
         cut_answers=None if cut is None else int(cut),
         mean_answer_words=number("mean_answer_words"), mean_gold_words=number("mean_gold_words"),
-        separation=separation,
+        separation=separation, same_label_queries=_optional_int(row.get("same_label_queries")),
+        multi_doc_queries=_optional_int(row.get("multi_doc_queries")),
     )  # fmt: skip
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[arg-type]
+
+
+def same_label_counts(labels: pl.DataFrame, metric: str) -> tuple[int | None, int | None]:
+    """``(same, multi)`` for label outputs (``metric`` in :data:`LABEL_OUTPUT_METRICS`):
+    ``multi`` queries of ``labels`` (``query_id, answer``) have two or more rows, ``same`` of
+    them one answer label on every row (the first token of the normalised answer; an empty
+    answer is its own label). ``(None, None)`` for other metrics or no multi-document query."""
+    if metric not in LABEL_OUTPUT_METRICS or not labels.height:
+        return None, None
+    firsts: dict[str, list[str]] = {}
+    for qid, answer in labels.select(pl.col("query_id").cast(pl.String), "answer").rows():
+        tokens = normalize_answer(answer or "").split()
+        firsts.setdefault(qid, []).append(tokens[0] if tokens else "")
+    multi = [v for v in firsts.values() if len(v) >= 2]
+    if not multi:
+        return None, None
+    return sum(len(set(v)) == 1 for v in multi), len(multi)
 
 
 def label_auc(labels: Sequence[float] | np.ndarray, relevant: Sequence[bool] | np.ndarray) -> float:
@@ -369,6 +429,7 @@ def fit_diagnostics(
         ).join(relevant, on=["query_id", "doc_id"], how="left")
         judged = judged.with_columns(pl.col("relevant").fill_null(False))
         sep = separation(judged, n_resamples=n_resamples, seed=seed)
+    same, multi = same_label_counts(labels, metric)
     return FitDiagnostics(
         reader=reader,
         retriever=retriever,
@@ -379,6 +440,8 @@ def fit_diagnostics(
         mean_answer_words=mean_answer,
         mean_gold_words=mean_gold,
         separation=sep,
+        same_label_queries=same,
+        multi_doc_queries=multi,
     )
 
 
