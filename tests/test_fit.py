@@ -143,10 +143,10 @@ def test_run_report_prints_the_fit_after_the_verdict() -> None:
     assert full.startswith(f"== {FIT_TITLE} ==")
     assert "fit warning [r / bm25]: 100% of the answers stop at max_new_tokens=16" in full
     assert "fit warning [r / dense]" not in full  # 16 tokens of 64: not cut
-    compact = report.text().splitlines()  # erag-dagster run's default: one line per reader
-    assert compact[0] == f"== {FIT_TITLE} =="
+    compact = report.text().splitlines()  # erag-dagster run's default: one line in all
+    assert compact[0] == f"== {FIT_TITLE} =="  # (under the verdict when there is one)
     assert compact[1].startswith(
-        "fit warning [r]: answers cut at max_new_tokens: raise it (1 of 2 runs)"
+        "fit warning: answers cut at max_new_tokens: raise it (1 of 2 runs)"
     )
     assert compact[1].endswith("[2 runs (answers cut at most 100%); each run and its fix: --full]")
     assert len(compact) == 2
@@ -189,4 +189,7 @@ def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch
     assert fit.separation is not None and fit.separation.relevant >= 1
     assert fit.name in format_fit([fit])
     report = load_run_report(instance, str(path), only=["erag_report"])  # what `run` prints
-    assert report.fits == [fit] and f"== {FIT_TITLE} ==" in report.text()
+    assert report.fits == [fit] and f"== {FIT_TITLE} ==" in report.text(full=True)
+    verdict_block = report.text().split("\n\n")[0]  # compact: one fit line under the verdict
+    assert verdict_block.startswith("== Verdict")
+    assert "fit warning" in verdict_block.splitlines()[-1]  # a warning, or "no fit warning"

@@ -508,6 +508,8 @@ def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
 
 
 def _compact(diagnostics: Sequence[FitDiagnostics]) -> str:
+    """One line over every run: each kind of finding with the runs it holds for, or that none
+    has a warning; the extremes (largest cut share, AUC range) in brackets."""
     runs = len(diagnostics)
     shares = [d.cut_share for d in diagnostics if d.cut_share is not None]
     aucs = [d.separation.auc for d in diagnostics if d.separation is not None]
@@ -517,21 +519,11 @@ def _compact(diagnostics: Sequence[FitDiagnostics]) -> str:
     if aucs:
         facts.append(f"label-vs-judgment AUC {min(aucs):.2f}-{max(aucs):.2f}")
     detail = f" ({'; '.join(facts)})" if facts else ""
-    by_reader: dict[str, list[FitDiagnostics]] = {}
+    kinds: dict[str, int] = {}
     for d in diagnostics:
-        by_reader.setdefault(d.reader, []).append(d)
-    lines = []
-    for reader, runs_of in by_reader.items():
-        kinds: dict[str, int] = {}
-        for d in runs_of:
-            for kind in dict.fromkeys(kind for kind, _ in d.findings()):
-                kinds[kind] = kinds.get(kind, 0) + 1
-        if kinds:
-            said = "; ".join(
-                f"{SHORT_FIXES[k]} ({n} of {len(runs_of)} runs)" for k, n in kinds.items()
-            )
-            lines.append(f"fit warning [{reader}]: {said}")
-    if not lines:
+        for kind in dict.fromkeys(kind for kind, _ in d.findings()):
+            kinds[kind] = kinds.get(kind, 0) + 1
+    if not kinds:
         return f"no fit warning on {runs} reader x retriever runs{detail}; each run: --full"
-    lines[-1] += f" [{runs} runs{detail}; each run and its fix: --full]"
-    return "\n".join(lines)
+    said = "; ".join(f"{SHORT_FIXES[k]} ({n} of {runs} runs)" for k, n in kinds.items())
+    return f"fit warning: {said} [{runs} runs{detail}; each run and its fix: --full]"

@@ -148,7 +148,11 @@ class RunReport:
             for v in self.verdicts
         ]
         if self.fits:  # right after the verdict: labels that do not fit the data undo it
-            blocks.append(f"== {FIT_TITLE} ==\n{format_fit(self.fits, full)}")
+            fit = format_fit(self.fits, full)
+            if full or not blocks:
+                blocks.append(f"== {FIT_TITLE} ==\n{fit}")
+            else:  # compact: one line under the verdict (the first page stays one page)
+                blocks[-1] += f"\n{fit}"
         for section in self.sections:
             if section.frame is None:
                 blocks.append(f"{section.title}: not available ({section.missing})")
