@@ -153,7 +153,8 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     assert fit.same_label_share > SAME_LABEL_SHARE
     kinds = [kind for kind, _ in fit.findings()]
     assert kinds == ["same_label"]
-    assert "a baseline tracks your reader better on this data" in fit.warnings()[0]
+    assert "a baseline tracked the reader better" in fit.warnings()[0]
+    assert "likelihood_gain" in fit.warnings()[0]
     assert fit_from_dict(fit.as_dict()) == fit
     # free-text metrics are not read this way
     other = fit_diagnostics(labels, queries, metric="f1")

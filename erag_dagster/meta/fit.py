@@ -42,8 +42,9 @@ threshold (each constant below says where its value comes from):
 - :data:`SAME_LABEL_SHARE` — label outputs only (metric ``accuracy``): in more than this share
   of the queries with two or more labelled documents, the reader gave every document the same
   label (the first normalised token of its answer, as ``accuracy`` reads it). Its answers then
-  follow its prior for the question, not the documents, and a baseline tracks the reader
-  better on such data (docs/label-methods.md, "Yes/no/maybe answers").
+  follow its prior for the question, not the documents, and a baseline tracked the reader
+  better than eRAG's generated labels on such data (docs/label-methods.md, "Yes/no/maybe
+  answers"; 50 % is below the 55 % measured on that set's tuning half).
 
 Edge cases: an empty label frame gives ``answers == 0`` and no warning; a query without gold
 answers is left out of the gold length; no judgments, or no relevant or no other document among
@@ -83,8 +84,10 @@ MIN_AUC = 0.7
 """Warn when the label-vs-judgment AUC is below this (Hosmer & Lemeshow's "acceptable")."""
 SAME_LABEL_SHARE = 0.5
 """Warn (metric ``accuracy``) when the reader gives one label to every document of more than
-this share of the queries (docs/label-methods.md, "Yes/no/maybe answers": the set where a
-baseline tracks the packaged readers better)."""
+this share of the queries. Chosen on the tuning half of the yes/no/maybe set
+(docs/label-methods.md, "Yes/no/maybe answers"), where SmolLM2 did so on 55 % of the queries and
+answer containment tracked it better than eRAG's generated labels in 4 of 7 list metrics
+on the held-out half (BM25)."""
 LABEL_OUTPUT_METRICS = ("accuracy",)
 """Metrics whose answers are labels (the same-label finding reads their first token)."""
 SPAN_METRICS = ("em", "f1")
@@ -95,7 +98,7 @@ SHORT_FIXES: dict[str, str] = {
     "short_answers": "answers much shorter than the golds: more tokens or a sentence prompt",
     "long_answers": "answers much longer than the golds: a span prompt or metric contains",
     "separation": "labels barely follow the judgments",
-    "same_label": "one label for every document: a baseline tracks the reader better",
+    "same_label": "one label for every document: add label method likelihood_gain",
 }
 """Each kind of finding in a few words, for the compact report (one line per reader)."""
 
@@ -231,9 +234,10 @@ class FitDiagnostics:
             text = (
                 f"the reader gave one label to every document of {self.same_label_queries} of "
                 f"{self.multi_doc_queries} queries ({same:.0%}, more than {SAME_LABEL_SHARE:.0%}):"
-                " its answers follow its prior for the question, not the documents, and a "
-                "baseline tracks your reader better on this data (answer containment, "
-                "docs/label-methods.md); read Table 1's baselines next to eRAG, or a larger reader"
+                " its answers follow its prior for the question, not the documents; on such data a"
+                " baseline tracked the reader better than eRAG's generated labels "
+                '(docs/label-methods.md, "Yes/no/maybe answers"): add evaluation.label_methods '
+                "[likelihood_gain] and read Table 1's baseline rows next to eRAG's"
             )
             out.append(("same_label", text))
         return out
