@@ -35,6 +35,12 @@ ESTIMATE = re.compile(
     r"^doc_labels \[(\S+)\]: (\d+) pairs to generate, ~[\d,]+ prompt tokens \(\d+ per pair\), "
     r"at most [\d,]+ output tokens \(estimate\)$"
 )
+#: A reader step's estimate or ETA line (labels/step_notes.py), under the running step's label.
+STEP_NOTE = re.compile(
+    r"^\S.*: (eRAG labels|end_to_end \(top \d+\)|LLM annotation|semantic labels \(\w+\)): "
+    r"(\d+/\d+ done, \d+:\d\d elapsed, (ETA \d+:\d\d|ETA \?|done)$|[\d,]+ pairs to "
+    r"(generate|encode), |[\d,]+ pairs encoded in [\d.]+ s$)"
+)
 DAGSTER_LOG = " - dagster - "
 REPORT_TITLES = (
     "== Verdict: ",
@@ -126,6 +132,11 @@ def test_run_prints_progress_lines_and_reports_only(quiet_and_verbose) -> None:
     assert lines, "no progress line"
     # Before generating, the one doc_labels partition says what it will cost: 3 questions x the
     # top 1, none in the fresh label store; then that step's progress line.
+    # The reader steps' own notes (labels/step_notes.py): estimates and ETA lines, each under
+    # the running step's label; the eRAG labels step says how far it is.
+    notes = [line for line in lines if STEP_NOTE.match(line)]
+    assert any(re.search(r": eRAG labels: \d+/3 done, \d+:\d\d elapsed, ", n) for n in notes)
+    lines = [line for line in lines if not STEP_NOTE.match(line)]
     estimates = [i for i, line in enumerate(lines) if ESTIMATE.match(line)]
     assert len(estimates) == 1, done.stderr
     (at,) = estimates
