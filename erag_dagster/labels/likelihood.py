@@ -109,6 +109,37 @@ def likelihood_fingerprint(reader, labels: tuple[str, ...] | None) -> str:
     return sha256_json(likelihood_identity(reader, labels))
 
 
+def gold_likelihoods(
+    part: list[int],
+    texts: Sequence[tuple[str, str]],
+    scored: Sequence[Sequence[str]],
+    golds: Sequence[Sequence[str]],
+    labels: tuple[str, ...] | None,
+    calls: ReaderCalls,
+) -> list[str]:
+    """The stored value (``repr`` of a float) of each subject in ``part``: one prefill per
+    continuation in ``scored[i]`` after ``texts[j] = (question, passage)`` (``j``: the
+    subject's position in ``part``), then, with a label set, P(gold) normalised over it
+    (:func:`label_set_probability`), else the best gold's :func:`geometric_mean_probability`."""
+    flat = [(j, i, c) for j, i in enumerate(part) for c in scored[i]]
+    items = [(texts[j][0], texts[j][1], f" {c}") for j, _, c in flat]
+    log_probs = calls("continuation_log_probs", items, chunk=LIKELIHOOD_STEP)
+    per_subject: dict[int, dict[str, list[float]]] = {i: {} for i in part}
+    for (_, i, cont), lp in zip(flat, log_probs, strict=True):
+        per_subject[i][cont] = lp
+    out = []
+    for i in part:
+        if labels:
+            sums = {c: sum(lp) for c, lp in per_subject[i].items()}
+            value = label_set_probability(sums, golds[i])
+        else:
+            value = max(
+                (geometric_mean_probability(lp) for lp in per_subject[i].values()), default=0.0
+            )
+        out.append(repr(float(value)))
+    return out
+
+
 def _golds(answers: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(a.strip() for a in answers or [] if a and a.strip()))
 
@@ -149,23 +180,8 @@ def likelihood_labels(
     ]
 
     def score(part: list[int], calls: ReaderCalls) -> list[str]:
-        flat = [(i, c) for i in part for c in scored[i]]
-        items = [(pairs[i]["question"], pairs[i]["passage"], f" {c}") for i, c in flat]
-        log_probs = calls("continuation_log_probs", items, chunk=LIKELIHOOD_STEP)
-        per_pair: dict[int, dict[str, list[float]]] = {i: {} for i in part}
-        for (i, cont), lp in zip(flat, log_probs, strict=True):
-            per_pair[i][cont] = lp
-        out = []
-        for i in part:
-            if labels:
-                sums = {c: sum(lp) for c, lp in per_pair[i].items()}
-                value = label_set_probability(sums, golds[i])
-            else:
-                value = max(
-                    (geometric_mean_probability(lp) for lp in per_pair[i].values()), default=0.0
-                )
-            out.append(repr(float(value)))
-        return out
+        texts = [(pairs[i]["question"], pairs[i]["passage"]) for i in part]
+        return gold_likelihoods(part, texts, scored, golds, labels, calls)
 
     with reader_calls(reader, executor) as calls:
         outputs = generate_stored(

@@ -36,9 +36,8 @@ from erag_dagster.labels.cached import Subject, generate_stored
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.likelihood import (
     LIKELIHOOD_STEP,
-    geometric_mean_probability,
+    gold_likelihoods,
     label_set,
-    label_set_probability,
     likelihood_identity,
     likelihood_labels,
 )
@@ -93,24 +92,10 @@ def closed_book_likelihoods(
         for (qid, question, _), s in zip(rows, scored, strict=True)
     ]
 
-    def score(part: list[int], calls: ReaderCalls) -> list[str]:
-        flat = [(i, c) for i in part for c in scored[i]]
-        items = [(rows[i][1], "", f" {c}") for i, c in flat]
-        log_probs = calls("continuation_log_probs", items, chunk=LIKELIHOOD_STEP)
-        per_query: dict[int, dict[str, list[float]]] = {i: {} for i in part}
-        for (i, cont), lp in zip(flat, log_probs, strict=True):
-            per_query[i][cont] = lp
-        out = []
-        for i in part:
-            if labels:
-                sums = {c: sum(lp) for c, lp in per_query[i].items()}
-                value = label_set_probability(sums, golds[i])
-            else:
-                value = max(
-                    (geometric_mean_probability(lp) for lp in per_query[i].values()), default=0.0
-                )
-            out.append(repr(float(value)))
-        return out
+    def score(part: list[int], calls: ReaderCalls) -> list[str]:  # no passage: the prior
+        return gold_likelihoods(
+            part, [(rows[i][1], "") for i in part], scored, golds, labels, calls
+        )
 
     with reader_calls(reader, executor) as calls:
         outputs = generate_stored(
