@@ -27,10 +27,13 @@ from typing import Any
 from erag_dagster.config.evaluation import DATASET_OVERRIDES, EvaluationConfig
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
-from erag_dagster.input_files import load_yaml, regular_file_sha256, yaml_key_lines
+from erag_dagster.input_files import load_yaml, yaml_key_lines
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.readers.spec import refuse_secrets
 from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
+from erag_dagster.retrieval.kinds import KINDS
+from erag_dagster.retrieval.kinds.asset import ASSET_KEY_PART as ASSET_KEY_PART
+from erag_dagster.retrieval.kinds.base import COUNT, Rule
 
 TOP_LEVEL_KEYS = ("retrievers", "readers", "evaluation", "generation", "datasets")
 """The sections a registry file may have (any other top-level key is refused)."""
@@ -39,91 +42,22 @@ OPERATIONAL_KEYS = frozenset(
      # backend: openai — how requests are sent, not what is answered
      "concurrency", "timeout_seconds", "max_retries", "api_key_env", "allow_link_local"}
 )  # fmt: skip
-RETRIEVER_KINDS = ("bm25", "dense", "hybrid", "run_file", "rerank", "asset")
-RETRIEVER_KEYS = {
-    "bm25": frozenset({"kind", "k1", "b"}),
-    "dense": frozenset({"kind", "encoder", "dtype", "max_length", "pooling", "normalize"})
-    | {"query_prefix", "passage_prefix", "index"},
-    "hybrid": frozenset({"kind", "fuse", "rrf_k", "depth"}),
-    "run_file": frozenset({"kind", "path", "format", "sha256"}),
-    "asset": frozenset({"kind", "asset_key"}),  # the eRAG Dagster component only
-    "rerank": frozenset({"kind", "first_stage", "top_n", "k", "scorer", "dtype", "max_length"}),
-}
+RETRIEVER_KINDS = tuple(KINDS)
+"""The retriever kinds, each registered once in :mod:`erag_dagster.retrieval.kinds` (this and
+:data:`RETRIEVER_KEYS` are views of those registrations; the parser reads them directly)."""
+RETRIEVER_KEYS = {name: frozenset({"kind", *kind.keys}) for name, kind in KINDS.items()}
 """Keys each retriever kind reads, besides :data:`OPERATIONAL_KEYS` and :data:`SCOPE_KEYS`; any
 other key is refused (a typo would otherwise be ignored by the retriever yet change the
-partition hash)."""
+partition hash). Each kind's registration holds its keys and their value rules."""
 SCOPE_KEYS = frozenset({"datasets"})
 """Where a retriever runs, not what it returns: left out of its hash (:mod:`.registry_datasets`)."""
-READER_SCORER = "reader:"
-"""A rerank ``scorer`` starting with this names a registry reader (its ``P("yes")``); any other
-value is a local Hugging Face cross-encoder folder."""
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e308
-
-
-def _index_ok(value: Any) -> bool:
-    from erag_dagster.retrieval.ann import parse_index  # faiss is imported only to build
-
-    try:
-        parse_index(value)
-    except InputError:
-        return False
-    return True
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-_VALUE_RULES: dict[str, tuple[Any, str]] = {
-    "k1": (_number, "a number >= 0"),
-    "b": (lambda v: _number(v) and v <= 1, "a number from 0 to 1"),
-    "rrf_k": (_number, "a number >= 0"),
-    "depth": (_count, "an integer >= 1"),
-    "top_n": (_count, "an integer >= 1"),
-    "k": (_count, "an integer >= 1"),
-    "path": (lambda v: isinstance(v, str) and v != "", "a file path"),
-    "asset_key": (
-        lambda v: asset_key_path(v) is not None,
-        "an asset key: a list of names such as [my, retrieval_run] or 'my/retrieval_run'",
-    ),
-    "format": (lambda v: v in ("trec", "parquet"), "trec or parquet"),
-    "sha256": (lambda v: isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v), "64 hex digits"),
-    "first_stage": (lambda v: isinstance(v, str) and v != "", "a retriever name"),
-    "scorer": (lambda v: isinstance(v, str) and v != "", "reader:<name> or a cross-encoder folder"),
-    "max_length": (lambda v: v is None or _count(v), "an integer >= 1 or null"),
-    "batch_size": (_count, "an integer >= 1"),
-    "threads": (_count, "an integer >= 1"),
-    "num_threads": (_count, "an integer >= 1"),
-    "encoder": (lambda v: isinstance(v, str) and v != "", "a model name or path"),
-    "pooling": (lambda v: v in ("mean", "cls"), "mean or cls"),
-    "normalize": (lambda v: isinstance(v, bool), "true or false"),
-    "query_prefix": (lambda v: isinstance(v, str), "a string such as 'query: '"),
-    "passage_prefix": (lambda v: isinstance(v, str), "a string such as 'passage: '"),
-    "index": (
-        lambda v: _index_ok(v),
-        "flat, {type: hnsw, m, ef_construction, ef_search} or "
-        "{type: ivfpq, nlist, m, nbits, nprobe} (integers >= 1)",
-    ),
-    "dtype": (lambda v: isinstance(v, str), "a dtype name such as float32 or auto"),
-    "device": (lambda v: isinstance(v, str), "auto, cpu, cuda or cuda:N"),
+_OPERATIONAL_RULES: dict[str, Rule] = {
+    "batch_size": COUNT,
+    "threads": COUNT,
+    "num_threads": COUNT,
+    "device": Rule(lambda v: isinstance(v, str), "auto, cpu, cuda or cuda:N"),
 }
-ASSET_KEY_PART = re.compile(r"^[A-Za-z0-9_]+$")
-"""One part of a Dagster asset key (what Dagster accepts in a key built from a prefix)."""
-
-
-def asset_key_path(value: Any) -> list[str] | None:
-    """A ``kind: asset`` retriever's ``asset_key`` as a list of parts (``"a/b"`` → ``["a",
-    "b"]``); ``None`` when it is not a non-empty list (or ``/``-joined string) of names made
-    of letters, digits and ``_``."""
-    parts = value.split("/") if isinstance(value, str) else value
-    if not isinstance(parts, list) or not parts:
-        return None
-    if not all(isinstance(p, str) and ASSET_KEY_PART.match(p) for p in parts):
-        return None
-    return list(parts)
+"""Value rules of the operational keys a retriever reads (its kind's keys have their own)."""
 
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*$")
@@ -272,25 +206,28 @@ def parse_registry(
     readers_raw = _section(raw, "readers", path)
     for name, cfg in retrievers_raw.items():
         kind = cfg.get("kind")
-        if kind == "asset" and not asset_retrievers:
+        component_only = isinstance(kind, str) and kind in KINDS and KINDS[kind].component_only
+        if component_only and not asset_retrievers:
             raise InputError(
-                f"{path}: retriever {name!r} has kind 'asset', which only the eRAG Dagster "
+                f"{path}: retriever {name!r} has kind {kind!r}, which only the eRAG Dagster "
                 "component reads (an asset of your project: docs/dagster-ui.md); use run_file here"
             )
-        if kind not in RETRIEVER_KINDS:
+        if not isinstance(kind, str) or kind not in KINDS:
             raise InputError(
-                f"{path}: retriever {name!r} has kind {kind!r}; use one of {RETRIEVER_KINDS}"
+                f"{path}: retriever {name!r} has kind {kind!r}; use one of {tuple(KINDS)}"
             )
+        rules = {**_OPERATIONAL_RULES, **KINDS[kind].keys}
+        known = {"kind", *KINDS[kind].keys} | OPERATIONAL_KEYS | SCOPE_KEYS
         for key, value in cfg.items():
-            if key not in RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS | SCOPE_KEYS:
-                allowed = ", ".join(sorted(RETRIEVER_KEYS[kind] | OPERATIONAL_KEYS | SCOPE_KEYS))
+            if key not in known:
+                allowed = ", ".join(sorted(known))
                 raise InputError(
                     f"{path}: retriever {name!r} ({kind}) has unknown key {key!r}; known: {allowed}"
                 )
-            check, wanted = _VALUE_RULES.get(key, (None, ""))
-            if check is not None and not check(value):
+            rule = rules.get(key)
+            if rule is not None and not rule.check(value):
                 raise InputError(
-                    f"{path}: retriever {name!r} has {key}: {value!r}; it must be {wanted}"
+                    f"{path}: retriever {name!r} has {key}: {value!r}; it must be {rule.wanted}"
                 )
     for name, cfg in readers_raw.items():
         refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{path}: reader {name!r}")
@@ -318,11 +255,7 @@ def parse_registry(
 
 def _references(config: dict[str, Any]) -> list[str]:
     """The retriever names a config builds on (a hybrid's ``fuse``, a rerank's first stage)."""
-    if config["kind"] == "hybrid":
-        return list(config["fuse"])
-    if config["kind"] == "rerank":
-        return [config["first_stage"]]
-    return []
+    return KINDS[config["kind"]].references(config)
 
 
 def _check_scopes(
@@ -351,42 +284,10 @@ def _retriever_entries(
     a referenced retriever by its own hash (module docstring)."""
     folder = Path(path).resolve().parent
     for name, cfg in raw.items():
-        kind = cfg["kind"]
-        if kind == "hybrid":
-            fuse = cfg.get("fuse")
-            if not isinstance(fuse, list) or len(fuse) < 2:
-                raise InputError(f"{path}: hybrid {name!r} needs 'fuse' with >= 2 retrievers")
-            for part in fuse:
-                if part not in raw or raw[part].get("kind") == "hybrid":
-                    raise InputError(
-                        f"{path}: hybrid {name!r} fuses {part!r}, which is not a non-hybrid "
-                        "retriever in this registry"
-                    )
-        if kind == "rerank":
-            for key in ("first_stage", "top_n", "k", "scorer"):
-                if key not in cfg:
-                    raise InputError(f"{path}: rerank {name!r} needs {key!r}")
-            if cfg["first_stage"] not in raw or cfg["first_stage"] == name:
-                raise InputError(
-                    f"{path}: rerank {name!r} has first_stage {cfg['first_stage']!r}, which is "
-                    "not another retriever in this registry"
-                )
-            if cfg["k"] > cfg["top_n"]:
-                raise InputError(
-                    f"{path}: rerank {name!r} has k {cfg['k']} > top_n {cfg['top_n']}; it keeps "
-                    "at most top_n documents"
-                )
-            scorer = cfg["scorer"]
-            if scorer.startswith(READER_SCORER) and scorer[len(READER_SCORER) :] not in readers:
-                raise InputError(
-                    f"{path}: rerank {name!r} has scorer {scorer!r}; known readers: "
-                    f"{', '.join(readers)}"
-                )
-        if kind == "run_file" and "path" not in cfg:
-            raise InputError(f"{path}: run_file {name!r} needs 'path' (a TREC or parquet run)")
-        if kind == "asset" and "asset_key" not in cfg:
-            raise InputError(f"{path}: asset retriever {name!r} needs 'asset_key' (your asset)")
-    resolved = {name: _resolve_paths(name, dict(cfg), folder, path) for name, cfg in raw.items()}
+        KINDS[cfg["kind"]].check(name, cfg, raw, readers, path)
+    resolved = {name: dict(cfg) for name, cfg in raw.items()}
+    for name, cfg in resolved.items():
+        KINDS[cfg["kind"]].resolve(name, cfg, folder, path)
     digests: dict[str, str] = {}
 
     def digest(name: str, seen: tuple[str, ...]) -> str:
@@ -395,65 +296,13 @@ def _retriever_entries(
             raise InputError(f"{path}: retrievers refer to each other in a cycle: {cycle}")
         if name not in digests:
             cfg = resolved[name]
-            hashed = {k: v for k, v in cfg.items() if k not in ("path", "scorer")}
-            if cfg["kind"] == "hybrid":
-                hashed["fuse"] = {p: digest(p, (*seen, name)) for p in cfg["fuse"]}
-            elif cfg["kind"] == "rerank":
-                hashed["first_stage"] = digest(cfg["first_stage"], (*seen, name))
-                hashed["scorer"] = _scorer_identity(cfg["scorer"], readers)
-            elif cfg["kind"] != "run_file":
-                hashed = cfg
-            digests[name] = content_hash(hashed)
+            hashed = KINDS[cfg["kind"]].identity(
+                cfg, lambda other: digest(other, (*seen, name)), lambda r: readers[r].digest
+            )
+            digests[name] = content_hash(dict(hashed))
         return digests[name]
 
     return {name: Entry(name, resolved[name], digest(name, ())) for name in raw}
-
-
-def _resolve_paths(name: str, cfg: dict[str, Any], folder: Path, path: str) -> dict[str, Any]:
-    """A run file's path (and a cross-encoder folder) made absolute against ``folder``; a run
-    file's ``format`` from its suffix when not given (``.parquet`` → parquet, else trec) and its
-    ``sha256`` (of the bytes read now; the run is refused later if the file changed)."""
-    if cfg["kind"] == "run_file":
-        cfg["path"] = str((folder / Path(cfg["path"]).expanduser()).resolve())
-        cfg.setdefault("format", "parquet" if cfg["path"].endswith(".parquet") else "trec")
-        digest = _file_digest(name, cfg["path"], path)
-        if cfg.setdefault("sha256", digest) != digest:  # a pinned file that has changed
-            raise InputError(
-                f"{path}: run_file {name!r}: {cfg['path']} has sha256 {digest[:16]}..., not the "
-                f"pinned {cfg['sha256'][:16]}..."
-            )
-    if cfg["kind"] == "asset":  # one spelling, so "a/b" and [a, b] name one partition
-        cfg["asset_key"] = asset_key_path(cfg["asset_key"])
-    if cfg["kind"] == "rerank" and not cfg["scorer"].startswith(READER_SCORER):
-        scorer = folder / Path(cfg["scorer"]).expanduser()
-        if not scorer.is_dir():
-            raise InputError(
-                f"{path}: rerank {name!r} scorer {cfg['scorer']!r} is neither reader:<name> nor "
-                f"a cross-encoder folder ({scorer} not found)"
-            )
-        cfg["scorer"] = str(scorer.resolve())
-    return cfg
-
-
-def _file_digest(name: str, file: str, path: str) -> str:
-    """sha256 of a run file, read under the input rule (a FIFO or device is refused, not read)."""
-    try:
-        return regular_file_sha256(file)
-    except InputError as exc:
-        raise InputError(f"{path}: run_file {name!r}: cannot read {exc}") from None
-    except OSError as exc:
-        raise InputError(
-            f"{path}: run_file {name!r}: cannot read {file} ({exc.strerror or exc})"
-        ) from None
-
-
-def _scorer_identity(scorer: str, readers: dict[str, Entry]) -> dict[str, Any]:
-    """What a rerank's scores depend on: the reader config's hash, or a folder's file hashes."""
-    if scorer.startswith(READER_SCORER):
-        return {"reader": readers[scorer[len(READER_SCORER) :]].digest}
-    from erag_dagster.readers.models import folder_file_hashes
-
-    return {"cross_encoder": folder_file_hashes(Path(scorer))}
 
 
 def _section(raw: dict[str, Any], key: str, path: str) -> dict[str, dict[str, Any]]:

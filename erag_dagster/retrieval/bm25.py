@@ -3,7 +3,8 @@
 Indexing follows Anserini's BEIR "flat" regressions: ``title + " " + text`` is one field
 (``contents``) of a ``JsonCollection``, default analyzer (Porter stemmer, English stopwords),
 ``DefaultLuceneDocumentGenerator``. Search uses BM25 with ``k1``/``b`` (Anserini defaults
-0.9/0.4). With these settings BEIR SciFact reproduces Anserini's published nDCG@10 0.6789.
+0.9/0.4: :data:`DEFAULT_K1`, :data:`DEFAULT_B`). With these settings BEIR SciFact reproduces
+Anserini's published nDCG@10 0.6789.
 
 The index folder is named by a hash of the corpus content, so the same corpus is indexed once;
 it is built in a temporary folder and renamed into place (atomic: a crash leaves no half index).
@@ -25,6 +26,11 @@ from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_frame
 from erag_dagster.java import ensure_jvm
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score
+
+DEFAULT_K1 = 0.9
+"""BM25 ``k1`` (term-frequency saturation) when a config gives none: Anserini's default."""
+DEFAULT_B = 0.4
+"""BM25 ``b`` (document-length normalisation, 0 to 1) when a config gives none: Anserini's."""
 
 
 def corpus_fingerprint(corpus: pl.DataFrame) -> str:
@@ -79,8 +85,8 @@ class BM25Index:
         self,
         queries: pl.DataFrame,
         k: int,
-        k1: float = 0.9,
-        b: float = 0.4,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
         threads: int = 2,
     ) -> pl.DataFrame:
         """Top-``k`` BM25 run for ``queries(query_id, question)``; see :func:`bm25_search`."""
@@ -156,8 +162,8 @@ def bm25_search(
     index_path: Path,
     queries: pl.DataFrame,
     k: int,
-    k1: float = 0.9,
-    b: float = 0.4,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
     threads: int = 2,
 ) -> pl.DataFrame:
     """Search every query; return a run ``(query_id, doc_id, rank, score)`` with ``k`` hits max.

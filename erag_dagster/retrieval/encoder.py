@@ -245,16 +245,24 @@ class TextEncoder:
 
 
 def encoder_from_config(config: dict[str, Any], device: str | None = None) -> TextEncoder:
-    """A :class:`TextEncoder` from a dense retriever's config."""
-    return TextEncoder(
-        model=config.get("encoder"),
-        device=device or config.get("device", "auto"),
-        dtype=config.get("dtype", "auto"),
-        batch_size=int(config.get("batch_size", 64)),
-        max_length=config.get("max_length"),
-        pooling=config.get("pooling"),
-        normalize=bool(config.get("normalize", True)),
-        query_prefix=str(config.get("query_prefix", "")),
-        passage_prefix=str(config.get("passage_prefix", "")),
-        num_threads=config.get("threads") or config.get("num_threads"),
-    )
+    """A :class:`TextEncoder` from a dense retriever's config (``{}``: the default encoder).
+
+    The keys the config gives are passed on (``encoder`` as ``model``; ``threads`` or else
+    ``num_threads`` as ``num_threads``); a key it leaves out, or sets to null, takes
+    :class:`TextEncoder`'s default, written once in its signature. ``device``, when given,
+    replaces the config's.
+    """
+    given = {param: config[key] for key, param in _ENCODER_KEYS if config.get(key) is not None}
+    if threads := config.get("threads") or config.get("num_threads"):
+        given["num_threads"] = threads
+    if device:
+        given["device"] = device
+    return TextEncoder(**given)
+
+
+_ENCODER_KEYS = (
+    ("encoder", "model"), ("device", "device"), ("dtype", "dtype"), ("batch_size", "batch_size"),
+    ("max_length", "max_length"), ("pooling", "pooling"), ("normalize", "normalize"),
+    ("query_prefix", "query_prefix"), ("passage_prefix", "passage_prefix"),
+)  # fmt: skip
+"""(config key, :class:`TextEncoder` parameter) of a dense retriever's encoder keys."""
