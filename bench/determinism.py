@@ -86,8 +86,8 @@ def child(model: str, n: int) -> dict:
     pairs = sample_pairs(n)
 
     def reader(batch: int, share: bool) -> TransformersReader:
-        spec = ReaderSpec(name="r", model=model, dtype="float32", batch_size=batch)
-        spec = ReaderSpec(**{**spec.__dict__, "share_prefix": share})
+        config = {"model": model, "dtype": "float32", "batch_size": batch, "share_prefix": share}
+        spec = ReaderSpec.from_dict(config, name="r")
         return TransformersReader(spec)
 
     out: dict = {"answers": {}, "seconds": {}, "guard": {}}

