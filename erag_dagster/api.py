@@ -105,15 +105,12 @@ def evaluate(
     )  # fmt: skip
     import polars as pl
 
-    from erag_dagster.data.spec import parse_spec
-    from erag_dagster.evaluation import steps
+    from erag_dagster.evaluation import steps, systems
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.meta.fit import FitDiagnostics, fit_frame, reader_fit
+    from erag_dagster.meta.fit import FitDiagnostics, fit_frame
     from erag_dagster.reports.leaderboard import leaderboard
     from erag_dagster.reports.run_report import RunReport, Section
-    from erag_dagster.retrieval.runs import top_k
-    from erag_dagster.retrievers import run_retriever
 
     say = log or (lambda _message: None)
     reg = load_registry_file(registry)
@@ -123,7 +120,6 @@ def evaluate(
         list_metrics=metric_list(metrics) if metrics is not None else None,
         bootstrap_resamples=n_resamples, seed=seed,
     )  # fmt: skip
-    depth, label_depth, downstream = config.k, config.label_k, config.metric
     human_metrics = list(config.human_metrics)
     n_resamples, seed = config.bootstrap_resamples, config.seed
     spec = config.dataset
@@ -132,7 +128,6 @@ def evaluate(
         raise InputError("evaluate: no retriever given and none in the registry")
     models = _readers(reader, reg)  # checked (and built, not loaded) before any work
     ds = load_dataset_checked(spec)
-    subset = parse_spec(spec).question_subset
     target = redact_url(resolve_store(store))
     with concerning(target):
         label_store = open_store(store)
@@ -140,27 +135,20 @@ def evaluate(
     for name in names:
         key = reg.retriever(name).partition_key
         say(f"retrieve {key}")
-        runs[key] = run_retriever(
-            reg, name, ds.corpus, ds.queries, depth, log=log, question_subset=subset
-        )
+        runs[key] = systems.retrieve(reg, name, ds.corpus, ds.queries, config, log=log)
     labels: dict[tuple[str, str], pl.DataFrame] = {}
     fits: list[FitDiagnostics] = []
     producer = evaluation_id("api")  # what `erag-dagster audit` shows for this call's labels
     for reader_key, model in models:  # each model loads on its first pair, stays loaded
         for key, run in runs.items():
             say(f"label {key} with {reader_key}")
-            with concerning(target):
-                result = _label(
-                    top_k(run, label_depth), ds, model, downstream, label_store,
-                    reg.generation, log, producer, progress,
-                )  # fmt: skip
-            labels[(reader_key, key)] = result.labels
-            fit = reader_fit(
-                result.labels, ds.queries, ds.qrels, model, reader_name=reader_key,
-                retriever=key, metric=downstream, relevance_level=config.relevance_level,
-                n_resamples=n_resamples, seed=seed,
+            system = systems.label_system(
+                run, ds, model, config, label_store, executor=reg.generation,
+                producer=producer, reader_name=reader_key, retriever=key, log=log,
+                progress=progress, store_name=target,
             )  # fmt: skip
-            fits.append(fit)  # docs/label-methods.md, "Fit diagnostics"
+            labels[(reader_key, key)] = system.labels
+            fits.append(system.fit)  # docs/label-methods.md, "Fit diagnostics"
     per_query = steps.score(labels, config)
     board = pl.DataFrame()
     if ds.qrels.height:

@@ -13,7 +13,8 @@ import polars as pl
 
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, by_system, dataset_of
-from erag_dagster.meta.fit import fit_lines, reader_fit
+from erag_dagster.evaluation import systems
+from erag_dagster.meta.fit import fit_lines
 from erag_dagster.resources import EvalSettings, ReaderResource
 
 
@@ -28,21 +29,20 @@ def fit(
     queries: pl.DataFrame,
     qrels: pl.DataFrame,
 ) -> dg.Output[list]:
-    """The fit diagnostics of every eRAG-labelled run (module docstring)."""
+    """The fit diagnostics of every eRAG-labelled run (module docstring): the step the API
+    and the gate run right after labelling (:func:`erag_dagster.evaluation.systems.fit`),
+    here once over every ``doc_labels`` partition."""
     config = settings.resolve(dataset_of(context))
     registry = settings.registry(dataset_of(context))
     fits = [
-        reader_fit(
+        systems.fit(
             labels,
             queries,
             qrels,
             reader.get(registry, reader_key),
+            config,
             reader_name=reader_key,
             retriever=retriever_key,
-            metric=str(labels["metric"][0]) if labels.height else "",
-            relevance_level=config.relevance_level,
-            n_resamples=config.bootstrap_resamples,
-            seed=config.seed,
         )
         for (reader_key, retriever_key), labels in sorted(by_system(doc_labels).items())
     ]

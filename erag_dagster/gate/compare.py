@@ -16,8 +16,10 @@ Something that exists but is not a regular file (a folder, a FIFO, ``/dev/null``
 saying what it is (:func:`erag_dagster.input_files.regular_file`). Every ref is checked, and
 the power the query count allows computed (:mod:`.power`), before any retrieval or reader call.
 
-A run is cut to ``k`` per query and labelled with eRAG (:func:`~erag_dagster.labels.labeller.
-label_run`, the path of ``erag-dagster label``) through the label store, so only (query,
+A run is cut to ``k`` per query and labelled with eRAG, with its fit diagnostics, by the step
+the Python API calls too (:func:`~erag_dagster.evaluation.systems.label_system`; a registry
+retriever is run by :func:`~erag_dagster.evaluation.systems.retrieve`, at depth ``k``: the
+gate's config has ``k`` = ``label_k``) through the label store, so only (query,
 document text) pairs the store lacks cost reader calls. A dataset query the run has no
 document for is an empty list (0 on every metric), never dropped. The list metrics
 (:func:`~erag_dagster.metrics.list_metrics.evaluate_labels`) of each query are then compared
@@ -129,8 +131,9 @@ class _Context:
         with concerning(settings.registry or None):
             self.registry = load_registry(settings.registry or None)
         # The registry's EvaluationConfig with the gate's flags applied, checked by the same
-        # rules before any work: the gate evaluates at the labelled depth (label_k).
-        self.config = self.registry.evaluation.with_overrides(
+        # rules before any work: the gate evaluates at the labelled depth, so it retrieves
+        # label_k documents per query (its config's k is its label_k) and labels them all.
+        config = self.registry.evaluation.with_overrides(
             "compare",
             dataset=settings.dataset or None,
             k=max(settings.k, self.registry.evaluation.k) if settings.k else None,
@@ -138,6 +141,7 @@ class _Context:
             metric=settings.downstream_metric or None,
             list_metrics=list(settings.metrics) or None,
         )
+        self.config = config.with_overrides("compare", k=config.label_k)
         self.spec = self.config.dataset
         self.k = self.config.label_k
         self.downstream = self.config.metric
@@ -265,9 +269,9 @@ def _is_baseline_file(ref: str) -> bool:
 def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
     """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
     from erag_dagster.data.spec import parse_spec
+    from erag_dagster.evaluation.systems import retrieve
     from erag_dagster.input_files import regular_file_sha256
     from erag_dagster.retrieval.run_file import load_run_file
-    from erag_dagster.retrievers import run_retriever
 
     ds, subset = ctx.dataset, parse_spec(ctx.spec).question_subset
     path = Path(ref)
@@ -285,8 +289,7 @@ def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
                 f"{shown(ref)}: no such file (a ref is a baseline, a run file or a retriever)"
             ) from None
         raise
-    run = run_retriever(ctx.registry, entry.name, ds.corpus, ds.queries, ctx.k, log=ctx.log,
-                        question_subset=subset)  # fmt: skip
+    run = retrieve(ctx.registry, entry.name, ds.corpus, ds.queries, ctx.config, log=ctx.log)
     return run, RetrieverIdentity("registry", entry.name, entry.digest)
 
 
@@ -314,10 +317,9 @@ def evaluate(
 ) -> Evaluation:
     """One side of the gate (module docstring); ``run``: the ref's run, already read."""
     from erag_dagster.errors import StorageError
+    from erag_dagster.evaluation.systems import label_system
     from erag_dagster.gate.verify import answer_keys
-    from erag_dagster.labels.labeller import label_run
     from erag_dagster.labels.store import redact_url, resolve_store
-    from erag_dagster.meta.fit import reader_fit
 
     if _ref_kind(ref, ctx) == "baseline":
         return _stored(ref, ctx)
@@ -325,13 +327,18 @@ def evaluate(
     query_ids = sorted(ctx.dataset.queries.get_column("query_id").cast(pl.String).to_list())
     judged = stored = 0
     labels = _empty_labels()
+    fit = None
     if run.height:
         where = redact_url(resolve_store(ctx.store_target or None))
         try:
             with concerning(where):
-                result = label_run(run, ctx.dataset.queries, ctx.dataset.corpus, ctx.reader,
-                                   ctx.downstream, ctx.store, run_id=ctx.evaluation_id,
-                                   log=ctx.log, executor=ctx.registry.generation)  # fmt: skip
+                store = ctx.store
+            result = label_system(
+                run, ctx.dataset, ctx.reader, ctx.config, store,
+                executor=ctx.registry.generation, producer=ctx.evaluation_id,
+                reader_name=str(ctx.reader.name), retriever=shown(ref), log=ctx.log,
+                store_name=where,
+            )  # fmt: skip
         except StorageError as exc:
             if ctx.store.read_only:
                 raise StorageError(
@@ -342,17 +349,11 @@ def evaluate(
         found = result.labels.select("query_id", "doc_id", "rank", "label")
         keys = answer_keys(found.to_dicts(), ctx.reader.fingerprint, ctx.dataset)
         labels = found.with_columns(pl.Series("answer_key", keys, dtype=pl.String))
-        judged, stored = result.judged_now, result.from_store
-        fit = reader_fit(
-            result.labels, ctx.dataset.queries, ctx.dataset.qrels, ctx.reader,
-            reader_name=str(ctx.reader.name), retriever=shown(ref), metric=ctx.downstream,
-            relevance_level=ctx.config.relevance_level, n_resamples=ctx.config.bootstrap_resamples,
-            seed=ctx.config.seed,
-        )  # fmt: skip
+        judged, stored, fit = result.judged_now, result.from_store, result.fit
     per_query, aggregate = _scores(labels, query_ids, ctx.metrics)
     return Evaluation(
         ref, ctx.identity(), retriever, ctx.spec, str(ctx.reader.name), query_ids, labels,
-        per_query, aggregate, judged, stored, fit=fit if run.height else None,
+        per_query, aggregate, judged, stored, fit=fit,
     )  # fmt: skip
 
 
