@@ -19,12 +19,12 @@ import dagster as dg
 
 from erag_dagster.assets import (
     automation,
-    cross_dataset,
     data,
     fit,
     html_report,
     labels,
     meta,
+    reports,
     retrieval,
     verdict,
 )
@@ -53,33 +53,44 @@ def dataset_assets(
     view: :meth:`Registry.for_dataset`), unprefixed. A dataset without ``reader_labels`` gets
     the human-judgment assets only (no reader stage can run without gold answers). The label
     assets' ``code_version`` follows the metric and label methods of ``settings`` (default: the
-    registry's; :mod:`erag_dagster.code_versions`).
+    registry's; :mod:`erag_dagster.code_versions`). The report tables come from their
+    declarations (:mod:`erag_dagster.reports.catalog`), each placed right after the last asset
+    it reads (:func:`with_reports`).
 
     The order is the order of the main job (:func:`erag_dagster.pipeline.materialize_all`)
     among assets that do not depend on each other.
     """
-    judged = [
+    stages = [
         data.dataset_tables,
         retrieval.bm25_index,
         retrieval.dense_index,
         retrieval.build_retrieval_run(registry),
-        retrieval.retrieval_report,
         *filter(None, [retrieval.build_rerank_lift(registry)]),
     ]
-    if not registry.reader_labels:
-        return judged
-    return [
-        *judged,
-        labels.build_doc_labels(registry, settings),
-        labels.erag_per_query,
-        labels.erag_report,
-        verdict.verdict,
-        fit.fit,
-        *meta.build_meta_partitioned(registry, settings),
-        meta.correlation_report,
-        meta.label_agreement,
-        meta.efficiency_report,
-    ]
+    if registry.reader_labels:
+        stages += [
+            labels.build_doc_labels(registry, settings),
+            verdict.verdict,
+            fit.fit,
+            *meta.build_meta_partitioned(registry, settings),
+        ]
+    return with_reports(stages, reports.build_report_assets(registry))
+
+
+def with_reports(
+    stages: list[dg.AssetsDefinition], built: list[dg.AssetsDefinition]
+) -> list[dg.AssetsDefinition]:
+    """``stages`` with each report of ``built`` (in its catalog order) inserted right after the
+    last asset it reads, and never before the report inserted before it."""
+    ordered = list(stages)
+    floor = 0
+    for report in built:
+        reads = {dep.asset_key for dep in report.specs_by_key[report.key].deps}
+        after = [i for i, a in enumerate(ordered) if reads & set(a.keys)]
+        position = max([floor, *(i + 1 for i in after)])
+        ordered.insert(position, report)
+        floor = position + 1
+    return ordered
 
 
 def build_assets(
@@ -87,7 +98,7 @@ def build_assets(
 ) -> list[dg.AssetsDefinition]:
     """Every materialisable asset: :func:`dataset_assets` once per registry dataset, its keys
     prefixed by the dataset's name (none without a ``datasets`` section), then the reports
-    across datasets (:mod:`erag_dagster.assets.cross_dataset`; two or more datasets) and the
+    across datasets (:mod:`erag_dagster.assets.reports`; two or more datasets) and the
     run's HTML page (:mod:`erag_dagster.assets.html_report`)."""
     per_dataset = [
         asset
@@ -96,7 +107,7 @@ def build_assets(
     ]
     return [
         *per_dataset,
-        *cross_dataset.build_cross_dataset_assets(registry),
+        *reports.build_across_assets(registry),
         html_report.build_html_report(registry),
     ]
 

@@ -33,6 +33,7 @@ from erag_dagster.definitions import build_defs
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.instance_settings import warn_once
 from erag_dagster.progress import Progress
+from erag_dagster.reports.catalog import REPORTS
 from erag_dagster.resources import EvalSettings
 from erag_dagster.run_slots import process_tags, release_dead_runs, slot_wait_line, step_pools
 
@@ -136,16 +137,9 @@ LAUNCHED_BY_TAG = "erag/launched_by"
 #: purpose (the UI, or ``bench/efficiency.py``).
 DEFAULT_STAGES: tuple[str, ...] = ("labels", "meta")
 
-#: The reports ``erag-dagster run`` prints (:func:`print_reports`).
-DEFAULT_REPORTS: tuple[str, ...] = (
-    "retrieval_report",
-    "erag_report",
-    "correlation_report",
-    "label_agreement",
-    "beir_leaderboard",
-    "erag_leaderboard",
-    "table1_across",
-)
+#: The reports ``erag-dagster run`` prints (:func:`print_reports`): those declared ``printed``
+#: (:mod:`erag_dagster.reports.catalog`).
+DEFAULT_REPORTS: tuple[str, ...] = tuple(r.key for r in REPORTS if r.printed)
 
 
 class StepFailed(EnvironmentFault):

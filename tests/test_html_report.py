@@ -28,6 +28,7 @@ from erag_dagster.meta.correlation_report import correlation_report
 from erag_dagster.meta.per_query import erag_per_query
 from erag_dagster.meta.plots import correlation_vs_k_figure
 from erag_dagster.registry import load_registry
+from erag_dagster.reports.cross_leaderboard import erag_leaderboard
 from erag_dagster.reports.html import (
     DatasetSection,
     dataset_erag_leaderboard,
@@ -156,10 +157,12 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
         ),
         erag_board=dataset_erag_leaderboard(per_query, METRICS, "bm25", n_resamples=100),
         ranking_metric="RR",
-        retrieval_report=leaderboard(qrels, runs, ["P@2", "RR"], n_resamples=100),
-        correlation_report=report.table,
-        figure_png=report.plot.read_bytes(),
-        label_agreement=label_agreement_table(doc, baselines, qrels),
+        reports={
+            "retrieval_report": leaderboard(qrels, runs, ["P@2", "RR"], n_resamples=100),
+            "correlation_report": report.table,
+            "label_agreement": label_agreement_table(doc, baselines, qrels),
+        },
+        side_files={"correlation_vs_k.png": report.plot.read_bytes()},
         identities=reader_identities(doc, store.reader_identity),
         files=files,
     )
@@ -229,7 +232,7 @@ def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -
     assert systems == {f"{t} / {r}" for r in READERS for t in RETRIEVERS}
     assert table1[0][2:] == METRICS
     agreement = next(t for t in parsed.tables if t[0][:3] == ["reader", "retriever", "method"])
-    assert len(agreement) - 1 == section.label_agreement.height
+    assert len(agreement) - 1 == section.reports["label_agreement"].height
     readers = next(
         t for t in parsed.tables if t[0][:3] == ["reader", "reader_fingerprint", "labels"]
     )
@@ -239,7 +242,7 @@ def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -
     assert all(row[5] == "float32" and row[6] == '"any"' for row in readers[1:])
     (image,) = parsed.images
     assert image.startswith("data:image/png;base64,")
-    assert base64.b64decode(image.split(",", 1)[1]) == section.figure_png
+    assert base64.b64decode(image.split(",", 1)[1]) == section.side_files["correlation_vs_k.png"]
     assert 'id="verdict"' in page
     bare = render_html_report([dataclasses.replace(section, verdict=None)])
     assert "Verdict" not in bare and 'id="verdict"' not in bare
@@ -248,7 +251,13 @@ def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -
 def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
     page = render_html_report(
         [dataclasses.replace(section, fit_warnings=["<script>window.__pwned = 4</script> cut"])],
-        across=[("<script>t</script>", "bm25 <script>x</script>  0.5 [0.4, 0.6]")],
+        across={  # a report across datasets, with the hostile reader name in its rows
+            "erag_leaderboard": erag_leaderboard(
+                {"a": section.erag_per_query, "b": section.erag_per_query},
+                METRICS,
+                n_resamples=20,
+            )
+        },
     )
     parsed = _parsed(page)
     assert parsed.scripts == 0
@@ -270,15 +279,16 @@ def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
     assert "<mark>&lt;b&gt;gold&lt;/b&gt;</mark>" in page  # the gold answer marked, escaped
     assert "squad:/data/&lt;i&gt;dev&lt;/i&gt;.json" not in page.split("<h3>Details")[0]
     across = page.split('<section id="across">')[1]  # after the datasets, escaped as well
-    assert "<h3>&lt;script&gt;t&lt;/script&gt;</h3>" in across
-    assert "bm25 &lt;script&gt;x&lt;/script&gt;  0.5 [0.4, 0.6]</pre>" in across
+    assert "<h3>eRAG list metrics, reader x retriever x dataset</h3>" in across
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;r2" in across.split("</pre>")[0]
 
 
 def test_sections_without_inputs_say_so() -> None:
     page = render_html_report([DatasetSection(name="bare")])
     assert "no eRAG labels in this run" in page
     assert "the dataset has no judgments" in page
-    assert "no figure in this run" in page
+    assert "no correlation report in this run (no Table 1, no Figure 1)" in page
+    assert "no label agreement in this run" in page
     assert 'id="across"' not in page  # no report across datasets given: no section
     assert "<img" not in page and "<table" not in page
 

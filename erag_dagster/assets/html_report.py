@@ -1,15 +1,16 @@
 """``html_report``: the run's reports as one self-contained HTML page (docs/html-report.md).
 
-One unprefixed asset downstream of every dataset's reports: ``retrieval_report`` of each
-dataset, and for a dataset with reader stages ``erag_per_query``, ``verdict``,
-``correlation_report`` (Figure 1's png is its side file,
-:func:`~erag_dagster.assets.common.report_folder`), ``label_agreement`` and ``doc_labels``
-(whose fingerprints name the readers); and the reports across datasets the registry builds
-(:mod:`erag_dagster.assets.cross_dataset`). Its inputs are named ``<dataset>__<asset>`` (the
-bare asset name without a ``datasets`` section; the reports across datasets by their own
-unprefixed names). The page is written to :func:`page_path`, replacing the previous run's,
-because the parquet files it links to are replaced by each run too; the materialisation's
-metadata links to it. The page itself is :mod:`erag_dagster.reports.html`'s.
+One unprefixed asset downstream of every dataset's reports: each dataset's report tables
+that have a page block (their declarations, :mod:`erag_dagster.reports.catalog`: the
+human-judgment leaderboard, Table 1 with Figure 1's png as its side file in
+:func:`~erag_dagster.assets.common.report_folder`, label agreement), and for a dataset with
+reader stages what the page's story is drawn from (:data:`STORY_INPUTS`: ``erag_per_query``,
+``verdict``, ``fit`` and ``doc_labels``, whose fingerprints name the readers); and the reports
+across datasets the registry builds (:mod:`erag_dagster.assets.reports`). Its inputs are named
+``<dataset>__<asset>`` (the bare asset name without a ``datasets`` section; the reports across
+datasets by their own unprefixed names). The page is written to :func:`page_path`, replacing
+the previous run's, because the parquet files it links to are replaced by each run too; the
+materialisation's metadata links to it. The page itself is :mod:`erag_dagster.reports.html`'s.
 
 Verdict: the page opens with each dataset's ``verdict`` asset (computed once per run,
 :func:`erag_dagster.evaluation.steps.decide`: the same object ``erag-dagster run`` prints first).
@@ -24,7 +25,6 @@ import polars as pl
 
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, by_system, report_folder
-from erag_dagster.assets.cross_dataset import build_cross_dataset_assets
 from erag_dagster.assets.html_inputs import (
     dataset_facts,
     label_cost,
@@ -32,11 +32,11 @@ from erag_dagster.assets.html_inputs import (
     registry_specs,
     worked_examples,
 )
+from erag_dagster.assets.reports import build_across_assets
 from erag_dagster.hashing import sha256_text
 from erag_dagster.meta.fit import fit_from_dict, fit_lines
 from erag_dagster.registry import Registry
-from erag_dagster.reports.cross_leaderboard import format_cross_leaderboard
-from erag_dagster.reports.cross_table1 import format_table1_across
+from erag_dagster.reports.catalog import BY_KEY, dataset_reports_for
 from erag_dagster.reports.html import (
     DatasetSection,
     FitWarnings,
@@ -46,7 +46,6 @@ from erag_dagster.reports.html import (
     render_html_report,
     write_html_report,
 )
-from erag_dagster.reports.html_blocks import renamed
 from erag_dagster.reports.html_words import dataset_display_name
 from erag_dagster.reports.verdict import Verdict
 from erag_dagster.resources import EvalSettings, LabelStoreResource
@@ -54,10 +53,9 @@ from erag_dagster.resources.io import PolarsJsonIOManager, local_path
 
 PAGE_NAME = "report.html"
 
-#: The reports a dataset with reader stages contributes (besides ``retrieval_report``).
-_READER_INPUTS = (
-    "erag_per_query", "verdict", "fit", "correlation_report", "label_agreement", "doc_labels",
-)  # fmt: skip
+#: What a dataset with reader stages contributes besides its report tables: the verdict, the
+#: fit diagnostics, the per-query table (leaderboard, drill-down, examples) and the labels.
+STORY_INPUTS = ("erag_per_query", "verdict", "fit", "doc_labels")
 
 
 def page_path() -> Path:
@@ -69,35 +67,24 @@ def _input_name(dataset: str | None, asset: str) -> str:
     return f"{dataset}__{asset}" if dataset else asset
 
 
+def _page_reports(registry: Registry, name: str | None) -> list[str]:
+    """The report tables of dataset ``name`` that the page shows (catalog order)."""
+    has_labels = bool(registry.for_dataset(name).reader_labels)
+    return [r.key for r in dataset_reports_for(has_labels) if r.page is not None]
+
+
 def _inputs(registry: Registry) -> dict[str, dg.AssetIn]:
     ins = {}
     for name in registry.dataset_names:
         prefix = [name] if name else []
-        assets = ("retrieval_report",)
+        assets = _page_reports(registry, name)
         if registry.for_dataset(name).reader_labels:
-            assets += _READER_INPUTS
+            assets += [a for a in STORY_INPUTS if a not in assets]
         for asset in assets:
             ins[_input_name(name, asset)] = dg.AssetIn(key=dg.AssetKey([*prefix, asset]))
-    for built in build_cross_dataset_assets(registry):  # two or more datasets
+    for built in build_across_assets(registry):  # two or more datasets
         ins |= {key.path[-1]: dg.AssetIn(key=key) for key in built.keys}
     return ins
-
-
-#: The reports across datasets the page shows (those the registry builds), with their text.
-_ACROSS: dict[str, tuple[str, Callable[[pl.DataFrame], str]]] = {
-    "beir_leaderboard": (
-        "Retrievers on the human judgments, per dataset and mean over datasets",
-        lambda t: format_cross_leaderboard(t, markdown=False),
-    ),
-    "erag_leaderboard": (
-        "eRAG list metrics, reader x retriever x dataset",
-        lambda t: format_cross_leaderboard(t, markdown=False),
-    ),
-    "table1_across": (
-        "Table 1 (Kendall tau-b), one column per dataset",
-        lambda t: format_table1_across(t, markdown=False),
-    ),
-}
 
 
 def _partitions(context: dg.AssetExecutionContext, name: str, value: object) -> dict:
@@ -124,9 +111,16 @@ def _section(
     ``None`` on an object store). ``fit_warnings``: the fit diagnostics' lines, if any."""
     registry, params = settings.registry(name), settings.resolve(name)
     prefix = [name] if name else []
-    value = {
-        asset: inputs.get(_input_name(name, asset))
-        for asset in ("retrieval_report", *_READER_INPUTS)
+    value = {asset: inputs.get(_input_name(name, asset)) for asset in STORY_INPUTS}
+    tables = {
+        key: inputs.get(_input_name(name, key)) for key in _page_reports(settings.registry(), name)
+    }
+    folder = report_folder(name)
+    side_files = {  # the files the reports' page blocks show (Figure 1's png)
+        file: (folder / file).read_bytes()
+        for key in tables
+        for file in BY_KEY[key].side_files
+        if (folder / file).is_file()
     }
     facts = dataset_facts(
         context.instance, prefix, name or dataset_display_name(params.dataset), params.dataset
@@ -137,7 +131,7 @@ def _section(
         fit_warnings = fit_lines([fit_from_dict(row) for row in value["fit"]])
     board = cost = queries = None
     examples: list = []
-    identities = figure = None
+    identities = None
     if isinstance(per_query, pl.DataFrame) and per_query.height:
         board = dataset_erag_leaderboard(
             per_query,
@@ -150,8 +144,6 @@ def _section(
         labels = _partitions(context, _input_name(name, "doc_labels"), value["doc_labels"])
         by = by_system(labels)
         identities = reader_identities(by, reader_identity)
-        png = report_folder(name) / "correlation_vs_k.png"
-        figure = png.read_bytes() if png.is_file() else None
         cost = label_cost(
             context.instance, dg.AssetKey([*prefix, "doc_labels"]), [str(k) for k in labels],
             sum(frame.height for frame in labels.values()),
@@ -172,10 +164,8 @@ def _section(
         fit_warnings=fit_warnings,
         erag_board=board,
         ranking_metric=params.list_metrics[0],
-        retrieval_report=value["retrieval_report"],
-        correlation_report=value["correlation_report"],
-        figure_png=figure,
-        label_agreement=value["label_agreement"],
+        reports={k: v for k, v in tables.items() if isinstance(v, pl.DataFrame)},
+        side_files=side_files,
         identities=identities,
         specs=registry_specs(registry, facts),
         files=links,
@@ -204,11 +194,11 @@ def _html_report(
         sections.append(
             _section(context, settings, name, inputs, store.reader_identity, links, base)
         )
-    across = [
-        (title, text(renamed(inputs[key], ["reader", "retriever"])))  # names, not keys
-        for key, (title, text) in _ACROSS.items()
-        if isinstance(inputs.get(key), pl.DataFrame) and inputs[key].height
-    ]
+    across = {  # the reports across datasets the registry builds, by key
+        key: frame
+        for key, report in BY_KEY.items()
+        if report.scope == "across" and isinstance(frame := inputs.get(key), pl.DataFrame)
+    }
     html = render_html_report(
         sections, run_id=context.run.run_id, written=datetime.now(UTC), across=across
     )

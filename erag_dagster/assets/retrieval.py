@@ -19,7 +19,6 @@ from erag_dagster.assets.common import (
 from erag_dagster.credentials import mask_in
 from erag_dagster.data.spec import parse_spec
 from erag_dagster.registry import Registry
-from erag_dagster.reports.leaderboard import format_leaderboard, leaderboard
 from erag_dagster.resources import EvalSettings
 from erag_dagster.retrieval.ann import approximate_index, parse_index
 from erag_dagster.retrieval.rerank import LIFT_SCHEMA, lift_report
@@ -128,57 +127,6 @@ def _retrieval_run(
         },
     )
     yield from asset_checks.checked(output, [asset_checks.result(asset_checks.RUN_DEPTH, depth)])
-
-
-@dg.asset(
-    group_name="reports",
-    code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
-    check_specs=asset_checks.report_check_specs("retrieval_report", figures=True, regression=True),
-)
-def retrieval_report(
-    context: dg.AssetExecutionContext,
-    settings: EvalSettings,
-    qrels: pl.DataFrame,
-    retrieval_run: dict[str, pl.DataFrame],
-) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-    """Human-judgment leaderboard (pytrec_eval, trec_eval conventions): per retriever the mean
-    of each metric with a bootstrap 95% CI, and a paired comparison (randomisation test and
-    t-test) with the first retriever of the registry."""
-    params = settings.resolve(dataset_of(context))
-    metrics = params.human_metrics
-    registry = settings.registry(dataset_of(context))
-    if qrels.height == 0:
-        context.log.warning("the dataset has no judgments: no human-judgment report")
-        empty = pl.DataFrame()
-        results, extra = asset_checks.report_results(
-            context, "retrieval_report", empty, "the dataset has no judgments",
-            (registry, params), regression=True,
-        )  # fmt: skip
-        output = dg.Output(empty, metadata={"metrics": metrics, **extra})
-        yield from asset_checks.checked(output, results)
-        return
-    order = [p for p in registry.retriever_partitions if p in retrieval_run]
-    runs = {p: retrieval_run[p] for p in order}
-    board = leaderboard(
-        qrels, runs, metrics, n_resamples=params.bootstrap_resamples,
-        relevance_level=params.relevance_level,
-    )  # fmt: skip
-    results, extra = asset_checks.report_results(
-        context, "retrieval_report", board, None, (registry, params), regression=True
-    )
-    output = dg.Output(
-        board,
-        data_version=frame_version(board),
-        metadata={
-            "report": table_md(format_leaderboard(board)),
-            "metrics": metrics,
-            "relevance_level": params.relevance_level,
-            "baseline": order[0],
-            **extra,
-        },
-    )
-    yield from asset_checks.checked(output, results)
 
 
 def asset_input_name(asset_key: list[str]) -> str:

@@ -4,10 +4,12 @@ Top to bottom: the **verdict** of each dataset (per reader a sentence, a chart o
 retriever's eRAG score with its 95% CI, and every pair with the p that decides it); then per
 dataset its name, size and run date, what the numbers mean in words, what the labels cost,
 the fit diagnostics (when given), one **worked example** per retriever from the question where
-the retrievers disagree most, and the details: the eRAG leaderboard, the human-judgment
-leaderboard, Table 1 as a heat-map, Figure 1, a per-query drill-down pre-sorted by
-disagreement, label agreement, the names with their partition hashes and full specs, the
-readers behind the labels and links to the stored parquet files.
+the retrievers disagree most, and the details: the eRAG leaderboard, the dataset's report
+tables (each drawn by its declaration's page block, :mod:`erag_dagster.reports.catalog`: the
+human-judgment leaderboard, Table 1 as a heat-map with Figure 1, label agreement), a per-query
+drill-down pre-sorted by disagreement, the names with their partition hashes and full specs,
+the readers behind the labels and links to the stored parquet files; then the reports across
+datasets (their page blocks).
 
 The parts: :mod:`.html_story` (verdict, meanings, examples, fit warnings),
 :mod:`.html_details` (leaderboard, drill-down), :mod:`.html_chart` (the SVG chart),
@@ -33,7 +35,6 @@ Policy:
 
 from __future__ import annotations
 
-import base64
 import html
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -48,32 +49,29 @@ import polars as pl
 from erag_dagster.labels.audit import identity_columns
 from erag_dagster.meta.per_query import System
 from erag_dagster.paths import atomic_path
+from erag_dagster.reports.catalog import BY_KEY, REPORTS
 from erag_dagster.reports.cross_leaderboard import (
     MEAN_OVER_DATASETS,
     erag_leaderboard,
     with_holm,
 )
+from erag_dagster.reports.declaration import Report
 from erag_dagster.reports.html_blocks import (
     absent,
     display_names,
     esc,
     frame_table,
-    heat_table,
     note,
-    renamed,
 )
 from erag_dagster.reports.html_details import drilldown_html, erag_board_html
 from erag_dagster.reports.html_examples import WorkedExample
 from erag_dagster.reports.html_story import examples_html, fit_html, meaning_html, verdict_html
 from erag_dagster.reports.html_words import (
-    FAMILIES,
     DatasetFacts,
     LabelCost,
     cost_sentence,
     facts_sentence,
 )
-from erag_dagster.reports.leaderboard import format_leaderboard
-from erag_dagster.reports.tables import table1_cells
 from erag_dagster.reports.verdict import Verdict
 
 #: The identity columns the page shows for each reader fingerprint (of
@@ -145,9 +143,10 @@ class DatasetSection:
     :class:`~.html_words.LabelCost`; ``examples``: :class:`~.html_examples.WorkedExample`\\ s;
     ``fit_warnings``: the fit diagnostics' warning lines (``None``: no diagnostics given, no
     section; empty: "no warning"); ``erag_board``: :func:`dataset_erag_leaderboard`;
-    ``retrieval_report``: the ``retrieval_report`` asset; ``correlation_report``: Table 1's
-    long frame; ``figure_png``: Figure 1's png bytes; ``label_agreement``: the
-    ``label_agreement`` asset; ``identities``: :func:`reader_identities`; ``specs``: the names,
+    ``reports``: the dataset's report tables by key (``retrieval_report``,
+    ``correlation_report``, ``label_agreement``: each drawn by its declaration's page block,
+    :mod:`erag_dagster.reports.catalog`); ``side_files``: the files those blocks show, by name
+    (Figure 1's png); ``identities``: :func:`reader_identities`; ``specs``: the names,
     partition keys and full specs (:data:`SPEC_COLUMNS`); ``files``: ``(label, href)`` pairs
     (:func:`file_links`).
     """
@@ -163,10 +162,8 @@ class DatasetSection:
     fit_warnings: FitWarnings = None
     erag_board: pl.DataFrame | None = None
     ranking_metric: str | None = None
-    retrieval_report: pl.DataFrame | None = None
-    correlation_report: pl.DataFrame | None = None
-    figure_png: bytes | None = None
-    label_agreement: pl.DataFrame | None = None
+    reports: Mapping[str, pl.DataFrame] = field(default_factory=dict)
+    side_files: Mapping[str, bytes] = field(default_factory=dict)
     identities: pl.DataFrame | None = None
     specs: pl.DataFrame | None = None
     files: Sequence[tuple[str, str | None]] = field(default_factory=tuple)
@@ -178,7 +175,7 @@ class DatasetSection:
         for frame, columns in (
             (self.erag_per_query, ("reader", "retriever")),
             (self.erag_board, ("reader", "retriever")),
-            (self.retrieval_report, ("retriever",)),
+            *((table, ("reader", "retriever")) for table in self.reports.values()),
             (self.verdict.ranking if self.verdict else None, ("reader", "retriever")),
         ):
             if frame is not None:
@@ -260,16 +257,15 @@ def render_html_report(
     title: str = "eRAG evaluation report",
     run_id: str | None = None,
     written: datetime | None = None,
-    across: Sequence[tuple[str, str]] = (),
+    across: Mapping[str, pl.DataFrame] | None = None,
 ) -> str:
     """The whole page (a ``str`` of UTF-8 HTML); see the module docstring.
 
     ``run_id``: the Dagster run the page was written by (shown, not linked); ``written``: when
-    (UTC; shown as the run's date); ``across``: ``(title, text)`` of each report across
-    datasets, the terminal's text table
-    (:func:`~erag_dagster.reports.cross_leaderboard.format_cross_leaderboard`,
-    :func:`~erag_dagster.reports.cross_table1.format_table1_across`), shown preformatted
-    after the datasets. A section's verdict opens the page (no verdict: no such section).
+    (UTC; shown as the run's date); ``across``: the reports across datasets by key, each drawn
+    after the datasets by its declaration's page block (:mod:`erag_dagster.reports.catalog`:
+    the terminal's text table, preformatted). A section's verdict opens the page (no verdict:
+    no such section).
     """
     body = [f"<h1>{esc(title)}</h1>"]
     if len(sections) == 1:
@@ -278,7 +274,7 @@ def render_html_report(
         body.append(f'<p class="lede">Run {written:%Y-%m-%d %H:%M} UTC.</p>')
     if len(sections) > 1:
         links = [f'<a href="#dataset-{i}">{esc(s.name)}</a>' for i, s in enumerate(sections)]
-        if across:
+        if any(frame.height for frame in (across or {}).values()):
             links.append('<a href="#across">Across datasets</a>')
         body.append(f"<nav>{' '.join(links)}</nav>")
     judged = [s for s in sections if s.verdict is not None and s.verdict.readers]
@@ -291,12 +287,17 @@ def render_html_report(
         body.append("\n".join(parts) + "</section>")
     for index, section in enumerate(sections):
         body.append(_dataset_html(index, section, written, lede=len(sections) > 1))
-    if across:
-        parts = ['<section id="across"><h2>Across datasets</h2>']
-        for heading, text in across:
-            parts.append(f"<h3>{esc(heading)}</h3>")
-            parts.append(f'<pre class="across">{html.escape(text, quote=True)}</pre>')
-        body.append("\n".join(parts) + "</section>")
+    across_blocks = [
+        _report_block(BY_KEY[key], frame, {})
+        for key, frame in (across or {}).items()
+        if BY_KEY[key].page is not None and frame.height
+    ]
+    if across_blocks:
+        body.append(
+            '<section id="across"><h2>Across datasets</h2>\n'
+            + "\n".join(across_blocks)
+            + "</section>"
+        )
     if run_id:
         body.append(f'<p class="note">Written by Dagster run <code>{esc(run_id)}</code>.</p>')
     return (
@@ -332,6 +333,16 @@ def _lede(s: DatasetSection, written: datetime | None, named: bool = True) -> st
 # --- the details -------------------------------------------------------------------------------
 
 
+def _report_block(report: Report, frame: pl.DataFrame | None, files: Mapping[str, bytes]) -> str:
+    """One report table's heading and block (its declaration's page view), or the one line
+    saying it is missing."""
+    assert report.page is not None
+    heading = f"<h3>{esc(report.page.heading)}</h3>"
+    if frame is None or not frame.height:
+        return heading + "\n" + absent(report.page.absent)
+    return heading + "\n" + report.page.render(frame, files)
+
+
 def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede: bool) -> str:
     names = s.names()
     parts = [f'<section id="dataset-{index}"><h2>Dataset {esc(s.name)}</h2>']
@@ -356,61 +367,11 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
         parts.append(erag_board_html(s.erag_board, s.ranking_metric, names))
     else:
         parts.append(absent("no eRAG labels in this run"))
-    parts.append("<h3>Retrieval quality on the human judgments</h3>")
-    if s.retrieval_report is not None and s.retrieval_report.height:
-        shown = renamed(s.retrieval_report, ["retriever"])
-        parts.append(frame_table(format_leaderboard(shown), label="human-judgment leaderboard"))
-        parts.append(
-            note(
-                "mean [95% bootstrap CI]; vs the first retriever: difference, p (* p < 0.05). "
-                + FAMILIES["judgments"]
-            )
-        )
-    else:
-        parts.append(absent("the dataset has no judgments"))
-    parts.append("<h3>Table 1: correlation of each labelling method with end-to-end quality</h3>")
-    if s.correlation_report is not None and s.correlation_report.height:
-        cells = table1_cells(
-            renamed(s.correlation_report, ["retriever"]), "kendall_tau", compact=True
-        )
-        # the dataset column repeats the section's name: left out
-        keep = [i for i, h in enumerate(cells.headers) if h != "dataset"]
-        parts.append(
-            heat_table(
-                [cells.headers[i] for i in keep],
-                [[row[i] for i in keep] for row in cells.rows],
-                [cells.right[i] for i in keep],
-                star="*",
-            )
-        )
-        parts.append(
-            note(
-                "Kendall tau-b with the end-to-end score per query; colour: blue for positive, "
-                "orange for negative, deeper for larger |tau|; outlined bold *: the best "
-                "method in its column for that system."
-            )
-        )
-        parts += [note(n) for n in cells.notes]
-    else:
-        parts.append(absent("no correlation report in this run"))
-    parts.append("<h3>Figure 1: correlation vs number of retrieved documents</h3>")
-    if s.figure_png:
-        data = base64.b64encode(s.figure_png).decode("ascii")
-        parts.append(
-            f'<img class="figure" alt="Figure 1 of dataset {esc(s.name)}" '
-            f'src="data:image/png;base64,{data}">'
-        )
-    else:
-        parts.append(absent("no figure in this run"))
+    for report in REPORTS:  # the report tables with a page block, in catalog order
+        if report.scope == "dataset" and report.page is not None:
+            parts.append(_report_block(report, s.reports.get(report.key), s.side_files))
     parts.append("<h3>Per question: where the retrievers disagree</h3>")
     parts.append(drilldown_html(s.erag_per_query, metric, s.questions, names))
-    parts.append("<h3>Agreement of automatic labels with the human judgments</h3>")
-    if s.label_agreement is not None and s.label_agreement.height:
-        shown = renamed(s.label_agreement, ["reader", "retriever"])
-        parts.append(frame_table(shown, label="label agreement"))
-        parts.append(note("agreement: share of documents labelled alike; kappa: Cohen's kappa."))
-    else:
-        parts.append(absent("no label agreement in this run"))
     parts.append("<h3>Details: names, partition hashes and specs</h3>")
     if s.specs is not None and s.specs.height:
         parts.append(frame_table(s.specs, code=("partition_key", "spec"), label="specs"))

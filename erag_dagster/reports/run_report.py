@@ -15,6 +15,9 @@
   they are;
 - **full** (``--full``): every cell of every table, as the assets hold them.
 
+Each table's text, compact or full, is its declaration's terminal view
+(:mod:`erag_dagster.reports.catalog`); this module orders and frames them.
+
 Either way the fit diagnostics (:attr:`RunReport.fits`, :mod:`erag_dagster.meta.fit`) come
 right after the verdict: compact, one line (or one per reader with warnings); full, a line per
 reader x retriever and every warning with its fix.
@@ -25,7 +28,6 @@ storage folder, ``<storage root>/reports/tables``, is the CLI's choice).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,42 +36,21 @@ import polars as pl
 
 from erag_dagster.meta.fit import FitDiagnostics, fit_frame, format_fit
 from erag_dagster.paths import atomic_path
-from erag_dagster.reports.leaderboard import (
-    STAT_SUFFIXES,
-    format_leaderboard,
-    leaderboard_metrics,
-)
-from erag_dagster.reports.tables import format_table, format_table1
-from erag_dagster.reports.verdict import Verdict, short_name
+from erag_dagster.reports.catalog import BY_KEY, REPORTS, dataset_reports_for, reports_across
+from erag_dagster.reports.dataset_reports import headline_metric
+from erag_dagster.reports.tables import format_table
+from erag_dagster.reports.verdict import Verdict
 
-#: Titles of the per-dataset reports, in print order.
+__all__ = ["ACROSS_TITLES", "FIT_TITLE", "TITLES", "RunReport", "Section", "headline_metric"]
+
+#: Titles of the per-dataset reports, in print order (from the report declarations).
 TITLES: dict[str, str] = {
-    "retrieval_report": "Retrieval quality against human/provenance judgments (pytrec_eval)",
-    "erag_report": "eRAG: list metrics on per-document reader labels, per retriever",
-    "correlation_report": "Meta-evaluation: Kendall tau-b with end-to-end quality "
-    "(bootstrap 95% CI; * = best per column)",
-    "label_agreement": "Agreement of automatic labels with the human judgments (Cohen's kappa)",
-    "efficiency_report": "Efficiency: end-to-end vs eRAG (query- / document-level batching)",
+    r.key: r.title for r in REPORTS if r.scope == "dataset" and r.text is not None
 }
 #: Titles of the reports across datasets (a registry with two datasets or more).
-ACROSS_TITLES: dict[str, str] = {
-    "beir_leaderboard": "Across datasets: retriever x dataset on the human judgments",
-    "erag_leaderboard": "Across datasets: eRAG list metrics, reader x retriever x dataset",
-    "table1_across": "Across datasets: Table 1 (Kendall tau-b), one column group per dataset",
-}
+ACROSS_TITLES: dict[str, str] = {r.key: r.title for r in reports_across()}
 #: Title of the fit diagnostics (:mod:`erag_dagster.meta.fit`), printed after the verdict.
 FIT_TITLE = "Do the labels fit the data? Answers cut, answer vs gold length, label vs judgment"
-_KEYS = ("reader", "retriever", "query_id", "queries")
-_HASH = re.compile(r"-[0-9a-f]{8}\b")
-
-
-def headline_metric(frame: pl.DataFrame) -> str:
-    """The headline eRAG metric of a report frame: the first metric in the registry's
-    ``list_metrics`` order (the first metric column of an ``erag_per_query``/``erag_report``
-    frame, or the first ``metric`` of a Table-1 frame)."""
-    if "metric" in frame.columns:
-        return str(frame["metric"][0])
-    return next(c for c in frame.columns if c not in _KEYS)
 
 
 @dataclass(frozen=True)
@@ -192,63 +173,13 @@ class RunReport:
 
 
 def render_section(key: str, frame: pl.DataFrame, full: bool = False) -> str | None:
-    """The text of one report frame (compact unless ``full``; module docstring); ``None``
-    where the report leaves the section out (``erag_per_query``; compact: ``erag_report``)."""
-    if key == "erag_per_query":
-        return None
-    if key in ACROSS_TITLES and frame.height:
-        from erag_dagster.reports.cross_leaderboard import format_cross_leaderboard
-        from erag_dagster.reports.cross_table1 import format_table1_across
-
-        text = format_table1_across if key == "table1_across" else format_cross_leaderboard
-        return text(frame, markdown=False)
-    if key == "correlation_report" and frame.height:
-        if full:
-            return format_table1(frame, statistic="kendall_tau")
-        return _compact_table1(frame)
-    if key == "retrieval_report" and frame.height:
-        board = frame if full else _headline_board(frame)
-        legend = "(mean [95% bootstrap CI]; vs the first retriever: difference, permutation p"
-        legend += ")" if full else f"; {len(leaderboard_metrics(frame))} metrics: --full)"
-        return format_table(format_leaderboard(board)) + "\n" + legend
-    if key == "erag_report" and not full:
-        return None  # the verdict is its headline column, with CIs and tests
-    if key == "label_agreement" and frame.height and not full:
-        return _compact_agreement(frame)
-    return format_table(frame)
-
-
-def _short(column: str) -> pl.Expr:
-    return pl.col(column).map_elements(short_name, return_dtype=pl.String)
-
-
-def _headline_board(board: pl.DataFrame) -> pl.DataFrame:
-    metric = leaderboard_metrics(board)[0]
-    stats = [f"{metric}{suffix}" for suffix in STAT_SUFFIXES]
-    return board.select(_short("retriever"), "baseline", "queries", "dropped", metric, *stats)
-
-
-def _compact_table1(frame: pl.DataFrame) -> str:
-    """Table 1 on the headline metric: rows reader x method, one column per retriever."""
-    metric = headline_metric(frame)
-    system = pl.col("retriever").str.split(" / ")
-    pivoted = frame.filter(pl.col("metric") == metric).with_columns(
-        retriever=system.list.get(-1).str.replace(_HASH.pattern, ""),
-        metric=system.list.get(0).str.replace(_HASH.pattern, ""),
-        method=pl.col("method").str.replace_all(_HASH.pattern, ""),
-    )
-    text = format_table1(
-        pivoted, statistic="kendall_tau", compact=True, headers=("dataset", "reader", "method")
-    )
-    return f"list metric {metric}, one column per retriever (every metric: --full)\n{text}"
-
-
-def _compact_agreement(frame: pl.DataFrame) -> str:
-    wide = frame.select(
-        "method", pl.format("{}/{}", _short("reader"), _short("retriever")).alias("system"),
-        "kappa",
-    ).pivot(on="system", index="method", values="kappa", maintain_order=True)  # fmt: skip
-    return format_table(wide, ".3f")
+    """The text of one report frame (compact unless ``full``): its declaration's terminal view
+    (:mod:`erag_dagster.reports.catalog`); ``None`` where the report leaves the section out
+    (``erag_per_query``; compact: ``erag_report``); a frame of no declared report as a table."""
+    report = BY_KEY.get(key)
+    if report is None:
+        return format_table(frame)
+    return None if report.text is None else report.text(frame, full)
 
 
 def sections_order(
@@ -258,9 +189,9 @@ def sections_order(
     reader-label ones only where the dataset has reader labels), then with ``many`` datasets
     the :data:`ACROSS_TITLES` ones."""
     wanted = [
-        (name, key)
+        (name, r.key)
         for name in dataset_names
-        for key in TITLES
-        if key == "retrieval_report" or readers.get(name, False)
+        for r in dataset_reports_for(readers.get(name, False))
+        if r.key in TITLES
     ]
     return wanted + ([(None, key) for key in ACROSS_TITLES] if many else [])
