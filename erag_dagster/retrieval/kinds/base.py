@@ -5,9 +5,9 @@ A kind is registered once (:mod:`erag_dagster.retrieval.kinds`): its name, the k
 with their value rules, the default of each optional key it reads, its checks against the other
 entries of the registry, the rewriting of its config as read (absolute paths, one spelling),
 what its partition hash covers, the retrievers it builds on and the function that runs it.
-:mod:`erag_dagster.registry` reads the first six (and must stay light: a kind module imports no
-engine at module level that loads faiss, torch or pyserini); :mod:`erag_dagster.retrievers`
-calls the last.
+:mod:`erag_dagster.registry` reads all but the defaults and the run (and must stay light: a
+kind module imports no engine at module level that loads faiss, torch or pyserini);
+:mod:`erag_dagster.retrievers` calls the run, which reads the defaults.
 
 Defaults are read at the point of use through :meth:`RetrieverKind.setting` and are never
 written into the config, so a partition hash covers exactly the keys the entry states.
