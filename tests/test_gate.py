@@ -222,6 +222,45 @@ def test_the_gate_shows_the_fit_diagnostics(gate: Gate, reader, storage_env) -> 
     assert "fit warning" in md and "max\\_new\\_tokens" in md
 
 
+def test_the_gate_and_the_api_share_retrieve_and_label(gate: Gate, reader, storage_env) -> None:
+    """One retrieve -> label -> fit (evaluation/systems.py, issue 31): the Python API's way —
+    retrieve at the config's k, label its top label_k, diagnose — finds the gate's candidate
+    rows, labels and fit exactly, every answer from the store the gate filled. The gate
+    retrieves at its labelled depth (its config's k is its label_k), as it always has."""
+    from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.evaluation import systems
+    from erag_dagster.gate.compare import _Context
+    from erag_dagster.labels.audit import evaluation_id
+    from erag_dagster.registry import load_registry
+
+    settings = gate.settings()
+    ctx = _Context(settings, reader)
+    try:
+        assert (ctx.config.k, ctx.config.label_k) == (K, K)
+    finally:
+        ctx.close()
+    registry = load_registry()
+    config = registry.evaluation.with_overrides(
+        "test", dataset=DATASET, label_k=K, metric="contains", list_metrics=list(METRICS)
+    )
+    assert config.k > K  # the API retrieves deeper than it labels
+    ds = load_dataset(DATASET)
+    run = systems.retrieve(registry, "bm25", ds.corpus, ds.queries, config)
+    assert run.group_by("query_id").len().get_column("len").max() > K
+    with open_store(str(gate.store)) as store:
+        api_side = systems.label_system(
+            run, ds, reader, config, store, executor=registry.generation,
+            producer=evaluation_id("api"), reader_name=str(reader.name), retriever="bm25",
+        )  # fmt: skip
+    assert (api_side.judged_now, api_side.from_store) == (0, 20 * K)
+    gate_side = compare(str(gate.baseline), "bm25", settings, reader=reader).candidate
+    columns = ["query_id", "doc_id", "rank", "label"]
+    ours = api_side.labels.select(columns).sort("query_id", "rank")
+    assert ours.equals(gate_side.labels.select(columns).sort("query_id", "rank"))
+    assert gate_side.fit is not None and api_side.fit.metric == "contains"
+    assert api_side.fit.as_dict() == gate_side.fit.as_dict()
+
+
 def test_options_contradicting_a_stored_baseline_are_refused(
     gate: Gate, reader, storage_env, capsys
 ) -> None:
