@@ -25,11 +25,10 @@ from erag_dagster.assets.common import (
 )
 from erag_dagster.code_versions import asset_code_version
 from erag_dagster.credentials import mask_in
-from erag_dagster.evaluation import steps
-from erag_dagster.labels.labeller import erag_code_versions, label_run
+from erag_dagster.evaluation import steps, systems
+from erag_dagster.labels.labeller import erag_code_versions
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
-from erag_dagster.retrieval.runs import top_k
 
 GPU_POOL = "gpu"
 """Reader-bound steps share this pool: its limit is the number of accelerators (op-level
@@ -52,7 +51,9 @@ def _doc_labels(
     corpus: pl.DataFrame,
     queries: pl.DataFrame,
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-    """Per-document eRAG labels for the top ``label_k`` of one run, judged by one reader.
+    """Per-document eRAG labels for the top ``label_k`` of one run, judged by one reader: the
+    label step the API and the gate call (:func:`erag_dagster.evaluation.systems.label`); its
+    fit diagnostics are the ``fit`` asset's, computed once over every partition.
 
     Pairs already in the label store (same reader fingerprint, question, document text, gold
     answers and metric) are taken from it; only unseen pairs run the reader.
@@ -60,11 +61,11 @@ def _doc_labels(
     reader_key, retriever_key = system_of(context.partition_key)
     params = settings.resolve(dataset_of(context))
     model = reader.get(settings.registry(dataset_of(context)), reader_key)
-    top_run = top_k(retrieval_run, params.label_k)
-    result = label_run(
-        top_run, queries, corpus, model, params.metric,
-        label_store.open(), run_id=context.run.run_id, log=context.log.info,
+    top_run = systems.labelled_run(retrieval_run, params)
+    result = systems.label(
+        retrieval_run, queries, corpus, model, params, label_store.open(),
         executor=reader.executor_spec(settings.registry(dataset_of(context))),
+        producer=context.run.run_id, log=context.log.info,
     )  # fmt: skip
     labels = result.labels
     distribution = (
