@@ -1,4 +1,5 @@
-"""eRAG labels (paper §2, eq. 1) per reader x retriever, and the list-metric report on them."""
+"""eRAG labels (paper §2, eq. 1) per reader x retriever (the list-metric tables on them are
+report declarations: :mod:`erag_dagster.reports.dataset_reports`)."""
 
 from collections.abc import Iterator
 
@@ -14,8 +15,6 @@ from erag_dagster.assets.automation import (
     reader_models_key,
 )
 from erag_dagster.assets.common import (
-    CODE_VERSION,
-    by_system,
     dataset_of,
     evaluation_of,
     frame_version,
@@ -25,7 +24,7 @@ from erag_dagster.assets.common import (
 )
 from erag_dagster.code_versions import asset_code_version
 from erag_dagster.credentials import mask_in
-from erag_dagster.evaluation import steps, systems
+from erag_dagster.evaluation import systems
 from erag_dagster.labels.labeller import erag_code_versions
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
@@ -99,53 +98,6 @@ def _doc_labels(
     yield from asset_checks.checked(
         output, [asset_checks.result(asset_checks.LABELS_COMPLETE, complete)]
     )
-
-
-@dg.asset(
-    group_name="reports",
-    code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
-    check_specs=asset_checks.report_check_specs("erag_per_query"),
-)
-def erag_per_query(
-    context: dg.AssetExecutionContext, settings: EvalSettings, doc_labels: dict[str, pl.DataFrame]
-) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-    """Per-query eRAG list metrics: ``reader, retriever, query_id`` + one column per metric,
-    computed on the eRAG labels of each run's top ``label_k`` documents."""
-    config = settings.resolve(dataset_of(context))
-    metrics = config.list_metrics
-    table = steps.score(by_system(doc_labels), config)
-    results, _ = asset_checks.report_results(context, "erag_per_query", table)
-    output = dg.Output(
-        table,
-        data_version=frame_version(table),
-        metadata={"rows": table.height, "metrics": metrics, "preview": table_md(table.head(10))},
-    )
-    yield from asset_checks.checked(output, results)
-
-
-@dg.asset(
-    group_name="reports",
-    code_version=CODE_VERSION,
-    automation_condition=RECOMPUTE_WHEN_STALE,
-    check_specs=asset_checks.report_check_specs("erag_report", figures=True),
-)
-def erag_report(
-    context: dg.AssetExecutionContext, settings: EvalSettings, erag_per_query: pl.DataFrame
-) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-    """The retriever comparison table: per (reader, retriever), the mean over queries of each
-    eRAG list metric (the queries are those of ``erag_per_query``)."""
-    params = settings.resolve(dataset_of(context))
-    table = steps.summarise(erag_per_query, params)
-    results, _ = asset_checks.report_results(
-        context, "erag_report", table, figures_of=(settings.registry(dataset_of(context)), params)
-    )
-    output = dg.Output(  # the verdict on these numbers: the verdict asset (assets/verdict.py)
-        table,
-        data_version=frame_version(table),
-        metadata={"report": table_md(table), "metrics": list(params.list_metrics)},
-    )
-    yield from asset_checks.checked(output, results)
 
 
 RUN_BY_RETRIEVER = dg.AssetIn(
