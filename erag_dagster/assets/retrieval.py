@@ -17,7 +17,7 @@ from erag_dagster.assets.common import (
     table_md,
 )
 from erag_dagster.credentials import mask_in
-from erag_dagster.data.spec import parse_spec
+from erag_dagster.evaluation import systems
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings
 from erag_dagster.retrieval.ann import approximate_index, parse_index
@@ -27,7 +27,6 @@ from erag_dagster.retrievers import (
     bm25_index_for,
     dense_index_for,
     encoder_from_config,
-    run_retriever,
 )
 
 
@@ -99,9 +98,8 @@ def _retrieval_run(
     k = params.k
     entry = registry.retriever(context.partition_key)
     timing = RetrievalTiming()
-    run = run_retriever(
-        registry, entry.name, corpus, queries, k, context.log.info, timing,
-        question_subset=parse_spec(params.dataset).question_subset,
+    run = systems.retrieve(  # the retrieve step the API and the gate call
+        registry, entry.name, corpus, queries, params, context.log.info, timing=timing,
         asset_runs={
             e.name: upstream[asset_input_name(e.config["asset_key"])]
             for e in registry.retrievers.values() if e.config["kind"] == "asset"
