@@ -98,7 +98,9 @@ class GenerationMixin:
 
         guarded = self.guarded
         shared = self._shared(prompts)
-        return self._run_batches(prompts, "generate", forward, collect, on_batch, shared)
+        return self._run_batches(
+            prompts, "generate", forward, collect, on_batch, shared, reuse=True
+        )
 
     @property
     def guarded(self) -> bool:
