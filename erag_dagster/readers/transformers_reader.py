@@ -28,9 +28,8 @@ generated tokens, seconds), so a benchmark can compute ``2 × num_parameters × 
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -39,13 +38,7 @@ import torch
 from erag_dagster.callbacks import OnBatch
 from erag_dagster.devices import resolve_device
 from erag_dagster.errors import InputError
-from erag_dagster.readers.batching import (
-    CPU_PAD_SLACK,
-    BatchTiming,
-    length_batches,
-    pad_batch,
-    token_windows,
-)
+from erag_dagster.readers.batching import CPU_PAD_SLACK, BatchTiming, length_batches, pad_batch
 from erag_dagster.readers.fingerprint import (
     fingerprint_of,
     reader_identity,
@@ -57,12 +50,10 @@ from erag_dagster.readers.model_cache import drop_model, shared_model
 from erag_dagster.readers.models import ModelSource, resolve_model
 from erag_dagster.readers.prefix_sharing import (
     cache_for_batch,
-    cache_kwarg,
     prefill,
     shared_prefix,
     window_allows_sharing,
 )
-from erag_dagster.readers.prefix_store import WINDOW_TOKENS, batch_cache, prefill_all
 from erag_dagster.readers.prompts import (
     RELEVANCE_SYSTEM_PROMPT,
     RELEVANCE_TEMPLATE,
@@ -256,46 +247,12 @@ class TransformersReader(GenerationMixin, ScoringMixin):
             return 0
         return shared_prefix(prompts, ends)
 
-    def _reusing(self) -> bool:
-        """Whether rows are prefilled from stored prefixes (:mod:`.prefix_store`): where
-        prefixes are shared (:meth:`_sharing`), on a CPU, and where the model takes explicit
-        ``position_ids`` (front-padded rows need their true positions)."""
-        if not (self._sharing() and self.device.type == "cpu"):
-            return False
-        return "position_ids" in inspect.signature(self._ensure().model.forward).parameters
-
     def _sharing(self) -> bool:
         """Whether prompt prefixes are shared (``share_prefix``; ``auto``: in float32)."""
         wanted = self.spec.share_prefix
         if wanted == "auto":
             wanted = self.dtype == torch.float32
         return bool(wanted) and not self._ensure().is_seq2seq
-
-    def _chunks(
-        self, loaded: LoadedModel, prompts: Sequence[list[int]], slack: float | None, reuse: bool
-    ) -> Iterator[tuple[list[int], list[Any] | None, float, int]]:
-        """The batches of :meth:`_run_batches`: ``(indices, caches, seconds, padded)``. Without
-        ``reuse``: length batches, no caches. With it: per window of prompts in token order
-        (:func:`token_windows`), every prompt's cache of all but its last token is prefilled
-        (:func:`prefill_all`; its seconds and fed positions go with the window's first batch),
-        then the window is cut into length batches that carry those caches."""
-        if not reuse:
-            for chunk in length_batches(prompts, self.spec.batch_size, slack):
-                yield chunk, None, 0.0, 0
-            return
-        accepts = inspect.signature(loaded.model.forward).parameters
-        store = loaded.prefixes
-        for window in token_windows(prompts, WINDOW_TOKENS):
-            began, fed = time.perf_counter(), store.padded_tokens
-            rows = [prompts[i] for i in window]
-            caches = prefill_all(
-                loaded.model, store, rows, loaded.device, cache_kwarg(loaded.model), accepts,
-                self.spec.batch_size, slack,
-            )  # fmt: skip
-            seconds, padded = time.perf_counter() - began, store.padded_tokens - fed
-            for chunk in length_batches(rows, self.spec.batch_size, slack):
-                yield [window[j] for j in chunk], [caches[j] for j in chunk], seconds, padded
-                seconds, padded = 0.0, 0
 
     def _run_batches(
         self,
@@ -305,7 +262,6 @@ class TransformersReader(GenerationMixin, ScoringMixin):
         collect: Callable[[LoadedModel, Any, torch.Tensor], tuple[list[Any], int]],
         on_batch: OnBatch | None = None,
         shared: int = 0,
-        reuse: bool = False,
     ) -> list[Any]:
         """The one batch loop: length batches (:func:`length_batches`), padded; ``forward``
         (timed) runs the model on a batch, ``collect`` turns its output into one value per
@@ -314,39 +270,24 @@ class TransformersReader(GenerationMixin, ScoringMixin):
 
         ``shared`` > 0: every prompt starts with the same ``shared`` tokens; they are prefilled
         once (timed with the first batch) and ``forward`` gets a copy of their KV cache grown to
-        the batch (else ``None``), the rows laid out ``prefix | padding | rest``.
-
-        ``reuse`` (where :meth:`_reusing`; ``shared`` is then ignored): every row is prefilled
-        from the longest prefix already computed (:mod:`.prefix_store`, :meth:`_chunks`), and
-        ``forward`` gets the rows' caches of all but their last token, left-padded into one
-        (``padding | prompt``)."""
+        the batch (else ``None``), the rows laid out ``prefix | padding | rest``."""
         loaded = self._ensure()
-        reuse = reuse and self._reusing()
         slack = CPU_PAD_SLACK if self.device.type == "cpu" else None
         values: list[Any] = [None] * len(prompts)
         with torch_threads(self.spec.num_threads), loaded.lock, torch.inference_mode():
             prefix_cache, prefix_seconds = None, 0.0
-            if shared and not reuse:
+            if shared:
                 began = time.perf_counter()
                 prefix_cache = prefill(loaded.model, prompts[0][:shared], loaded.device)
                 prefix_seconds = time.perf_counter() - began
-            for chunk, caches, reused_seconds, reused_padded in self._chunks(
-                loaded, prompts, slack, reuse
-            ):
+            for chunk in length_batches(prompts, self.spec.batch_size, slack):
                 rows = [prompts[i] for i in chunk]
                 left = not loaded.is_seq2seq
                 ids, mask = pad_batch(
-                    rows, loaded.tokenizer.pad_token_id, left, loaded.device, 0 if reuse else shared
+                    rows, loaded.tokenizer.pad_token_id, left, loaded.device, shared
                 )
-                began = time.perf_counter() - reused_seconds
-                if caches is not None:
-                    cache = batch_cache(caches, ids.shape[1] - 1)
-                    padded = reused_padded + len(rows)
-                else:
-                    cache = (
-                        None if prefix_cache is None else cache_for_batch(prefix_cache, len(rows))
-                    )
-                    padded = int(ids.numel()) - (len(rows) * shared if cache is not None else 0)
+                began = time.perf_counter()
+                cache = None if prefix_cache is None else cache_for_batch(prefix_cache, len(rows))
                 raw = forward(loaded, ids, mask, cache)
                 seconds = time.perf_counter() - began + prefix_seconds
                 prefix_seconds = 0.0
@@ -354,6 +295,7 @@ class TransformersReader(GenerationMixin, ScoringMixin):
                 for value, i in zip(batch_values, chunk, strict=True):
                     values[i] = value
                 prompt_tokens = sum(len(r) for r in rows)
+                padded = int(ids.numel()) - (len(rows) * shared if cache is not None else 0)
                 self.timings.append(
                     BatchTiming(kind, len(chunk), prompt_tokens, generated, padded, seconds)
                 )
@@ -427,13 +369,6 @@ class TransformersReader(GenerationMixin, ScoringMixin):
     def reset_timings(self) -> None:
         """Forget recorded batch timings."""
         self.timings.clear()
-
-    def forget_prefixes(self) -> None:
-        """Empty the loaded model's store of computed prompt prefixes (:mod:`.prefix_store`;
-        shared by every reader on that model), so the next call computes what a first call
-        does — what a benchmark round must time. Nothing when the model is not loaded."""
-        if self._loaded is not None:
-            self._loaded.prefixes.clear()
 
     def throughput(self) -> dict[str, float]:
         """Totals over :attr:`timings`: seconds, tokens, pairs, and GFLOP/s ≈ 2·params·tokens/s."""

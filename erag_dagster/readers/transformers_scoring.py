@@ -78,7 +78,7 @@ class ScoringMixin:
         ) -> tuple[list[float], int]:
             return [float(value) for value in ratio], 0
 
-        return self._run_batches(prompts, "score", forward, collect, shared=shared, reuse=True)
+        return self._run_batches(prompts, "score", forward, collect, shared=shared)
 
     def continuation_log_probs(self, items: Sequence[tuple[str, str, str]]) -> list[list[float]]:
         """Teacher-forced ``log p(c_t | prompt, c_<t)`` (natural log) of each continuation token,
