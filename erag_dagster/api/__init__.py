@@ -57,6 +57,7 @@ def evaluate(
     store: str | Path | None = None,
     n_resamples: int | None = None,
     seed: int | None = None,
+    reference: str | None = None,
     log: Log | None = None,
     progress: Progress | None = None,
 ) -> RunReport:
@@ -79,6 +80,12 @@ def evaluate(
         n_resamples: bootstrap resamples of every CI; ``seed``: seed of every draw (defaults:
             the registry's ``bootstrap_resamples`` and ``seed``, 1000 and 0 unless set there:
             the same call gives the same CIs and p-values).
+        reference: what each document's answer is scored against (default: the registry's
+            ``evaluation.reference``, ``gold``): ``self@union``, ``self@RETRIEVER``,
+            ``reader:NAME@RETRIEVER``, ... label a dataset without gold answers against a
+            reference answer per question (docs/label-methods.md, "Labels without gold
+            answers"); ``@union`` reads the retrievers evaluated here. The labels then carry
+            ``reference_answer`` and ``reference`` (its provenance).
         log: receives progress lines (default: silent).
         progress: ``progress(done, total)``, the pairs a reader has generated of those it
             must (per reader x retriever), after each step and at least every 10 s.
@@ -101,11 +108,12 @@ def evaluate(
     api_args.check_evaluate(
         dataset=dataset, retrievers=retrievers, reader=reader, metrics=metrics, metric=metric,
         k=k, label_k=label_k, registry=registry, store=store, n_resamples=n_resamples,
-        seed=seed, log=log, progress=progress,
+        seed=seed, log=log, progress=progress, reference=reference,
     )  # fmt: skip
     import polars as pl
 
     from erag_dagster.evaluation import steps, systems
+    from erag_dagster.evaluation.references import make_references
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
     from erag_dagster.meta.fit import FitDiagnostics, fit_frame
@@ -118,8 +126,9 @@ def evaluate(
     config = evaluation_config(
         reg, "evaluate", dataset=dataset or None, k=k, label_k=label_k, metric=metric,
         list_metrics=metric_list(metrics) if metrics is not None else None,
-        bootstrap_resamples=n_resamples, seed=seed,
+        bootstrap_resamples=n_resamples, seed=seed, reference=reference,
     )  # fmt: skip
+    reg.check_reference(config, "evaluate")  # a reference naming an unknown reader: now
     human_metrics = list(config.human_metrics)
     n_resamples, seed = config.bootstrap_resamples, config.seed
     spec = config.dataset
@@ -139,13 +148,34 @@ def evaluate(
     labels: dict[tuple[str, str], pl.DataFrame] = {}
     fits: list[FitDiagnostics] = []
     producer = evaluation_id("api")  # what `erag-dagster audit` shows for this call's labels
+    teachers: dict[str, Any] = {}
+
+    def teacher(name: str) -> Any:
+        if name not in teachers:
+            teachers[name] = _readers(name, reg)[0][1]
+        return teachers[name]
+
     for reader_key, model in models:  # each model loads on its first pair, stays loaded
+        references = make_references(
+            config,
+            reg,
+            ds.queries,
+            ds.corpus,
+            model,
+            runs,
+            label_store,
+            reader_for=teacher,
+            executor=reg.generation,
+            producer=producer,
+            log=log,
+            store_name=target,
+        )  # fmt: skip  (None: scored against the gold answers)
         for key, run in runs.items():
             say(f"label {key} with {reader_key}")
             system = systems.label_system(
                 run, ds, model, config, label_store, executor=reg.generation,
                 producer=producer, reader_name=reader_key, retriever=key, log=log,
-                progress=progress, store_name=target,
+                progress=progress, store_name=target, references=references,
             )  # fmt: skip
             labels[(reader_key, key)] = system.labels
             fits.append(system.fit)  # docs/label-methods.md, "Fit diagnostics"

@@ -64,6 +64,7 @@ def check_evaluate(
     seed: Any,
     log: Any,
     progress: Any = None,
+    reference: Any = None,
 ) -> None:
     """The arguments of :func:`erag_dagster.api.evaluate` (rules: module docstring)."""
     if not isinstance(dataset, str):
@@ -83,6 +84,7 @@ def check_evaluate(
     _seed(seed)
     _callable(log, "log")
     _callable(progress, "progress", "(done, total)")
+    _name(reference, "reference", optional=True)
 
 
 def check_label(

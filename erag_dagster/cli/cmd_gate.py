@@ -27,6 +27,7 @@ def _gate_settings(args: argparse.Namespace):
         k=args.k or 0,
         store=args.store or "",
         registry=args.registry or "",
+        reference=args.reference or "",
     )
 
 

@@ -238,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--store", help=_STORE_HELP)
         p.add_argument("--registry")
+        p.add_argument(
+            "--reference",
+            help="score answers against a reference answer per question instead of gold, e.g. "
+            "self@union (a question log; default: evaluation.reference; docs/gate.md)",
+        )
         p.add_argument("--verbose", action="store_true", help="labelling progress on stderr")
 
     p = sub.add_parser(

@@ -18,7 +18,10 @@ Defaults (the fields of :class:`EvaluationConfig`, each written once there):
 - ``human_metrics`` ``nDCG@10, R@10, R@50, P@5, Success@5, RR, AP``; ``relevance_level`` 1;
 - ``bootstrap_resamples`` 1000, ``seed`` 0, ``alpha`` 0.05 (every CI, test and verdict);
 - ``efficiency_ks`` ``[10, 50]``, ``efficiency_queries`` 10, ``efficiency_rounds`` 3 (Table 2);
-- ``label_methods`` none; ``schedule`` ``0 3 * * *`` (the re-evaluation schedule, cron).
+- ``label_methods`` none; ``schedule`` ``0 3 * * *`` (the re-evaluation schedule, cron);
+- ``reference`` ``gold``: labels score against the gold answers; a reference answer per question
+  instead (``self@union``, ``self@RETRIEVER``, ``reader:NAME@RETRIEVER``, ...) labels a dataset
+  without gold answers (:mod:`erag_dagster.labels.reference`, docs/label-methods.md).
 
 Edge-case policy: an unknown key, a wrong type (a bool where a number is wanted, a string where a
 list is wanted), an empty list or an out-of-range number is refused with one
@@ -132,6 +135,13 @@ def _label_methods(value: Any) -> list[str]:
     return check_label_methods(list(value))
 
 
+def _reference(value: Any) -> str:
+    from erag_dagster.labels.reference import GOLD, parse_reference
+
+    found = parse_reference(value)
+    return GOLD if found is None else found.text
+
+
 def _schedule(value: Any) -> str:
     if not isinstance(value, str) or len(value.split()) != 5:
         raise ValueError("a cron string of five fields such as '0 3 * * *'")
@@ -158,6 +168,7 @@ FIELDS: dict[str, _Field] = {
     "relevance_level": _Field(_count),
     "e2e_ks": _Field(_counts),
     "label_methods": _Field(_label_methods),
+    "reference": _Field(_reference),
     "bootstrap_resamples": _Field(_count, per_dataset=False),
     "seed": _Field(_seed, per_dataset=False),
     "alpha": _Field(_alpha, per_dataset=False),
@@ -188,6 +199,7 @@ class EvaluationConfig:
     relevance_level: int = 1
     e2e_ks: list[int] = field(default_factory=lambda: [1, 3])
     label_methods: list[str] = field(default_factory=list)
+    reference: str = "gold"
     bootstrap_resamples: int = 1000
     seed: int = 0
     alpha: float = 0.05

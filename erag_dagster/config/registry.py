@@ -135,6 +135,32 @@ class Registry:
             reader_labels=entry.reader_labels,
         )
 
+    def check_reference(self, config: EvaluationConfig | None = None, where: str = "") -> None:
+        """An :class:`InputError` naming what is unknown when ``config.reference`` (default:
+        this view's) names a reader or retriever this registry (view) lacks; nothing for
+        ``gold``. The grammar itself was checked with the config."""
+        from erag_dagster.labels.reference import parse_reference
+
+        spec = parse_reference((config or self.evaluation).reference)
+        if spec is None:
+            return
+        what = f"{where or self.path}: evaluation.reference {spec.text!r}"
+        if spec.teacher is not None and spec.teacher not in self.readers:
+            raise InputError(
+                f"{what} names reader {spec.teacher!r}; known: {', '.join(self.readers)}"
+            )
+        if spec.retriever is not None and spec.retriever not in self.retrievers:
+            raise InputError(
+                f"{what} names retriever {spec.retriever!r}; known: {', '.join(self.retrievers)}"
+            )
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether this (view's) labels score against a reference answer instead of the gold
+        answers (``evaluation.reference`` is not ``gold``): the graph then holds no stage
+        scored against gold."""
+        return self.evaluation.reference != "gold"
+
     @property
     def dataset_names(self) -> list[str | None]:
         """The datasets of the graph: the section's names, or ``[None]`` (one, unprefixed)."""
@@ -251,7 +277,11 @@ def parse_registry(
             base=evaluation,
             allowed=DATASET_OVERRIDES,
         )
-    return Registry(path, retrievers, readers, evaluation, spec, datasets)
+    registry = Registry(path, retrievers, readers, evaluation, spec, datasets)
+    for name in registry.dataset_names:  # a reference names what its dataset's view holds
+        view = registry.for_dataset(name)
+        view.check_reference(where=f"{path}: dataset {name!r}" if name else path)
+    return registry
 
 
 def _references(config: dict[str, Any]) -> list[str]:

@@ -11,10 +11,14 @@ out (BEIR keeps the queries judged in the split only). Samples: the first record
 it is written there (a JSON-lines or TSV line, a parquet row; ``None`` for a SQuAD/KILT file read
 as one document), and the first row of each table as loaded (canonical columns).
 
-Usable: a dataset is usable when some query has gold answers (eRAG labels) or judgments exist
-(human-judgment metrics); one with neither raises :class:`InputError` (nothing to evaluate
-against). Notes (not errors): queries without judgments, some but not all queries without gold
-answers (labelling refuses a run that holds one), documents without text.
+Usable: every dataset that loads (questions and a corpus) can be labelled against a reference
+answer (``evaluation.reference``: docs/label-methods.md, "Labels without gold answers"); gold
+answers add eRAG labels against gold, end-to-end quality and Table 1; judgments add the
+human-judgment metrics, label agreement and the fit's label-vs-judgment AUC.
+:attr:`DatasetCheck.cannot` says what a dataset without one of them cannot compute. Notes (not
+errors): queries without judgments, some but not all queries without gold answers (labelling
+against gold refuses a run that holds one), documents without text, identical questions of a
+question log counted once.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.core.errors import InputError
 from erag_dagster.core.input_files import text_lines
 from erag_dagster.data.loaders import dataset_source_files, load_dataset
 from erag_dagster.data.spec import parse_spec
 
+REFERENCE_HINT = "evaluation.reference, e.g. self@union"
+"""How a dataset without gold answers is labelled (docs/registry.md, ``reference``)."""
 SAMPLE_CHARS = 240
 """Longest sample record shown, in characters (longer ones end in ``...``)."""
 
@@ -55,13 +60,33 @@ class DatasetCheck:
 
     @property
     def uses(self) -> str:
-        """What the dataset supports: eRAG labels, human-judgment metrics or both."""
+        """What the dataset supports: eRAG labels against gold, human-judgment metrics, and
+        (without gold answers) eRAG labels against a reference answer."""
         parts = []
         if self.queries_with_answers:
             parts.append("eRAG labels (gold answers)")
         if self.judgments:
             parts.append("human-judgment metrics (judgments)")
+        if not self.queries_with_answers:
+            parts.append(f"eRAG labels against a reference answer ({REFERENCE_HINT})")
         return " and ".join(parts)
+
+    @property
+    def cannot(self) -> tuple[str, ...]:
+        """What this dataset cannot compute, one line per missing input (empty when it has
+        gold answers for every query and judgments)."""
+        out = []
+        if not self.queries_with_answers:
+            out.append(
+                "without gold answers: labels against gold, end-to-end quality, Table 1, the "
+                "label baselines, the fit's answer-vs-gold length"
+            )
+        if not self.judgments:
+            out.append(
+                "without judgments: the human-judgment metrics (retrieval leaderboard), label "
+                "agreement, the fit's label-vs-judgment AUC"
+            )
+        return tuple(out)
 
 
 def _cut(text: str) -> str:
@@ -105,10 +130,20 @@ def _left_out_queries(spec: str, kept: int) -> int | None:
     return records - kept
 
 
+def _merged_questions(spec: str, kept: int) -> int:
+    """``questions:``: the records of the log that repeat an earlier question (0 for the other
+    kinds)."""
+    from erag_dagster.data.formats.questions import log_records
+
+    parsed = parse_spec(spec)
+    if parsed.kind != "questions" or parsed.path is None or parsed.question_subset:
+        return 0
+    return len(log_records(parsed.path)) - kept
+
+
 def check_dataset(spec: str) -> DatasetCheck:
     """Load ``spec`` and describe it (module docstring). Raises :class:`InputError`: the
-    loader's one line for a bad spec or file, or one line when the dataset has neither gold
-    answers nor judgments."""
+    loader's one line for a bad spec or file."""
     files = dataset_source_files(spec)
     ds = load_dataset(spec)
     parsed = parse_spec(spec)
@@ -116,25 +151,32 @@ def check_dataset(spec: str) -> DatasetCheck:
     judged = ds.qrels.get_column("query_id").n_unique() if ds.qrels.height else 0
     relevant = ds.qrels.filter(pl.col("relevance") >= 1).height
     n_queries = ds.queries.height
-    if not answers and not ds.qrels.height:
-        raise InputError(
-            f"dataset {spec!r}: {n_queries} queries, none with gold answers and no judgments: "
-            "nothing to evaluate against (give answers in queries or a qrels file)"
-        )
     notes = []
     if ds.qrels.height and judged < n_queries:
         notes.append(
             f"{n_queries - judged} of {n_queries} queries have no judgment: human-judgment "
             "metrics score them 0"
         )
-    if not ds.qrels.height:
+    if not ds.qrels.height and answers:
         notes.append(
             "no judgments: eRAG labels only (no retrieval leaderboard, no label agreement)"
         )
-    if not answers:
+    if not answers and ds.qrels.height:
         notes.append(
-            "no query has gold answers: judgments only (eRAG labels need gold answers; "
-            "in a registry's datasets: section, reader_labels: false)"
+            "no query has gold answers: judgments only, or eRAG labels against a reference "
+            f"answer ({REFERENCE_HINT}; in a registry's datasets: section, reader_labels: false "
+            "keeps the judgments only)"
+        )
+    if not answers and not ds.qrels.height:
+        notes.append(
+            f"questions only: eRAG labels against a reference answer ({REFERENCE_HINT}); the "
+            "labels are relative to that reference, not to gold (docs/label-methods.md)"
+        )
+    merged = _merged_questions(spec, n_queries)
+    if merged:
+        notes.append(
+            f"{merged} lines of the question log repeat an earlier question (no id): each "
+            "question is one query"
         )
     elif answers < n_queries:
         missing = ds.queries.filter(pl.col("answers").list.len() == 0)
@@ -191,5 +233,6 @@ def format_check(check: DatasetCheck) -> str:
     for table, sample in check.table_samples.items():
         lines.append(f"  {table:8} {sample if sample is not None else '(empty)'}")
     lines += [f"note: {note}" for note in check.notes]
+    lines += [f"cannot compute {line}" for line in check.cannot]
     lines.append(f"usable for: {check.uses}")
     return "\n".join(lines)

@@ -11,6 +11,9 @@ Spec grammar (the same string is used in config files and on the command line)::
     kilt:FILE[?corpus=KS.jsonl]      KILT JSON lines (+ optional KILT knowledge source)
     jsonl:DIR / parquet:DIR          corpus/queries[/qrels] files with the canonical column names;
                                      ``?doc_id=_id&question=query`` renames (canonical=source)
+    questions:FILE[?corpus=PATH]     a question log (JSON lines or one question per line) and a
+                                     corpus (default corpus.jsonl beside it): no gold answers, no
+                                     judgments; labelled against a reference (evaluation.reference)
 
 Options every kind accepts: ``max_questions=N`` keeps the first *N* queries in file order (after
 the kind's own filtering, e.g. BEIR's judged-only rule) and the qrels of those queries; the
@@ -38,6 +41,7 @@ from erag_dagster.core.errors import InputError
 from erag_dagster.data.chunking import split_dataset
 from erag_dagster.data.formats.beir import beir_files, load_beir
 from erag_dagster.data.formats.kilt import kilt_files, load_kilt
+from erag_dagster.data.formats.questions import load_question_log, log_files
 from erag_dagster.data.formats.squad import SAMPLE_FILE, load_sample, load_squad, sample_file
 from erag_dagster.data.formats.tables import load_tables, table_files
 from erag_dagster.data.schema import Dataset
@@ -102,6 +106,15 @@ def _load_tables(parsed: DatasetSpec, spec: str) -> Dataset:
     return load_tables(_path(parsed), parsed.kind, rename, spec)
 
 
+def _log_files(parsed: DatasetSpec, spec: str) -> tuple[Path, ...]:
+    return tuple(log_files(_path(parsed), parsed.options.get("corpus"), spec))
+
+
+def _load_log(parsed: DatasetSpec, spec: str) -> Dataset:
+    found = log_files(_path(parsed), parsed.options.get("corpus"), spec)
+    return load_question_log(found.log, found.corpus, spec)
+
+
 _FORMATS: dict[str, _Format] = {
     "sample": _Format(
         lambda parsed, spec: (sample_file(),), lambda parsed, spec: load_sample(spec)
@@ -116,6 +129,7 @@ _FORMATS: dict[str, _Format] = {
     "kilt": _Format(_kilt_files, _load_kilt),
     "jsonl": _Format(_table_files, _load_tables),
     "parquet": _Format(_table_files, _load_tables),
+    "questions": _Format(_log_files, _load_log),
 }
 assert set(_FORMATS) == set(KNOWN_KINDS), "every known kind needs a loader"
 

@@ -20,7 +20,15 @@ __all__ = [
     "parse_spec",
 ]
 
-KNOWN_KINDS: tuple[str, ...] = ("sample", "squad", "beir", "kilt", "jsonl", "parquet")
+KNOWN_KINDS: tuple[str, ...] = (
+    "sample",
+    "squad",
+    "beir",
+    "kilt",
+    "jsonl",
+    "parquet",
+    "questions",
+)
 """Every dataset kind :func:`load_dataset` understands (the part of a spec before ``:``)."""
 
 CANONICAL_COLUMNS: tuple[str, ...] = (
@@ -42,10 +50,11 @@ KIND_OPTIONS: dict[str, tuple[str, ...]] = {
     "kilt": ("corpus",),
     "jsonl": CANONICAL_COLUMNS,
     "parquet": CANONICAL_COLUMNS,
+    "questions": ("corpus",),
 }
 """Options each kind accepts on top of :data:`COMMON_OPTIONS`."""
 
-_KIND_USAGE = "sample, squad:PATH, beir:DIR, kilt:FILE, jsonl:DIR, parquet:DIR"
+_KIND_USAGE = "sample, squad:PATH, beir:DIR, kilt:FILE, jsonl:DIR, parquet:DIR, questions:FILE"
 
 
 class DatasetSpec(NamedTuple):

@@ -14,6 +14,8 @@ regression gate (``erag-dagster baseline``/``compare``) and the Dagster assets (
 - :func:`label`: eRAG labels of :func:`labelled_run` with ``config.metric`` through the label
   store (:func:`erag_dagster.labels.labeller.label_run`), each new row recording ``producer``
   (a Dagster run id, or an :func:`~erag_dagster.labels.audit.evaluation_id` outside Dagster);
+  scored against the gold answers, or, when ``config.reference`` is not ``gold``, against the
+  reference answers the door made first (:mod:`erag_dagster.evaluation.references`);
 - :func:`fit`: whether those labels fit the data (:func:`erag_dagster.meta.fit.reader_fit`,
   with ``config.relevance_level``, ``bootstrap_resamples`` and ``seed``);
 - :func:`label_system`: :func:`label` then :func:`fit`, as one :class:`SystemLabels` (the API
@@ -36,7 +38,7 @@ import polars as pl
 
 from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.core.callbacks import Log, Progress
-from erag_dagster.core.errors import concerning
+from erag_dagster.core.errors import InputError, concerning
 from erag_dagster.data.spec import parse_spec
 from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.labeller import LabelResult, label_run
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from erag_dagster.labels.executor import ExecutorSpec
     from erag_dagster.labels.labeller import Reader
     from erag_dagster.labels.reader_calls import ReaderCalls
+    from erag_dagster.labels.reference import References
     from erag_dagster.labels.store import LabelStoreBase
 
 __all__ = ["SystemLabels", "fit", "label", "label_system", "labelled_run", "retrieve"]
@@ -99,6 +102,7 @@ def label(
     log: Log | None = None,
     progress: Progress | None = None,
     store_name: str | None = None,
+    references: References | None = None,
 ) -> LabelResult:
     """eRAG labels of :func:`labelled_run` of ``run``: each (query, document) answered by
     ``reader`` on that document alone, scored with ``config.metric`` against the gold answers
@@ -108,13 +112,34 @@ def label(
     id every new store row records (``audit``); ``progress(done, total)``: pairs generated so
     far, at least every 10 s while the reader works. ``store_name`` (the store's location,
     credentials masked): a foreign error while labelling becomes one line naming it.
+    ``references``: the reference answers of ``config.reference`` when it is not ``gold``
+    (:func:`erag_dagster.evaluation.references.make_references`), scored against instead of the
+    gold answers; required then (a door that forgot them is an :class:`InputError`, not labels
+    against gold the config did not ask for).
     """
+    _check_references(config, references)
     guard = concerning(store_name) if store_name else contextlib.nullcontext()
     with guard:
         return label_run(
             labelled_run(run, config), queries, corpus, reader, config.metric, store,
             run_id=producer, log=log, executor=executor, progress=progress,
+            references=None if references is None else references.frame,
         )  # fmt: skip
+
+
+def _check_references(config: EvaluationConfig, references: References | None) -> None:
+    """References are given exactly when the config asks for them, and are the config's."""
+    wanted = config.reference != "gold"
+    if wanted and references is None:
+        raise InputError(
+            f"evaluation.reference is {config.reference!r}: label needs its reference answers "
+            "(evaluation.references.make_references)"
+        )
+    if references is not None and references.spec != config.reference:
+        raise InputError(
+            f"reference answers of {references.spec!r} given to labels of evaluation.reference "
+            f"{config.reference!r}"
+        )
 
 
 def fit(
@@ -166,6 +191,7 @@ def label_system(
     log: Log | None = None,
     progress: Progress | None = None,
     store_name: str | None = None,
+    references: References | None = None,
 ) -> SystemLabels:
     """:func:`label` then :func:`fit` for one (reader, retriever) system on ``dataset``
     (arguments as there; ``reader_name``/``retriever`` name the system in the diagnostics).
@@ -174,6 +200,7 @@ def label_system(
     result = label(
         run, dataset.queries, dataset.corpus, reader, config, store, executor=executor,
         producer=producer, log=log, progress=progress, store_name=store_name,
+        references=references,
     )  # fmt: skip
     diagnosed = fit(
         result.labels, dataset.queries, dataset.qrels, reader, config,

@@ -26,6 +26,12 @@ document for is an empty list (0 on every metric), never dropped. The list metri
 (:mod:`.verdict`). Both sides must share every field of
 :class:`~erag_dagster.gate.identity.EvalIdentity`; otherwise :func:`compare` refuses in one
 line naming what differs.
+
+Without gold answers (a question log: ``evaluation.reference`` or ``--reference``), both sides
+are labelled against one set of reference answers, made before either side from both sides'
+runs (``self@union``: their union, so neither side's documents alone make the reference) or
+from the named retriever's (docs/label-methods.md, "Labels without gold answers"). A baseline
+file is refused then (it keeps labels scored against gold): compare two runs.
 """
 
 from __future__ import annotations
@@ -79,6 +85,10 @@ class GateSettings:
     k: int = 0
     store: str = ""
     registry: str = ""
+    reference: str = ""
+    """``evaluation.reference`` (empty: the registry's): with a reference answer per question
+    instead of gold, both sides are labelled against the same references, made once from
+    both sides' runs (``@union``) or the named retriever's (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +150,13 @@ class _Context:
             label_k=settings.k or None,
             metric=settings.downstream_metric or None,
             list_metrics=list(settings.metrics) or None,
+            reference=settings.reference or None,
         )
+        self.registry.check_reference(config, "compare")
         self.config = config.with_overrides("compare", k=config.label_k)
+        self.references = None
+        """The reference answers both sides are labelled against (``None``: gold answers;
+        made by :func:`_with_references` before either side is labelled)."""
         self.spec = self.config.dataset
         self.k = self.config.label_k
         self.downstream = self.config.metric
@@ -218,10 +233,13 @@ class _Context:
         from erag_dagster.config.inputs import dataset_digest
         from erag_dagster.metrics.downstream import get_downstream_metric
 
+        gold = self.config.reference == "gold"
         return EvalIdentity(
             dataset_digest=dataset_digest(self.spec),
             reader_fingerprint=self.reader.fingerprint,
-            label_method=LABEL_METHOD,
+            label_method=LABEL_METHOD
+            if gold
+            else f"{LABEL_METHOD} against {self.config.reference}",
             # the metric's tag ("f1"; "f1/v2" once its version is raised): a baseline scored
             # by another version of the metric is refused, not compared
             downstream_metric=get_downstream_metric(self.downstream).tag,
@@ -337,7 +355,7 @@ def evaluate(
                 run, ctx.dataset, ctx.reader, ctx.config, store,
                 executor=ctx.registry.generation, producer=ctx.evaluation_id,
                 reader_name=str(ctx.reader.name), retriever=shown(ref), log=ctx.log,
-                store_name=where,
+                store_name=where, references=ctx.references,
             )  # fmt: skip
         except StorageError as exc:
             if ctx.store.read_only:
@@ -582,6 +600,9 @@ def make_baseline(
     settings = _settled(settings, stored)
     guard_output(output, "baseline", gate_inputs(settings, [ref]), force=force)
     ctx = _Context(settings, reader, log)
+    if ctx.config.reference != "gold":
+        ctx.close()
+        raise InputError(_NO_STORED_WITH_REFERENCE.format(reference=ctx.config.reference))
     try:
         evaluation = _stored(ref, ctx, stored[ref]) if stored else evaluate(ref, ctx)
     finally:
@@ -619,6 +640,46 @@ def compare(
         ctx.close()
 
 
+_NO_STORED_WITH_REFERENCE = (
+    "evaluation.reference is {reference!r}: a baseline file keeps labels scored against gold "
+    "answers only; compare two runs instead (a registry retriever or a run file for each "
+    "side: stored answers are read from the label store, so the baseline side costs no reader "
+    "call twice)"
+)
+
+
+def _with_references(
+    refs: dict[str, str], runs: dict[str, tuple[pl.DataFrame, RetrieverIdentity]], ctx: _Context
+) -> None:
+    """With ``evaluation.reference``: read both sides' runs now and make the reference
+    answers once from them (``@union``: the union of both sides' top documents, named by
+    their refs; ``@RETRIEVER``: that retriever's), so both sides are labelled against the
+    same references. Nothing for gold."""
+    from erag_dagster.evaluation.references import make_references
+    from erag_dagster.labels.store import redact_url, resolve_store
+    from erag_dagster.readers.factory import reader_from_config
+
+    if ctx.config.reference == "gold":
+        return
+    for ref in refs.values():
+        if ref not in runs:
+            runs[ref] = _run_of(ref, ctx)
+
+    def teacher(name: str):
+        entry = ctx.registry.reader(name)
+        return reader_from_config(entry.name, entry.config)
+
+    where = redact_url(resolve_store(ctx.store_target or None))
+    with concerning(where):
+        store = ctx.store
+    ctx.references = make_references(
+        ctx.config, ctx.registry, ctx.dataset.queries, ctx.dataset.corpus, ctx.reader,
+        {shown(ref): runs[ref][0] for ref in dict.fromkeys(refs.values())}, store,
+        reader_for=teacher, executor=ctx.registry.generation, producer=ctx.evaluation_id,
+        log=ctx.log, store_name=where,
+    )  # fmt: skip
+
+
 def _compared(
     baseline: str,
     candidate: str,
@@ -643,6 +704,8 @@ def _compared(
                     f"{shown(ref)}: no such file (a ref is a baseline, a run file or a retriever)"
                 )
             ctx.registry.retriever(ref)  # one line listing the known retrievers
+    if stored and ctx.config.reference != "gold":
+        raise InputError(_NO_STORED_WITH_REFERENCE.format(reference=ctx.config.reference))
     sides = {role: _stored(ref, ctx, stored[ref]) for role, ref in refs.items() if ref in stored}
     if len(sides) == 1:  # a stored side is checked before any retrieval or reader call
         now = ctx.identity()
@@ -659,6 +722,7 @@ def _compared(
         if require_power:
             raise GateCannotDecide(power)
         ctx.log(f"warning: {power.summary()}")
+    _with_references(refs, runs, ctx)  # with evaluation.reference: one set for both sides
     for role, ref in refs.items():
         if role not in sides:
             sides[role] = evaluate(ref, ctx, runs.get(ref))

@@ -42,7 +42,10 @@ def audit_rows(query: Query, run_column: str, query_id: str, doc_id: str) -> pl.
     """Every stored label of one (query, document) pair, with who made it and how.
 
     One row per score (a generation without any score yet gives one row with null metric
-    and score), columns :data:`AUDIT_COLUMNS`: ``model`` is the identity's model JSON,
+    and score), columns :data:`AUDIT_COLUMNS`: ``gold_answers`` the gold answers the answer was
+    scored against, or ``reference`` the reference answer it was scored against instead, with
+    its provenance (which reader, its fingerprint, the documents it read, its generation key:
+    :func:`gold_columns`), ``model`` is the identity's model JSON,
     ``model_hash`` the file sha256, commit, or hash of the folder's file hashes,
     ``prompt_template_hash`` the sha256 of the prompt part of the identity, ``decoding``
     JSON. Ordered by generation time, then metric. Reads only (works read-only).
@@ -66,12 +69,28 @@ def audit_rows(query: Query, run_column: str, query_id: str, doc_id: str) -> pl.
     for values in rows:
         row = dict(zip(names, values, strict=True))
         row |= identity_columns(json.loads(row.pop("identity_json") or "{}"))
+        row["gold_answers"], row["reference"] = gold_columns(row["gold_answers"])
         out.append(row)
     schema = {k: pl.String for k in AUDIT_COLUMNS} | {
         "score": pl.Float64,
         "gen_seconds": pl.Float64,
     }
     return pl.DataFrame(out, schema=schema).select(AUDIT_COLUMNS)
+
+
+def gold_columns(answers_json: str | None) -> tuple[str | None, str | None]:
+    """``(gold_answers, reference)`` of a ``gold_answers.answers_json`` value: a list of gold
+    answers is itself and no reference; a reference's record (``{"answers", "reference"}``:
+    :mod:`erag_dagster.labels.reference`) is no gold answers and its provenance with the
+    reference ``answer``, as canonical JSON (``None`` stays ``None``)."""
+    if answers_json is None:
+        return None, None
+    value = json.loads(answers_json)
+    if isinstance(value, dict) and "reference" in value:
+        answers = value.get("answers") or [""]
+        shown = {**value["reference"], "answer": answers[0]}
+        return None, json.dumps(shown, sort_keys=True, ensure_ascii=False)
+    return answers_json, None
 
 
 #: The columns of :func:`identity_columns`, in :data:`AUDIT_COLUMNS` order.
@@ -115,6 +134,7 @@ AUDIT_COLUMNS = (
     *IDENTITY_COLUMNS,
     "metric",
     "gold_answers",
+    "reference",
     "answer",
     "score",
     "gen_seconds",

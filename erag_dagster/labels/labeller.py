@@ -27,6 +27,7 @@ NaN or outside [0, 1]. Duplicate (query, doc) rows in a run are labelled alike.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ from erag_dagster.readers.accounting import (
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
 LABEL_COLUMNS = ("query_id", "doc_id", "rank", "label", "answer", "reader_fingerprint", "metric")
+REFERENCE_LABEL_COLUMNS = ("reference_answer", "reference")
+"""The columns a label scored against a reference answer adds: that answer, and its provenance
+(canonical JSON: which reader, its fingerprint, the documents it read, its generation key)."""
 
 
 class Reader(Protocol):
@@ -114,6 +118,7 @@ def label_run(
     commit: CommitPolicy | None = None,
     executor: ExecutorSpec | ReaderCalls | None = None,
     progress: Progress | None = None,
+    references: pl.DataFrame | None = None,
 ) -> LabelResult:
     """eRAG labels for every row of ``run`` (tables as in ``docs/ARCHITECTURE.md``).
 
@@ -126,11 +131,17 @@ def label_run(
     caller's other tasks (:mod:`erag_dagster.labels.reader_calls`). ``progress(done, total)``
     receives the pairs generated so far after each step and at least every 10 s while the
     reader works (so does ``log``, as a line). See the module docstring for the input policy.
+
+    ``references`` (:data:`~erag_dagster.labels.reference.REFERENCE_COLUMNS`: a reference answer
+    per query, its gold hash and provenance): score against the reference instead of the gold
+    answers (:mod:`erag_dagster.labels.reference`); the queries need no gold answers then, and
+    every label row carries the reference answer and its provenance
+    (:data:`REFERENCE_LABEL_COLUMNS`).
     """
     say = log or (lambda _msg: None)
     measure = get_downstream_metric(metric)
     policy = commit or CommitPolicy.from_env()
-    rows = _joined(run, queries, corpus)
+    rows = _joined(run, queries, corpus, references)
     # One subject per distinct (query, doc); similar lengths together keep padding small.
     pairs = (
         rows.unique(["query_id", "doc_id"], keep="first", maintain_order=True)
@@ -212,21 +223,24 @@ def label_run(
         pl.Series("answer", generated.outputs, dtype=pl.String),
     )
     rows = rows.join(answers, on=["query_id", "doc_id"], how="left", maintain_order="left")
-    golds = {tuple(a): gold_hash(a) for a in rows.get_column("answers").unique().to_list()}
+    if references is None:
+        golds = {tuple(a): gold_hash(a) for a in rows.get_column("answers").unique().to_list()}
+        rows = rows.with_columns(
+            pl.Series(
+                "gold_hash",
+                [golds[tuple(a)] for a in rows.get_column("answers").to_list()],
+                dtype=pl.String,
+            )
+        )
     rows = rows.with_columns(
         pl.Series(
             "score_key",
             [
-                score_key(g, golds[tuple(a)], measure)
-                for g, a in rows.select("generation_key", "answers").iter_rows()
+                score_key(g, h, measure)
+                for g, h in rows.select("generation_key", "gold_hash").rows()
             ],
             dtype=pl.String,
-        ),
-        pl.Series(
-            "gold_hash",
-            [golds[tuple(a)] for a in rows.get_column("answers").to_list()],
-            dtype=pl.String,
-        ),
+        )
     )
     scores, scored_now = _score(rows, measure, store, run_id)
     if scored_now:
@@ -239,7 +253,7 @@ def label_run(
             pl.lit(metric).alias("metric"),
         )
         .sort("query_id", "rank", maintain_order=True)
-        .select(LABEL_COLUMNS)
+        .select(*LABEL_COLUMNS, *(REFERENCE_LABEL_COLUMNS if references is not None else ()))
     )
     return LabelResult(
         labels=labels,
@@ -262,8 +276,15 @@ def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
 # -- steps ---------------------------------------------------------------------------------------
 
 
-def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
-    """Run rows with ``question, answers, passage`` (the text the reader sees), validated."""
+def _joined(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    references: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Run rows with ``question, answers, passage`` (the text the reader sees), validated; with
+    ``references``, ``answers`` is each query's reference answer and ``gold_hash``,
+    ``gold_json`` and ``reference`` come with it (a query without one: :class:`InputError`)."""
     needed = [c for c in ("query_id", "doc_id", "rank") if c not in run.columns]
     if needed:
         raise InputError(f"run lacks column(s) {', '.join(needed)}")
@@ -281,8 +302,34 @@ def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> p
             maintain_order="left",
         )
     )
-    require_answers(used, "labelling")
+    if references is None:
+        require_answers(used, "labelling")
+        require_questions(used, "labelling")
+        return run.join(used, on="query_id", how="left", maintain_order="left")
     require_questions(used, "labelling")
+    refs = references.select(
+        pl.col("query_id").cast(pl.String),
+        pl.concat_list(pl.col("reference_answer").fill_null("")).alias("answers"),
+        pl.col("reference_answer").fill_null(""),
+        "gold_hash",
+        "reference",
+    )
+    used = used.drop("answers").join(refs, on="query_id", how="left", maintain_order="left")
+    missing = used.filter(pl.col("gold_hash").is_null())
+    if missing.height:
+        raise InputError(
+            f"labelling: query {missing.get_column('query_id')[0]!r} has no reference answer "
+            f"({missing.height} such queries); make the references for every query of the run"
+        )
+    gold_json = [
+        json.dumps(
+            {"answers": list(answers), "reference": json.loads(provenance)},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        for answers, provenance in used.select("answers", "reference").rows()
+    ]
+    used = used.with_columns(pl.Series("gold_json", gold_json, dtype=pl.String))
     return run.join(used, on="query_id", how="left", maintain_order="left")
 
 
@@ -306,8 +353,9 @@ def _score(
     ]
     fresh = missing.select("score_key").with_columns(pl.Series("score", values, dtype=pl.Float64))
     if missing.height:
+        extra = ["gold_json"] if "gold_json" in missing.columns else []
         store.put_scores(
-            missing.select("score_key", "generation_key", "gold_hash").with_columns(
+            missing.select("score_key", "generation_key", "gold_hash", *extra).with_columns(
                 pl.lit(measure.tag).alias("metric"),
                 fresh.get_column("score"),
                 pl.lit(run_id, dtype=pl.String).alias("producer_run_id"),

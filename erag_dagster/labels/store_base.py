@@ -417,13 +417,20 @@ class LabelStoreBase(ABC):
 
         ``frame`` needs ``score_key, generation_key, gold_hash, metric, score`` (plus optional
         ``producer_run_id``, ``created_at`` and ``gold_answers: list[str]``, which is recorded in
-        ``gold_answers`` for audit). A score that is not a label (:func:`checked_label`) is an
-        :class:`InputError` and nothing is written; every generation must already be stored.
+        ``gold_answers`` for audit; or ``gold_json``, a reference's answers and provenance as
+        JSON text, recorded as it is: :mod:`.reference`). A score that is not a label
+        (:func:`checked_label`) is an :class:`InputError` and nothing is written; every
+        generation must already be stored.
         """
         if frame.height == 0:
             return 0
         golds: list[Row] = []
-        if "gold_answers" in frame.columns:
+        if "gold_json" in frame.columns:  # a reference: answers and provenance, as given
+            for gh, text in (
+                frame.select("gold_hash", "gold_json").unique("gold_hash").sort("gold_hash")
+            ).rows():
+                golds.append((gh, text))
+        elif "gold_answers" in frame.columns:
             for gh, answers in (
                 frame.select("gold_hash", "gold_answers").unique("gold_hash").sort("gold_hash")
             ).rows():

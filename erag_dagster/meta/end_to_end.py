@@ -18,16 +18,31 @@ import polars as pl
 from erag_dagster.core.callbacks import Log
 from erag_dagster.core.code_versions import CodeVersion
 from erag_dagster.core.errors import InputError
-from erag_dagster.core.hashing import sha256_text
 from erag_dagster.data.schema import require_answers
-from erag_dagster.labels.cached import OnBatch, Subject, generate_stored, task_fingerprint
+from erag_dagster.labels.context_answers import (
+    END_TO_END,
+    STEP,
+    ContextList,
+    context_answers,
+    end_to_end_fingerprint,
+    list_text,
+)
 from erag_dagster.labels.executor import ExecutorSpec
-from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
-from erag_dagster.labels.step_notes import StepNotes, chained
-from erag_dagster.labels.store import generation_key
+from erag_dagster.labels.reader_calls import ReaderCalls
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers import prompts
 from erag_dagster.readers.passages import run_with_passages
+
+__all__ = [
+    "END_TO_END",
+    "STEP",
+    "EndToEndResult",
+    "context_lists",
+    "end_to_end_code_versions",
+    "end_to_end_fingerprint",
+    "evaluate_end_to_end",
+    "list_text",
+]
 
 
 @dataclass(frozen=True)
@@ -92,61 +107,36 @@ def evaluate_end_to_end(
         run.filter(pl.col("rank") <= k)
         .sort("query_id", "rank")
         .group_by("query_id", maintain_order=True)
-        .agg(pl.col("doc_id").str.join(" "))
+        .agg(pl.col("doc_id"))
     )
     ids_of = dict(doc_lists.rows())
     rows = contexts.rows(named=True)
-    subjects = [
-        Subject(
-            r["query_id"], r["question"], ids_of.get(r["query_id"], ""), list_text(r["passages"])
+    lists = [
+        ContextList(
+            r["query_id"], r["question"], tuple(ids_of.get(r["query_id"]) or ()),
+            tuple(r["passages"]),
         )
         for r in rows
-    ]
+    ]  # fmt: skip
 
     def progress(done: int, total: int) -> None:
         if log:
             log(f"end-to-end: answered {done}/{total} queries, top-{k} documents")
 
     started = time.perf_counter()
-    # At k = 1 the prompt is the eRAG prompt of the top document: reuse its stored answer.
-    reused = _erag_answers(store, reader, subjects, rows) if k == 1 and store is not None else {}
-    rest = [i for i in range(len(rows)) if i not in reused]
-    asked = [subjects[i] for i in rest]
-    notes = StepNotes(
-        f"end_to_end (top {k})",
-        reader,
-        lambda part: [(asked[j].question, asked[j].text) for j in part],
+    # At k = 1 the prompt is the eRAG prompt of the top document: its stored answer is reused.
+    found = context_answers(
+        lists, reader, store, run_id, executor, log, progress, what=f"end_to_end (top {k})"
     )
-    with reader_calls(reader, executor, log) as calls:
-
-        def generate(part: list[int], on_batch: OnBatch | None = None) -> list[str]:
-            items = [(rows[rest[j]]["question"], rows[rest[j]]["passages"]) for j in part]
-            shown = progress if calls.on_ray else None  # in-process: the engine reports it
-            return calls("answer_with_contexts", items, on_batch, chunk=STEP, progress=shown)
-
-        done = generate_stored(
-            asked,
-            generate,
-            store,
-            end_to_end_fingerprint(reader),
-            f"{reader.name}:end_to_end",
-            {"task": END_TO_END.task, "reader": reader.identity()},
-            run_id=run_id,
-            step=calls.step(STEP, len(rest)),
-            streams=calls.streams("answer_with_contexts"),
-            progress=chained(progress, notes.progress),
-            estimate=notes.estimate,
-        )
-    generated = done.generated
-    answers = [reused.get(i, "") for i in range(len(rows))]
-    for i, answer in zip(rest, done.outputs, strict=True):
-        answers[i] = answer
+    answers = found.answers
     seconds = time.perf_counter() - started
-    if log and generated < len(rows):
+    if log and found.generated < len(rows):
         log(
-            f"end-to-end: {len(rows) - generated} of {len(rows)} answers taken from the store"
-            + (f" ({len(reused)} are eRAG answers of the top document)" if reused else "")
-        )
+            f"end-to-end: {len(rows) - found.generated} of {len(rows)} answers taken from the "
+            "store"
+            + (f" ({found.reused_erag} are eRAG answers of the top document)"
+               if found.reused_erag else "")
+        )  # fmt: skip
     scores = [score_fn(answer, row["answers"]) for answer, row in zip(answers, rows, strict=True)]
     frame = pl.DataFrame(
         {
@@ -160,45 +150,8 @@ def evaluate_end_to_end(
     return EndToEndResult(frame, seconds)
 
 
-#: The end-to-end answer task's version (passages concatenated in rank order): its ``name/vN``
-#: is part of the answers' store key (:func:`end_to_end_fingerprint`).
-END_TO_END = CodeVersion("end_to_end_concatenated", "1")
-#: Queries per reader call in this process (and per chunk on a Ray actor).
-STEP = 32
-
-
-def list_text(passages: list[str]) -> str:
-    """The text a top-k list is stored under in the label store: its passages in rank order,
-    separated by a blank line."""
-    return "\n\n".join(passages)
-
-
 def end_to_end_code_versions(metric: str) -> tuple[CodeVersion, ...]:
     """The versioned code an end-to-end score of ``metric`` depends on: the metric, the prompt
     builder, the post-processing and this task (:mod:`erag_dagster.core.code_versions`)."""
     measure = get_downstream_metric(metric)
     return (measure, prompts.PROMPT_BUILDER, prompts.POSTPROCESS, END_TO_END)
-
-
-def end_to_end_fingerprint(reader) -> str:
-    """Fingerprint of end-to-end answering: the reader's fingerprint + the task version."""
-    return task_fingerprint(reader.fingerprint, END_TO_END.task)
-
-
-def _erag_answers(store, reader, subjects: list[Subject], rows: list[dict]) -> dict[int, str]:
-    """Stored eRAG answers (same reader fingerprint) of the rows with exactly one passage,
-    keyed by row index: ``answer_with_context`` on one passage builds the same prompt as
-    ``answer``, so the answer is the same generation."""
-    keys = {
-        i: generation_key(
-            reader.fingerprint, s.query_id, sha256_text(s.question), sha256_text(s.text)
-        )
-        for i, (s, row) in enumerate(zip(subjects, rows, strict=True))
-        if len(row["passages"]) == 1
-    }  # fmt: skip
-    if not keys:
-        return {}
-    found = dict(
-        store.lookup_generations(list(keys.values())).select("generation_key", "answer").rows()
-    )
-    return {i: found[key] for i, key in keys.items() if key in found}

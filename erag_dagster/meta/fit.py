@@ -46,6 +46,13 @@ threshold (each constant below says where its value comes from):
   better than eRAG's generated labels on such data (docs/label-methods.md, "Yes/no/maybe
   answers"; 50 % is below the 55 % measured on that set's tuning half).
 
+Labels scored against a reference answer instead of gold (``evaluation.reference``: their
+frame has ``reference_answer`` and ``reference`` columns, :mod:`erag_dagster.labels.reference`):
+the lengths and the length findings compare the answers with the reference answers — what they
+were scored against, so the same F1 caps hold — and every line says "reference" where it says
+"gold"; ``reference`` names it. A diagnostic that needs what the data lacks says it is not
+available: the label-vs-judgment AUC without judgments (``not available: no judgments``).
+
 Edge cases: an empty label frame gives ``answers == 0`` and no warning; a query without gold
 answers is left out of the gold length; no judgments, or no relevant or no other document among
 the labelled ones, gives ``separation is None``; another metric than ``accuracy``, or no query
@@ -55,6 +62,7 @@ Dagster, no reader.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -92,6 +100,9 @@ LABEL_OUTPUT_METRICS = ("accuracy",)
 """Metrics whose answers are labels (the same-label finding reads their first token)."""
 SPAN_METRICS = ("em", "f1")
 """Metrics made for short answer spans (the long-answer warning names them)."""
+NO_JUDGMENTS = "not available (no judgments)"
+"""What the label-vs-judgment diagnostic says when the data has no judgments (or none among the
+labelled documents)."""
 SHORT_FIXES: dict[str, str] = {
     "cut": "answers cut at max_new_tokens: raise it",
     "long_golds": "long gold answers: metric rougel",
@@ -150,6 +161,14 @@ class FitDiagnostics:
     separation: Separation | None
     same_label_queries: int | None = None
     multi_doc_queries: int | None = None
+    reference: str = ""
+    """The ``evaluation.reference`` the labels were scored against (``""``: the gold
+    answers); "gold" in every line becomes "reference" then."""
+
+    @property
+    def against(self) -> str:
+        """What the answers were scored against, in words: ``gold`` or ``reference``."""
+        return "reference" if self.reference else "gold"
 
     @property
     def same_label_share(self) -> float | None:
@@ -191,33 +210,35 @@ class FitDiagnostics:
                 f"(e.g. {4 * int(self.max_new_tokens or 16)})"
             )
             out.append(("cut", text))
-        gold, ratio = self.mean_gold_words, self.length_ratio
+        gold, ratio, against = self.mean_gold_words, self.length_ratio, self.against
         long_golds = not math.isnan(gold) and gold > LONG_GOLD_WORDS
         if long_golds and self.metric in SPAN_METRICS:
             text = (
-                f"gold answers average {gold:.1f} words (long answers: more than "
+                f"{against} answers average {gold:.1f} words (long answers: more than "
                 f"{LONG_GOLD_WORDS:.0f}), scored with {self.metric}, a short-span metric: use "
                 "metric rougel for long answers"
             )
             out.append(("long_golds", text))
         if long_golds and self.metric == "contains":
             text = (
-                f"gold answers average {gold:.1f} words and contains needs a whole gold answer "
-                "inside the reader's answer, so nearly every label is 0: use metric rougel"
+                f"{against} answers average {gold:.1f} words and contains needs a whole "
+                f"{against} answer inside the reader's answer, so nearly every label is 0: use "
+                "metric rougel"
             )
             out.append(("long_golds", text))
         words = f"answers average {self.mean_answer_words:.1f} words against {gold:.1f}"
         if not math.isnan(ratio) and ratio < SHORT_RATIO:
             cap = 2 * ratio / (1 + ratio)
             text = (
-                f"{words} in the gold answers (ratio {ratio:.2f} < {SHORT_RATIO}; F1 can reach "
-                f"at most {cap:.2f}): raise max_new_tokens, or a prompt that asks for the whole "
-                "answer sentence"
+                f"{words} in the {against} answers (ratio {ratio:.2f} < {SHORT_RATIO}; F1 can "
+                f"reach at most {cap:.2f}): raise max_new_tokens, or a prompt that asks for the "
+                "whole answer sentence"
             )
             out.append(("short_answers", text))
         if not math.isnan(ratio) and ratio > LONG_RATIO:
             text = (
-                f"{words} in the gold answers (ratio {ratio:.2f} > {LONG_RATIO:.0f}): a prompt "
+                f"{words} in the {against} answers (ratio {ratio:.2f} > {LONG_RATIO:.0f}): a "
+                "prompt "
                 "that asks for the answer span only (system_prompt), or metric contains"
             )
             out.append(("long_answers", text))
@@ -292,6 +313,7 @@ def fit_from_dict(row: dict[str, object]) -> FitDiagnostics:
         mean_answer_words=number("mean_answer_words"), mean_gold_words=number("mean_gold_words"),
         separation=separation, same_label_queries=_optional_int(row.get("same_label_queries")),
         multi_doc_queries=_optional_int(row.get("multi_doc_queries")),
+        reference=str(row.get("reference") or ""),
     )  # fmt: skip
 
 
@@ -414,6 +436,13 @@ def fit_diagnostics(
     mean_answer = float(np.mean([_words(a) for a in answers])) if answers else math.nan
     asked = labels.select("query_id").unique() if labels.height else pl.DataFrame()
     gold_means: list[float] = []
+    reference = _reference_of(labels)
+    if reference:  # scored against reference answers: their lengths, one per query
+        queries = (
+            labels.select(pl.col("query_id").cast(pl.String), "reference_answer")
+            .unique("query_id", keep="first")
+            .select("query_id", pl.concat_list("reference_answer").alias("answers"))
+        )
     if labels.height:
         golds = queries.select(pl.col("query_id").cast(pl.String), "answers").join(
             asked, on="query_id", how="semi"
@@ -446,7 +475,17 @@ def fit_diagnostics(
         separation=sep,
         same_label_queries=same,
         multi_doc_queries=multi,
+        reference=reference,
     )
+
+
+def _reference_of(labels: pl.DataFrame) -> str:
+    """The ``evaluation.reference`` of labels scored against reference answers (their first
+    row's provenance), ``""`` for labels against gold."""
+    if "reference" not in labels.columns or not labels.height:
+        return ""
+    first = labels.get_column("reference")[0]
+    return str(json.loads(first).get("reference", "")) if first else ""
 
 
 def reader_fit(
@@ -499,11 +538,12 @@ def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
     for d in diagnostics:
         share = "unknown" if d.cut_share is None else f"{d.cut_share:.0%}"
         gold = "n/a" if math.isnan(d.mean_gold_words) else f"{d.mean_gold_words:.1f}"
-        sep = "no judgments" if d.separation is None else d.separation.text
+        sep = NO_JUDGMENTS if d.separation is None else d.separation.text
+        scored = f"{d.metric} against reference {d.reference}" if d.reference else d.metric
         lines.append(
-            f"{d.name}: {d.answers} answers ({d.metric}), cut at max_new_tokens="
-            f"{d.max_new_tokens}: {share}; words per answer {d.mean_answer_words:.1f} vs gold "
-            f"{gold}; label vs judgment: {sep}"
+            f"{d.name}: {d.answers} answers ({scored}), cut at max_new_tokens="
+            f"{d.max_new_tokens}: {share}; words per answer {d.mean_answer_words:.1f} vs "
+            f"{d.against} {gold}; label vs judgment: {sep}"
         )
     warnings = fit_lines(diagnostics)
     fits = "no fit warning: the labels fit the data (thresholds: docs/label-methods.md)"

@@ -51,7 +51,10 @@ def dataset_assets(
 ) -> list[dg.AssetsDefinition]:
     """The materialisable assets of one dataset, partitioned by ``registry`` (the dataset's
     view: :meth:`Registry.for_dataset`), unprefixed. A dataset without ``reader_labels`` gets
-    the human-judgment assets only (no reader stage can run without gold answers). The label
+    the human-judgment assets only. One whose labels score against a reference answer
+    (``evaluation.reference``, :attr:`Registry.has_reference`) gets ``reference_answers``
+    before ``doc_labels`` and no stage scored against gold answers (end-to-end answers,
+    baselines, Table 1, label agreement). The label
     assets' ``code_version`` follows the metric and label methods of ``settings`` (default: the
     registry's; :mod:`erag_dagster.core.code_versions`). The report tables come from their
     declarations (:mod:`erag_dagster.reports.catalog`), each placed right after the last asset
@@ -70,10 +73,12 @@ def dataset_assets(
     ]
     if registry.reader_labels:
         stages += [
+            *([labels.build_reference_answers(registry)] if registry.has_reference else []),
             labels.build_doc_labels(registry, settings),
             verdict.verdict,
             fit.fit,
-            *meta.build_meta_partitioned(registry, settings),
+            # scored against gold answers: none with a reference (evaluation.reference)
+            *([] if registry.has_reference else meta.build_meta_partitioned(registry, settings)),
         ]
     return with_reports(stages, reports.build_report_assets(registry))
 

@@ -416,10 +416,11 @@ def load_run_report(
     registry = load_registry(registry_path or None)
     names = registry.dataset_names
     readers = {name: bool(registry.for_dataset(name).reader_labels) for name in names}
+    gold = {name: not registry.for_dataset(name).has_reference for name in names}
     many = len(registry.datasets) >= 2
     wanted = [
         (name, key)
-        for name, key in sections_order(names, readers, many)
+        for name, key in sections_order(names, readers, many, gold)
         if only is None or key in only
     ]
     report = RunReport(sections=[])

@@ -153,6 +153,7 @@ TABLE1_ACROSS = Report(
         "no correlation report in two datasets",
     ),
     scope="across",
+    needs_gold=True,
     checks=False,
     group="cross_dataset",
     description="Table 1 (Kendall tau-b with end-to-end quality, bootstrap CIs) with one "

@@ -29,11 +29,16 @@ REPORTS: tuple[Report, ...] = (
 BY_KEY: dict[str, Report] = {report.key: report for report in REPORTS}
 
 
-def dataset_reports_for(has_reader_labels: bool) -> list[Report]:
+def dataset_reports_for(has_reader_labels: bool, has_gold: bool = True) -> list[Report]:
     """The reports of one dataset: every dataset report, or with no reader labels (no gold
-    answers) those that need no reader."""
+    answers) those that need no reader; with labels against a reference instead of gold
+    (``has_gold`` false: ``evaluation.reference``) those that need no gold."""
     return [
-        r for r in REPORTS if r.scope == "dataset" and (has_reader_labels or not r.needs_reader)
+        r
+        for r in REPORTS
+        if r.scope == "dataset"
+        and (has_reader_labels or not r.needs_reader)
+        and (has_gold or not r.needs_gold)
     ]
 
 

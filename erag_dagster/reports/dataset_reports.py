@@ -252,6 +252,7 @@ CORRELATION_REPORT = Report(
     ),
     figures=True,
     regression=True,
+    needs_gold=True,
     side_files=(FIGURE1_PNG,),
     description="Kendall tau-b / Spearman rho (bootstrap 95% CIs) of every labelling method "
     "with end-to-end quality, per retriever (paper Table 1), and correlation vs k (Figure 1).",
@@ -298,6 +299,7 @@ LABEL_AGREEMENT = Report(
         _agreement_page,
         "no label agreement in this run",
     ),
+    needs_gold=True,
     description="How each automatic labelling (eRAG, containment, semantic, LLM annotation) "
     "agrees with the human/provenance judgments on the same retrieved documents: raw agreement "
     "and Cohen's kappa per reader x retriever (unjudged documents count as non-relevant).",

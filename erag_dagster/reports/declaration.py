@@ -144,7 +144,9 @@ class Report:
     - ``text``: its terminal text (:data:`TextView`; ``None``: never printed);
     - ``page``: its block on the HTML page (``None``: not on the page);
     - ``scope``: ``"dataset"`` or ``"across"`` (built only with two datasets that have its
-      inputs); ``needs_reader``: only for datasets with reader labels;
+      inputs); ``needs_reader``: only for datasets with reader labels; ``needs_gold``: only
+      where labels score against gold answers (not with ``evaluation.reference``: it reads
+      the end-to-end answers or baselines, which score against gold);
     - ``printed``: one of the reports ``erag-dagster run`` prints by default;
     - ``checks``: ``not_empty`` (blocking) and, with ``figures`` / ``regression``, the README
       figures and no-regression checks (:mod:`erag_dagster.orchestration.assets.checks`);
@@ -162,6 +164,7 @@ class Report:
     page: PageBlock | None = None
     scope: Literal["dataset", "across"] = "dataset"
     needs_reader: bool = True
+    needs_gold: bool = False
     printed: bool = True
     checks: bool = True
     figures: bool = False

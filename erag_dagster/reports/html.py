@@ -71,6 +71,7 @@ from erag_dagster.reports.html_words import (
     LabelCost,
     cost_sentence,
     facts_sentence,
+    reference_sentence,
 )
 from erag_dagster.reports.verdict import Verdict
 
@@ -167,6 +168,9 @@ class DatasetSection:
     identities: pl.DataFrame | None = None
     specs: pl.DataFrame | None = None
     files: Sequence[tuple[str, str | None]] = field(default_factory=tuple)
+    reference: str | None = None
+    """The labels score against a reference answer, not gold: the setting and its meaning
+    (``self@union: the reader's own answer from ...``); ``None``: gold answers."""
 
     def names(self) -> dict[str, str]:
         """Display name of every partition key the section's frames hold
@@ -284,6 +288,8 @@ def render_html_report(
             if len(sections) > 1:
                 parts.append(f"<h3>Dataset {esc(s.name)}</h3>")
             parts.append(verdict_html(s.verdict, s.names()))
+            if s.reference:
+                parts.append(f'<p class="note">{esc(reference_sentence(s.reference))}</p>')
         body.append("\n".join(parts) + "</section>")
     for index, section in enumerate(sections):
         body.append(_dataset_html(index, section, written, lede=len(sections) > 1))
@@ -349,7 +355,7 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
     if lede:  # one dataset: its lede is the page's
         parts.append(_lede(s, written, named=False))
     parts.append("<h3>What the numbers mean</h3>")
-    parts.append(meaning_html(s.erag_board, s.downstream_metric, names))
+    parts.append(meaning_html(s.erag_board, s.downstream_metric, names, s.reference))
     parts.append("<h3>What it cost</h3>")
     parts.append(
         f"<p>{esc(cost_sentence(s.cost))}</p>"

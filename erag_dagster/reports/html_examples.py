@@ -53,6 +53,8 @@ class WorkedExample:
     answer: str
     label: float
     score: float
+    reference: bool = False
+    """``gold`` holds the reference answer the labels score against, not gold answers."""
 
 
 def disagreement(per_query: pl.DataFrame, metric: str) -> pl.DataFrame:

@@ -60,11 +60,15 @@ def verdict_html(v: Verdict, names: Mapping[str, str]) -> str:
 
 
 def meaning_html(
-    board: pl.DataFrame | None, downstream: str | None, names: Mapping[str, str]
+    board: pl.DataFrame | None,
+    downstream: str | None,
+    names: Mapping[str, str],
+    reference: str | None = None,
 ) -> str:
     """What a label is, then one sentence per list metric of the eRAG leaderboard ``board``,
     its example value the top retriever's with the board's first reader; ``downstream``: the
-    reader's metric behind the labels."""
+    reader's metric behind the labels; ``reference``: what they score against when it is not
+    the gold answers (:func:`~.html_words.reference_sentence`)."""
     if board is None or not board.height:
         return absent("no eRAG labels in this run")
     metrics = board.get_column("metric").unique(maintain_order=True).to_list()
@@ -75,23 +79,25 @@ def meaning_html(
         best = rows.sort(["mean", "retriever"], descending=[True, False]).row(0, named=True)
         who = f"{names.get(best['retriever'], best['retriever'])} with {names.get(reader, reader)}"
         items.append(f"<li>{esc(metric_sentence(metric, best['mean']))} ({esc(who)})</li>")
-    return f"<p>{esc(label_sentence(downstream))}</p><ul>{''.join(items)}</ul>"
+    return f"<p>{esc(label_sentence(downstream, reference))}</p><ul>{''.join(items)}</ul>"
 
 
 def examples_html(examples: Sequence[WorkedExample], metric: str, names: Mapping[str, str]) -> str:
     """The question where the retrievers disagree most (the examples share it), its gold
-    answers, then one card per retriever: its score on ``metric`` there, its best document's
-    excerpt (gold answers marked), the reader's answer and its label. None: one line."""
+    answers (or the reference answer the labels score against), then one card per retriever:
+    its score on ``metric`` there, its best document's excerpt (gold answers marked), the
+    reader's answer and its label. None: one line."""
     if not examples:
         return absent("no worked example: no eRAG labels (or no question text) in this run")
     first = examples[0]
     spread = max(e.score for e in examples) - min(e.score for e in examples)
     gold = ", ".join(f"“{g}”" for g in first.gold) or MISSING
+    against = "Reference answer (not gold)" if first.reference else "Gold answer"
     head = (
         f"<p>The retrievers disagree most on question <code>{esc(first.query_id)}</code> "
         f"(reader {esc(names.get(first.reader, first.reader))}: eRAG {esc(metric)} differs by "
         f"{spread:.2f} between them). <strong>Question:</strong> {esc(first.question)} "
-        f"<strong>Gold answer:</strong> {esc(gold)}</p>"
+        f"<strong>{against}:</strong> {esc(gold)}</p>"
     )
     cards = []
     for e in examples:

@@ -35,13 +35,30 @@ FAMILIES = {
 }
 
 
-def label_sentence(downstream: str | None) -> str:
+def label_sentence(downstream: str | None, reference: str | None = None) -> str:
     """What an eRAG label is, in one sentence (``downstream``: the reader's metric, ``f1``,
-    ``em``...; ``None``: "downstream score")."""
+    ``em``...; ``None``: "downstream score"); ``reference``: :func:`reference_sentence`'s
+    argument when the labels score against a reference answer instead of gold."""
     score = f"{downstream} score" if downstream else "downstream score"
+    if reference:
+        return (
+            f"Each retrieved document gets a label: the reader's {score} (0 to 1) against a "
+            "reference answer when it answers the question from that document alone. "
+            + reference_sentence(reference)
+        )
     return (
         f"Each retrieved document gets a label: the reader's {score} (0 to 1) against the gold "
         "answers when it answers the question from that document alone."
+    )
+
+
+def reference_sentence(reference: str) -> str:
+    """The page's warning for labels scored against a reference answer (``reference``: the
+    setting and its meaning, ``self@union: the reader's own answer from ...``)."""
+    return (
+        f"The labels are relative to a reference, not to gold answers: {reference}. A "
+        "document scores high when it leads the reader to that reference, which may itself "
+        'be wrong (docs/label-methods.md, "Labels without gold answers").'
     )
 
 

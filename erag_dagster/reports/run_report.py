@@ -183,15 +183,19 @@ def render_section(key: str, frame: pl.DataFrame, full: bool = False) -> str | N
 
 
 def sections_order(
-    dataset_names: Sequence[str | None], readers: dict[str | None, bool], many: bool
+    dataset_names: Sequence[str | None],
+    readers: dict[str | None, bool],
+    many: bool,
+    gold: dict[str | None, bool] | None = None,
 ) -> list[tuple[str | None, str]]:
     """``(dataset, key)`` of the printed reports: per dataset the :data:`TITLES` reports (the
-    reader-label ones only where the dataset has reader labels), then with ``many`` datasets
+    reader-label ones only where the dataset has reader labels, those scored against gold only
+    where ``gold`` says its labels are — default: every dataset's), then with ``many`` datasets
     the :data:`ACROSS_TITLES` ones."""
     wanted = [
         (name, r.key)
         for name in dataset_names
-        for r in dataset_reports_for(readers.get(name, False))
+        for r in dataset_reports_for(readers.get(name, False), (gold or {}).get(name, True))
         if r.key in TITLES
     ]
     return wanted + ([(None, key) for key in ACROSS_TITLES] if many else [])

@@ -106,6 +106,18 @@ def question_texts(base: Path | None, prefix: list[str]) -> pl.DataFrame | None:
     return pl.read_parquet(path, columns=["query_id", "question", "answers"])
 
 
+def _reference_answer(
+    doc_labels: Mapping[System, pl.DataFrame], reader: str, query_id: str
+) -> str | None:
+    """The reference answer ``reader``'s labels of ``query_id`` score against, ``None`` when
+    they score against gold answers (no ``reference_answer`` column)."""
+    for (who, _), labels in sorted(doc_labels.items()):
+        if who == reader and "reference_answer" in labels.columns:
+            rows = labels.filter(pl.col("query_id") == query_id)
+            return str(rows["reference_answer"][0] or "") if rows.height else ""
+    return None
+
+
 def worked_examples(
     base: Path | None,
     prefix: list[str],
@@ -126,6 +138,9 @@ def worked_examples(
         return []
     row = question.row(0, named=True)
     text, gold = row["question"], tuple(row["answers"] or ())
+    against = _reference_answer(doc_labels, picks["reader"][0], query_id)
+    if against is not None:  # labels scored against a reference answer: show it, not gold
+        gold = (against,) if against else ()
     docs = dict(
         pl.scan_parquet(corpus)
         .filter(pl.col("doc_id").is_in(picks["doc_id"].unique().to_list()))
@@ -146,6 +161,7 @@ def worked_examples(
             answer=p["answer"],
             label=p["label"],
             score=p["score"],
+            reference=against is not None,
         )
         for p in picks.iter_rows(named=True)
     ]

@@ -69,8 +69,9 @@ def _input_name(dataset: str | None, asset: str) -> str:
 
 def _page_reports(registry: Registry, name: str | None) -> list[str]:
     """The report tables of dataset ``name`` that the page shows (catalog order)."""
-    has_labels = bool(registry.for_dataset(name).reader_labels)
-    return [r.key for r in dataset_reports_for(has_labels) if r.page is not None]
+    view = registry.for_dataset(name)
+    reports = dataset_reports_for(bool(view.reader_labels), not view.has_reference)
+    return [r.key for r in reports if r.page is not None]
 
 
 def _inputs(registry: Registry) -> dict[str, dg.AssetIn]:
@@ -169,7 +170,17 @@ def _section(
         identities=identities,
         specs=registry_specs(registry, facts),
         files=links,
+        reference=_reference_words(params),
     )
+
+
+def _reference_words(params) -> str | None:
+    """``self@union: the reader's own answer from ...`` when the labels score against a
+    reference answer (``evaluation.reference``), else ``None``."""
+    from erag_dagster.labels.reference import parse_reference
+
+    spec = parse_reference(params.reference)
+    return None if spec is None else f"{spec.text}, {spec.describe(params.label_k)}"
 
 
 def _html_report(

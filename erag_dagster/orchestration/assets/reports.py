@@ -171,7 +171,10 @@ def build_across_report(report: Report, datasets: list[str]) -> dg.AssetsDefinit
 
 def build_report_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     """The report assets of one dataset's view of the registry (:meth:`Registry.for_dataset`)."""
-    return [build_dataset_report(r) for r in dataset_reports_for(bool(registry.reader_labels))]
+    return [
+        build_dataset_report(r)
+        for r in dataset_reports_for(bool(registry.reader_labels), not registry.has_reference)
+    ]
 
 
 def build_across_assets(registry: Registry) -> list[dg.AssetsDefinition]:
@@ -179,7 +182,12 @@ def build_across_assets(registry: Registry) -> list[dg.AssetsDefinition]:
     views = {name: registry.for_dataset(name) for name in registry.datasets}
     built = []
     for report in reports_across():
-        datasets = [n for n, v in views.items() if v.reader_labels or not report.needs_reader]
+        datasets = [
+            n
+            for n, v in views.items()
+            if (v.reader_labels or not report.needs_reader)
+            and (not v.has_reference or not report.needs_gold)
+        ]
         if len(datasets) >= 2:
             built.append(build_across_report(report, datasets))
     return built
