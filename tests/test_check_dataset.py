@@ -44,7 +44,11 @@ def test_beir_folder(capsys, shared_data: Path) -> None:
     lines = (folder / "qrels" / "test.tsv").read_text().splitlines()
     first = next(line for line in lines if line and line.split("\t")[2][:1].isdigit())
     assert f"qrels/test.tsv\n    {first}\n" in out  # the first judgment (a header is skipped)
-    assert out.rstrip().endswith("usable for: human-judgment metrics (judgments)")
+    assert "cannot compute without gold answers: labels against gold" in out
+    assert out.rstrip().endswith(
+        "usable for: human-judgment metrics (judgments) and eRAG labels against a reference "
+        "answer (evaluation.reference, e.g. self@union)"
+    )
 
 
 def _tables(folder: Path, queries: list[dict], qrels: list[dict] | None = None) -> Path:
@@ -82,12 +86,16 @@ def test_broken_folder_is_one_line_at_file_and_line(capsys, tmp_path: Path) -> N
     assert f"{folder / 'queries.jsonl'}:2" in err
 
 
-def test_nothing_to_evaluate_against_is_one_line(capsys, tmp_path: Path) -> None:
+def test_questions_without_answers_or_judgments_are_labelled_against_a_reference(
+    capsys, tmp_path: Path
+) -> None:
     folder = _tables(tmp_path / "bare", [{"query_id": "q1", "question": "alpha?"}])
     status, out, err = _run(capsys, f"jsonl:{folder}")
-    assert status == 2 and out == ""
-    assert err.count("\n") == 1
-    assert "none with gold answers and no judgments: nothing to evaluate against" in err
+    assert status == 0 and err == ""
+    assert "note: questions only: eRAG labels against a reference answer" in out
+    assert "cannot compute without judgments: the human-judgment metrics" in out
+    assert out.rstrip().endswith("usable for: eRAG labels against a reference answer "
+                                 "(evaluation.reference, e.g. self@union)")  # fmt: skip
 
 
 def test_the_example_of_docs_data_md_prints_what_the_page_shows(
