@@ -152,12 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         labels = label_run(
             run, hidden, ds.corpus, reader, args.metric, store, references=refs.frame
         ).labels
-        parts.append(
-            labels.select(
-                pl.lit(method_name(reference)).alias("method"), "query_id", "doc_id", "rank",
-                "label",
-            )  # fmt: skip
-        )
+        row = pl.lit(method_name(reference)).alias("method")
+        parts.append(labels.select(row, "query_id", "doc_id", "rank", "label"))
         agreement += [
             (reference, qid, answer, float(score(answer, golds[qid])))
             for qid, answer in refs.frame.select("query_id", "reference_answer").rows()

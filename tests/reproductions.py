@@ -300,6 +300,27 @@ class Conditions:
                              f"{cond['list_metric']}")  # fmt: skip
         return float(row[cond["column"]][0])
 
+    def reference_agreement(self, entry: Reproduction) -> float:
+        """How often a no-gold reference agrees with gold, from ``references.parquet`` in the
+        folder ``data`` (written by ``scripts/measure_no_gold.py``): the mean over the
+        ``split`` half's queries of ``gold_score`` (the reference answer scored against the
+        gold answers with the set's metric) of ``reference``, or with ``column`` ``low`` /
+        ``high`` its 95% percentile bootstrap CI (1000 resamples, seed 0)."""
+        from erag_dagster.stats.significance import bootstrap_mean_ci
+
+        cond = entry.condition
+        frame = pl.read_parquet(REPO_ROOT / cond["data"] / "references.parquet").filter(
+            (pl.col("reference") == cond["reference"]) & (pl.col("split") == cond["split"])
+        )
+        values = frame["gold_score"].to_numpy()
+        if not len(values):
+            raise ValueError(f"{entry.id}: no row for {cond['reference']} / {cond['split']}")
+        column = cond.get("column", "mean")
+        if column == "mean":
+            return float(values.mean())
+        low, high = bootstrap_mean_ci(values, n_resamples=1000, seed=0)
+        return float({"low": low, "high": high}[column])
+
     KINDS: ClassVar[dict[str, Callable[[Conditions, Reproduction], float]]] = {
         "retrieval": retrieval,
         "trec_run": trec_run,
@@ -307,4 +328,5 @@ class Conditions:
         "dataset_size": dataset_size,
         "report_asset": report_asset,
         "label_table1": label_table1,
+        "reference_agreement": reference_agreement,
     }

@@ -89,7 +89,7 @@ def test_parse_spec_splits_kind_path_and_options() -> None:
         "question": "query",
     }
     assert parse_spec("KILT:a%20b.jsonl?corpus=ks.jsonl").path == Path("a b.jsonl")
-    assert set(KNOWN_KINDS) == {"sample", "squad", "beir", "kilt", "jsonl", "parquet"}
+    assert set(KNOWN_KINDS) == {"sample", "squad", "beir", "kilt", "jsonl", "parquet", "questions"}
 
 
 @pytest.mark.parametrize(

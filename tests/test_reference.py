@@ -114,9 +114,7 @@ def test_a_question_log_of_lines_is_a_dataset(tmp_path: Path) -> None:
 def test_a_json_lines_log_keeps_its_ids_and_refuses_answers(tmp_path: Path) -> None:
     _corpus(tmp_path)
     log = tmp_path / "log.jsonl"
-    log.write_text(
-        '{"query_id": 7, "question": "Who won?", "user": "u1"}\n{"text": "Where?"}\n'
-    )
+    log.write_text('{"query_id": 7, "question": "Who won?", "user": "u1"}\n{"text": "Where?"}\n')
     ds = load_dataset(f"questions:{log}?max_questions=1")
     assert ds.queries.select("query_id", "question").rows() == [("7", "Who won?")]
     log.write_text('{"id": "a", "question": "Who won?"}\n{"id": "a", "query": "Where?"}\n')
@@ -130,7 +128,7 @@ def test_a_json_lines_log_keeps_its_ids_and_refuses_answers(tmp_path: Path) -> N
         load_dataset(f"questions:{log}")
     (tmp_path / "corpus.jsonl").unlink()
     log.write_text('{"question": "Who won?"}\n')
-    with pytest.raises(InputError, match="no corpus file corpus.jsonl"):
+    with pytest.raises(InputError, match=r"no corpus file corpus\.jsonl"):
         load_dataset(f"questions:{log}")
 
 
@@ -148,8 +146,7 @@ def test_check_dataset_says_what_a_question_log_can_and_cannot_compute(
     assert "cannot compute without gold answers: labels against gold, end-to-end quality" in out
     assert "cannot compute without judgments: the human-judgment metrics" in out
     assert out.rstrip().endswith(
-        "usable for: eRAG labels against a reference answer (evaluation.reference, e.g. "
-        "self@union)"
+        "usable for: eRAG labels against a reference answer (evaluation.reference, e.g. self@union)"
     )
 
 
