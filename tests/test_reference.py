@@ -226,3 +226,51 @@ def test_a_query_without_a_reference_is_one_line(reader, tmp_path: Path) -> None
     with pytest.raises(InputError, match="has no reference answer") as caught:
         label_run(run, ds.queries, ds.corpus, reader, "f1", None, references=refs)
     assert "\n" not in str(caught.value)
+
+
+def test_a_dataset_with_a_reference_gets_no_stage_scored_against_gold(tmp_path: Path) -> None:
+    """Per dataset: the question log is labelled against references (``reference_answers``,
+    no end-to-end, baselines or Table 1), the sample beside it keeps every stage."""
+    from erag_dagster.orchestration.definitions import build_defs
+
+    _corpus(tmp_path)
+    (tmp_path / "log.txt").write_text("Who won Super Bowl 50?\n")
+    raw = yaml.safe_load(Path(default_registry_path()).read_text())
+    raw["datasets"] = {
+        "squad": "sample?max_questions=2",
+        "log": {"spec": f"questions:{tmp_path / 'log.txt'}",
+                "evaluation": {"reference": "self@union"}},
+    }  # fmt: skip
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    keys = {k.to_user_string() for k in build_defs(str(path)).resolve_all_asset_keys()}
+    assert {"log/reference_answers", "log/doc_labels", "log/verdict", "log/fit"} <= keys
+    assert not {"log/end_to_end", "log/baseline_labels", "log/correlation_report"} & keys
+    assert {"squad/end_to_end", "squad/correlation_report"} <= keys
+    assert "squad/reference_answers" not in keys
+    assert "erag_leaderboard" in keys and "table1_across" not in keys  # one dataset has Table 1
+
+
+def test_the_label_door_makes_its_references_from_the_run_it_labels(tmp_path: Path) -> None:
+    import erag_dagster
+
+    ds = load_dataset("sample?max_questions=1")
+    qid = ds.queries["query_id"][0]
+    run = pl.DataFrame(
+        {"query_id": [qid, qid], "doc_id": ["Super_Bowl_50_0", "Super_Bowl_50_1"], "rank": [1, 2]}
+    )
+    registry = tmp_path / "registry.yaml"
+    raw = yaml.safe_load(Path(default_registry_path()).read_text())
+    raw["readers"] = {"smollm2-135m": {**raw["readers"]["smollm2-135m"], **READER_CONFIG}}
+    registry.write_text(yaml.safe_dump(raw))
+    result = erag_dagster.label(
+        "sample?max_questions=1", run, reference="self@union", registry=registry,
+        store=tmp_path / "labels.sqlite",
+    )  # fmt: skip
+    provenance = [json.loads(r) for r in result.labels["reference"]]
+    assert {p["reference"] for p in provenance} == {"self@union"}
+    assert provenance[0]["sources"] == ["run"]
+    assert provenance[0]["documents"] == ["Super_Bowl_50_0", "Super_Bowl_50_1"]
+    with pytest.raises(InputError, match="reference"):
+        erag_dagster.label("sample?max_questions=1", run, reference="self@nowhere",
+                           registry=registry, store=tmp_path / "labels.sqlite")  # fmt: skip

@@ -224,12 +224,16 @@ def label(
     registry: str | Path | None = None,
     executor: str | None = None,
     ray_address: str | None = None,
+    reference: str | None = None,
     log: Log | None = None,
     progress: Progress | None = None,
 ) -> LabelResult:
     """eRAG labels of one run: each (query, document) of ``run`` (its top ``k`` per query when
     given) answered by ``reader`` on that document alone, scored against the gold answers with
-    ``metric`` (default: the registry's ``evaluation.metric``; ``erag-dagster label``).
+    ``metric`` (default: the registry's ``evaluation.metric``; ``erag-dagster label``) — or,
+    with ``reference`` (default: the registry's ``evaluation.reference``) other than ``gold``,
+    against a reference answer per question made from this run (``@union``: the run is the
+    one compared) or from the named registry retriever's.
 
     ``dataset``: a spec or a loaded :class:`~erag_dagster.data.loaders.Dataset`; ``run``: a
     TREC run file or a run table (``query_id, doc_id, rank, score``); ``reader``: a registry
@@ -249,8 +253,11 @@ def label(
     api_args.check_label(
         dataset=dataset, run=run, reader=reader, metric=metric, k=k, store=store,
         registry=registry, executor=executor, ray_address=ray_address, log=log,
-        progress=progress,
+        progress=progress, reference=reference,
     )  # fmt: skip
+    import polars as pl
+
+    from erag_dagster.evaluation.references import make_references
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
     from erag_dagster.retrieval.runs import read_trec_run, top_k
@@ -270,10 +277,30 @@ def label(
         "--executor/--ray-address", executor=executor, address=ray_address
     )
     ((_key, model),) = _readers(reader, reg)
-    downstream = evaluation_config(reg, "label", metric=metric).metric
+    config = evaluation_config(reg, "label", metric=metric, reference=reference)
+    reg.check_reference(config, "label")
+    producer = evaluation_id("api")
+    asked = ds.queries.join(  # the run's queries: a reference for each, none for the others
+        run.select(pl.col("query_id").cast(pl.String)).unique(), on="query_id", how="semi"
+    )
+    references = make_references(
+        config,
+        reg,
+        asked,
+        ds.corpus,
+        model,
+        {"run": run},
+        label_store,
+        reader_for=lambda name: _readers(name, reg)[0][1],
+        executor=spec,
+        producer=producer,
+        log=log,
+        store_name=target,
+    )  # fmt: skip  (None: scored against the gold answers)
     with concerning(target):
-        producer = evaluation_id("api")
-        return _label(run, ds, model, downstream, label_store, spec, log, producer, progress)
+        return _label(
+            run, ds, model, config.metric, label_store, spec, log, producer, progress, references
+        )
 
 
 @dataclass(frozen=True)
@@ -483,12 +510,14 @@ def _is_config(value: str) -> bool:
 
 def _label(
     run, ds, model, metric: str, store, executor, log: Log | None, producer: str,
-    progress: Progress | None = None,
+    progress: Progress | None = None, references: Any = None,
 ) -> LabelResult:  # fmt: skip
-    """:func:`label_run`, recording ``producer`` (an :func:`evaluation_id`) with every row."""
+    """:func:`label_run`, recording ``producer`` (an :func:`evaluation_id`) with every row;
+    ``references``: the reference answers to score against instead of gold, or ``None``."""
     from erag_dagster.labels.labeller import label_run
 
     return label_run(
         run, ds.queries, ds.corpus, model, metric, store, run_id=producer, log=log,
         executor=executor, progress=progress,
+        references=None if references is None else references.frame,
     )  # fmt: skip

@@ -100,6 +100,7 @@ def check_label(
     ray_address: Any,
     log: Any,
     progress: Any = None,
+    reference: Any = None,
 ) -> None:
     """The arguments of :func:`erag_dagster.api.label` (rules: module docstring)."""
     from erag_dagster.data.loaders import Dataset
@@ -121,6 +122,7 @@ def check_label(
     _name(ray_address, "ray_address", optional=True)
     _callable(log, "log")
     _callable(progress, "progress", "(done, total)")
+    _name(reference, "reference", optional=True)
 
 
 def check_score(labels: Any, metrics: Any, compat: Any) -> None:

@@ -103,7 +103,7 @@ def cmd_label(args: argparse.Namespace) -> int:
     result = label(
         args.dataset, args.run, args.reader, args.metric, k=args.k, store=args.store,
         registry=args.registry, executor=args.executor, ray_address=args.ray_address,
-        log=lambda m: print(m, file=sys.stderr),
+        reference=args.reference, log=lambda m: print(m, file=sys.stderr),
     )  # fmt: skip
     with writing_output(args.output, "label") as tmp:
         result.labels.write_parquet(tmp)

@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor", choices=["inprocess", "ray"], help="default: registry generation.executor"
     )
     p.add_argument("--ray-address", help="local | auto | ray://HOST:PORT (executor ray)")
+    p.add_argument(
+        "--reference",
+        help="score against a reference answer per question instead of gold, e.g. self@union "
+        "(this run's top documents; default: registry evaluation.reference)",
+    )
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser("score", parents=[common], help="list metrics on eRAG labels")
