@@ -22,7 +22,13 @@ held-out half is what docs/label-methods.md reports. It writes into ``--out``:
 * ``references.parquet``: ``reference, split, query_id, reference_answer, gold_score`` (the
   reference answer scored against the gold answers with ``--metric``: its agreement with gold,
   kind ``reference_agreement``);
-* ``correlation_<half>.parquet``: the two tables, printed as Table 1 too.
+* ``correlation_<half>.parquet``: the two tables, printed as Table 1 too;
+* with ``--compare RETRIEVER``: ``systems.parquet`` (``method, retriever, split, query_id,
+  metric, value``): per-query list metrics of both retrievers' lists under eRAG-with-gold and
+  under each reference, and their end-to-end quality (``method`` ``end_to_end``, metric
+  ``e2e``) — the paired difference between the two retrievers under each labelling, next to
+  the end-to-end one, shows whether a reference favours the retriever whose documents made it
+  (kind ``system_difference``).
 
 Every reader output goes through the label store (``--store``, default ``<out>/labels.sqlite``),
 so a rerun, or a second script over the same store, generates only what it lacks. Runs the
@@ -54,6 +60,7 @@ from erag_dagster.meta.correlation_report import label_methods_table
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
 from erag_dagster.meta.system_outputs import baseline_label_set
 from erag_dagster.metrics.downstream import get_downstream_metric
+from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.reports.tables import format_table1
 from erag_dagster.retrieval.encoder import encoder_from_config
@@ -76,6 +83,28 @@ def split_of(query_ids: list[str]) -> pl.DataFrame:
         {"query_id": query_ids, "split": [SPLITS[i % 2] for i in range(len(query_ids))]},
         schema={"query_id": pl.String, "split": pl.String},
     )
+
+
+def systems_frame(
+    lists: dict[tuple[str, str], pl.DataFrame], ends: dict[str, pl.DataFrame], k: int
+) -> pl.DataFrame:
+    """``method, retriever, query_id, metric, value``: P@k and nDCG@k of every labelled list
+    (``lists``: (method, retriever) → labels) and each retriever's end-to-end score
+    (``ends``; method ``end_to_end``, metric ``e2e``)."""
+    metrics = [f"P@{k}", f"nDCG@{k}"]
+    rows = []
+    for (method, retriever), labels in lists.items():
+        report = evaluate_labels(labels_from_frame(labels), metrics)
+        for qid, values in report.per_query.items():
+            rows += [(method, retriever, qid, m, float(values[m])) for m in metrics]
+    for retriever, scores in ends.items():
+        rows += [
+            ("end_to_end", retriever, qid, "e2e", float(v))
+            for qid, v in scores.select("query_id", "score").rows()
+        ]
+    schema = {"method": pl.String, "retriever": pl.String, "query_id": pl.String,
+              "metric": pl.String, "value": pl.Float64}  # fmt: skip
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 class _WithoutAnnotation:
@@ -109,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         help="evaluation.reference values, comma-separated (each a Table-1 row)",
     )
     parser.add_argument("--no-annotation", action="store_true", help="leave out llm_annotation")
+    parser.add_argument(
+        "--compare", help="a second retriever whose lists are labelled too (systems.parquet)"
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
 
@@ -125,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     reader = build(args.reader or next(iter(registry.readers)))
     store = LabelStore(str(args.store or args.out / "labels.sqlite"))
     args.out.mkdir(parents=True, exist_ok=True)
-    names = list(dict.fromkeys([args.retriever, *[n for n in args.union.split(",") if n]]))
+    extra = [args.compare] if args.compare else []
+    names = list(dict.fromkeys([args.retriever, *[n for n in args.union.split(",") if n], *extra]))
     runs = {}
     for name in names:
         key = registry.retriever(name).partition_key
@@ -140,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     golds = dict(ds.queries.select("query_id", "answers").rows())
     agreement = []
     union = {n: runs[n] for n in args.union.split(",") if n}
+    compared = [args.retriever, *extra]
+    lists: dict[tuple[str, str], pl.DataFrame] = {("eRAG", args.retriever): erag}
+    if args.compare:
+        lists[("eRAG", args.compare)] = label_run(
+            runs[args.compare], ds.queries, ds.corpus, reader, args.metric, store
+        ).labels
     for reference in [r for r in args.references.split(",") if r]:
         config = EvaluationConfig().with_overrides(
             "measure", k=args.k, label_k=args.k, reference=reference
@@ -149,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
             reader_for=build, executor=None, producer=None, log=say,
         )  # fmt: skip
         assert refs is not None
-        labels = label_run(
-            run, hidden, ds.corpus, reader, args.metric, store, references=refs.frame
-        ).labels
+        for name in compared:
+            lists[(method_name(reference), name)] = label_run(
+                runs[name], hidden, ds.corpus, reader, args.metric, store, references=refs.frame
+            ).labels
+        labels = lists[(method_name(reference), args.retriever)]
         row = pl.lit(method_name(reference)).alias("method")
         parts.append(labels.select(row, "query_id", "doc_id", "rank", "label"))
         agreement += [
@@ -175,6 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     ).scores.select("query_id", "k", "score")
     say("end-to-end answers")
     splits = split_of(ds.queries.get_column("query_id").cast(pl.String).to_list())
+    if args.compare:
+        ends = {args.retriever: e2e}
+        ends[args.compare] = evaluate_end_to_end(
+            runs[args.compare], ds.queries, ds.corpus, reader, args.metric, args.k, store=store
+        ).scores
+        systems_frame(lists, ends, args.k).join(splits, on="query_id").select(
+            "method", "retriever", "split", "query_id", "metric", "value"
+        ).write_parquet(args.out / "systems.parquet")
+        say("the compared retriever's labels and end-to-end answers")
     pl.DataFrame(
         agreement,
         schema={"reference": pl.String, "query_id": pl.String, "reference_answer": pl.String,
@@ -199,6 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     found = pl.read_parquet(args.out / "references.parquet")
     print("\nagreement of each reference with gold (mean score per split):")
     print(found.group_by("reference", "split").agg(pl.col("gold_score").mean()).sort("reference"))
+    if args.compare:
+        table = pl.read_parquet(args.out / "systems.parquet")
+        print(f"\nmean {args.compare} - {args.retriever} per labelling (per split):")
+        print(
+            table.pivot(
+                "retriever", index=["method", "split", "query_id", "metric"], values="value"
+            )
+            .with_columns((pl.col(args.compare) - pl.col(args.retriever)).alias("difference"))
+            .group_by("method", "metric", "split")
+            .agg(pl.col("difference").mean())
+            .sort("split", "metric", "method")
+        )
     say("done")
     return 0
 

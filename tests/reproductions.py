@@ -321,6 +321,30 @@ class Conditions:
         low, high = bootstrap_mean_ci(values, n_resamples=1000, seed=0)
         return float({"low": low, "high": high}[column])
 
+    def system_difference(self, entry: Reproduction) -> float:
+        """The paired difference ``plus − minus`` between two retrievers' per-query ``metric``
+        under one labelling ``method`` (or ``end_to_end`` / ``e2e``), from ``systems.parquet``
+        in the folder ``data`` (``scripts/measure_no_gold.py --compare``), over the ``split``
+        half: its mean, or with ``column`` ``low`` / ``high`` its 95% percentile bootstrap CI
+        (1000 resamples, seed 0)."""
+        from erag_dagster.stats.significance import bootstrap_mean_ci
+
+        cond = entry.condition
+        frame = pl.read_parquet(REPO_ROOT / cond["data"] / "systems.parquet").filter(
+            (pl.col("method") == cond["method"])
+            & (pl.col("metric") == cond["metric"])
+            & (pl.col("split") == cond["split"])
+        )
+        wide = frame.pivot("retriever", index="query_id", values="value").sort("query_id")
+        values = (wide[cond["plus"]] - wide[cond["minus"]]).to_numpy()
+        if not len(values):
+            raise ValueError(f"{entry.id}: no rows for {cond['method']} / {cond['metric']}")
+        column = cond.get("column", "mean")
+        if column == "mean":
+            return float(values.mean())
+        low, high = bootstrap_mean_ci(values, n_resamples=1000, seed=0)
+        return float({"low": low, "high": high}[column])
+
     KINDS: ClassVar[dict[str, Callable[[Conditions, Reproduction], float]]] = {
         "retrieval": retrieval,
         "trec_run": trec_run,
@@ -329,4 +353,5 @@ class Conditions:
         "report_asset": report_asset,
         "label_table1": label_table1,
         "reference_agreement": reference_agreement,
+        "system_difference": system_difference,
     }
