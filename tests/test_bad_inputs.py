@@ -1526,7 +1526,7 @@ ISSUE_32_RECOVERY_CASES = [
     ("created_at without offset", [*IMPORT, "naive.jsonl", *ON_REAL], 2,
      ["naive.jsonl:2", "no UTC offset"]),
     ("gen_seconds NaN", [*IMPORT, "nan.jsonl", *ON_REAL], 2,
-     ["nan.jsonl:2", "gen_seconds must be a finite number >= 0"]),
+     ["nan.jsonl:2", "NaN is not a finite number (JSON has no NaN or Infinity)"]),
     ("a hash that is not hex", [*IMPORT, "badhash.jsonl", *ON_REAL], 2,
      ["badhash.jsonl:2", "question_hash must be 64 lower-case hex digits"]),
     ("an unknown field", [*IMPORT, "extra.jsonl", *ON_REAL], 2,
@@ -1835,7 +1835,8 @@ def _i32_frame_without_run_columns():
 
 ISSUE_32_API_CASES = [
     ("label(5, run)", lambda e: e.label(5, "run.trec"), "dataset must be a dataset spec"),
-    ("label(ds, 5)", lambda e: e.label("sample", 5), "run must be a TREC run file path"),
+    ("label(ds, 5)", lambda e: e.label("sample", 5),
+     "run must be a run file path (TREC or .parquet)"),
     ("label: a frame without the run columns",
      lambda e: e.label("sample", _i32_frame_without_run_columns()),
      "run frame lacks column(s) query_id, doc_id, rank"),

@@ -35,6 +35,7 @@ def _report_frame(report, metrics: Sequence[str]):
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
+    from erag_dagster.callbacks import notes_to
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.output_guard import guard_output
     from erag_dagster.retrieval.runs import check_trec_ids, write_trec_run
@@ -50,9 +51,10 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     check_trec_ids(ds.corpus, "doc_id", args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
     subset = parse_spec(args.dataset).question_subset
-    run = run_retriever(
-        registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
-    )
+    with notes_to(lambda line: print(f"erag-dagster: note: {line}", file=sys.stderr)):
+        run = run_retriever(
+            registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
+        )
     write_trec_run(run, args.output, tag=entry.partition_key, command="retrieve")
     print(
         f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
