@@ -18,7 +18,7 @@ from erag_dagster.cli.common import (
     print_table,
     registry_inputs,
 )
-from erag_dagster.errors import InputError, concerning
+from erag_dagster.errors import concerning
 
 
 def _report_json(report) -> str:
@@ -66,19 +66,21 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
     from erag_dagster.metrics.human import evaluate_run
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run
 
     metrics = metrics_arg(args.metrics)
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
-    unknown = set(run.get_column("doc_id").to_list()) - set(ds.corpus.get_column("doc_id"))
-    if unknown:
-        raise InputError(
-            f"{args.run}: names {len(unknown)} document(s) not in {args.dataset}, "
-            f"e.g. {sorted(unknown)[0]!r}"
-        )
-    report = evaluate_run(ds.qrels, run, metrics, relevance_level=args.relevance_level)
+    # the run-file rule (unknown documents at file:line); a query the dataset lacks is left out
+    # as trec_eval leaves out an unjudged one — and named, never dropped without a word
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=True
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    report = evaluate_run(ds.qrels, loaded.run, metrics, relevance_level=args.relevance_level)
     if args.json:
         print(_report_json(report))
     else:
@@ -134,8 +136,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
+    from erag_dagster.data.spec import parse_spec
     from erag_dagster.output_guard import guard_output
     from erag_dagster.retrieval.rerank import CrossEncoderScorer, lift_report, rerank
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
     from erag_dagster.retrievers import default_scorer
 
@@ -151,6 +155,13 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
+    subset = parse_spec(args.dataset).question_subset  # the registry run_file's rule
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=subset
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    run = loaded.run
     if args.cross_encoder:
         scorer = CrossEncoderScorer(args.cross_encoder, device=args.device or "auto")
         tag = f"rerank-{Path(args.cross_encoder).name}"
