@@ -1965,6 +1965,9 @@ def round4(gating: Path) -> Path:
     (gating / "bigtok.yaml").write_text("max_new_tokens: 10000000000000\n")
     (gating / "zerotok.yaml").write_text("max_new_tokens: 0\n")
     (gating / "nomodel.yaml").write_text("model: /nonexistent/model\n")
+    (gating / "bigreader.yaml").write_text(
+        "retrievers:\n  bm25:\n    kind: bm25\nreaders:\n  r:\n    max_new_tokens: 10000000000000\n"
+    )
     (gating / "a-folder").mkdir()
     corpus = b'{"_id": "d1", "title": "", "text": "alpha beta"}\n'
     _beir(gating / "text5", b"q1\td1\t1\nq2\td2\t1\n")
@@ -2069,6 +2072,14 @@ ISSUE_45_CASES = [
      ["query 'q1' has no gold answers"]),
     ("label: --store under a file", [*R4_LABEL[:-1], "run.trec/labels.sqlite"], {}, 2,
      ["run.trec/labels.sqlite: cannot be a label store: run.trec is a file, not a folder"]),
+    ("gate: --store a folder, before any retrieval", [*GATE, "--baseline", "bm25",
+     "--candidate", "bm25", "--store", "a-folder"], {}, 2, ["a-folder: is a folder"]),
+    ("a registry reader with max_new_tokens 10000000000000 (any door: the gate)",
+     [*_cand("cand.trec"), "--registry", "bigreader.yaml"], {}, 2,
+     ["bigreader.yaml:5: reader 'r': max_new_tokens 10000000000000 is over 32768"]),
+    ("... (any door: retrieve)", ["retrieve", "--dataset", GATE_SPEC, "--retriever", "bm25",
+     "--registry", "bigreader.yaml", "--output", "o.trec"], {}, 2,
+     ["bigreader.yaml:5: reader 'r': max_new_tokens"]),
 ]  # fmt: skip
 
 

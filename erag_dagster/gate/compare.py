@@ -164,6 +164,11 @@ class _Context:
         self.metrics = tuple(self.config.list_metrics)
         self.store_target = settings.store
         self.drop_unknown_queries = settings.drop_unknown_queries
+        from erag_dagster.labels.store import resolve_store
+        from erag_dagster.labels.store_url import check_store_location
+
+        # the store's location before any work (a folder, a FIFO, a file that is not SQLite)
+        check_store_location(resolve_store(settings.store or None, writable=False))
         # one id for this baseline or comparison: every label row it writes records it (audit)
         self.evaluation_id = evaluation_id("gate")
         self._reader, self._reader_name = reader, settings.reader
