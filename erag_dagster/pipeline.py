@@ -255,6 +255,7 @@ def materialize_all(
     # is the caller's to enter (``with dg.instance_for_test() as instance``, as tests do).
     with instance if owned else contextlib.nullcontext(instance):
         from erag_dagster.definitions import build_defs  # imported late: its module
+
         # warns about the instance, which must come after every refusal of the settings
         defs = build_defs(settings.registry_path or None, settings)
         run_config = _run_config(verbose)
@@ -346,6 +347,7 @@ def request_full_reevaluation(
 
     url = (url or os.environ.get("ERAG_DAGSTER_URL") or DEFAULT_WEBSERVER).rstrip("/")
     from erag_dagster.definitions import build_defs  # imported late: its module
+
     # warns about the instance, which must come after every refusal of the settings
     defs = build_defs(registry_path)
     keys = sorted(
@@ -391,6 +393,7 @@ def load_asset_value(
     it is created, so it is created with stderr redirected.
     """
     from erag_dagster.definitions import build_defs  # imported late: its module
+
     # warns about the instance, which must come after every refusal of the settings
     defs = build_defs(registry_path or None)
     quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())

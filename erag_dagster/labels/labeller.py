@@ -262,9 +262,7 @@ def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
 # -- steps ---------------------------------------------------------------------------------------
 
 
-def labelling_rows(
-    run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame
-) -> pl.DataFrame:
+def labelling_rows(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
     """Run rows with ``question, answers, passage`` (the text the reader sees), validated by
     the module's input policy — cheap, no reader and no store: a caller that must refuse a bad
     run before it opens a store (:func:`erag_dagster.api.label`) calls it first."""

@@ -137,6 +137,7 @@ with the reader's spec — before a store is opened or a model loaded — naming
 under it that still leaves the prompt no room in a model's context is refused, naming the key
 too, when the model's context length is known (the transformers reader, at load)."""
 
+
 @dataclass(frozen=True)
 class ReaderSpec:
     """A validated reader configuration (see the module docstring for each field).

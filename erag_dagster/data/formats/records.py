@@ -75,6 +75,8 @@ def _json_kind(value: Any) -> str:
         return f"a list ({_short(value)})"
     if isinstance(value, dict):
         return f"an object ({_short(value)})"
+    if value is None:
+        return "null"
     return f"{type(value).__name__} ({_short(value)})"
 
 
