@@ -1,4 +1,5 @@
-"""The eRAG Dagster component (erag_dagster/component.py) as a team's own project uses it.
+"""The eRAG Dagster component (erag_dagster/orchestration/component.py) as a team's own
+project uses it.
 
 A fresh Dagster project is written outside the checkout the way ``create-dagster project``
 lays one out (pyproject with ``[tool.dg]``, ``src/<pkg>/definitions.py`` calling
@@ -21,12 +22,12 @@ import polars as pl
 import pytest
 import yaml
 
-from erag_dagster.component import ERagEvaluation, build_registry
-from erag_dagster.definitions import build_defs
-from erag_dagster.definitions import defs as packaged_defs
-from erag_dagster.errors import InputError
-from erag_dagster.pipeline import plan, step_job
-from erag_dagster.registry import default_registry_path, load_registry
+from erag_dagster.config.registry import default_registry_path, load_registry
+from erag_dagster.core.errors import InputError
+from erag_dagster.orchestration.component import ERagEvaluation, build_registry
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.definitions import defs as packaged_defs
+from erag_dagster.orchestration.pipeline import plan, step_job
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env
 
@@ -34,7 +35,7 @@ DG = str(Path(sys.executable).parent / "dg")
 PACKAGE = "my_project"
 TEAM_RUN = dg.AssetKey(["my_team", "qrels_run"])
 PREFIX = ["erag"]
-COMPONENT_TYPE = "erag_dagster.component.ERagEvaluation"
+COMPONENT_TYPE = "erag_dagster.ERagEvaluation"
 
 PYPROJECT = """\
 [project]
@@ -131,7 +132,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "defs" / "__init__.py").write_text("")
     (package / "defs" / "qrels_run.py").write_text(TEAM_ASSET)
     scaffold = _run(
-        [DG, "scaffold", "defs", "erag_dagster.component.ERagEvaluation", "my_eval"], root
+        [DG, "scaffold", "defs", "erag_dagster.ERagEvaluation", "my_eval"],
+        root,
     )
     assert scaffold.returncode == 0, scaffold.stdout + scaffold.stderr
     yaml_file = package / "defs" / "my_eval" / "defs.yaml"
@@ -150,7 +152,7 @@ def test_dg_lists_the_component(tmp_path: Path) -> None:
 
 def test_packaged_defs_yaml_is_the_packaged_graph() -> None:
     """erag_dagster/defs/defs.yaml (the packaged project as a component instance) loads the
-    same graph as erag_dagster.definitions:defs, which build_defs builds for both."""
+    same graph as erag_dagster.orchestration.definitions:defs, which build_defs builds for both."""
     loaded = dg.load_from_defs_folder(project_root=Path(__file__).resolve().parents[1])
 
     def keys(defs: dg.Definitions) -> list[str]:

@@ -8,14 +8,14 @@ from erag_dagster.cli.common import load_dataset, load_registry
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from erag_dagster.pipeline import (
+    from erag_dagster.orchestration.pipeline import (
         DEFAULT_REPORTS,
         DEFAULT_STAGES,
         materialize_all,
         print_reports,
     )
-    from erag_dagster.progress import relaying_notes
-    from erag_dagster.resources import EvalSettings
+    from erag_dagster.orchestration.progress import relaying_notes
+    from erag_dagster.orchestration.resources import EvalSettings
 
     load_registry(args.registry)  # a bad registry file is one line naming it, before any run
     settings = EvalSettings(
@@ -34,13 +34,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             load_dataset=load_dataset,
             launched_by="erag-dagster run",  # the runs' erag/launched_by tag
         )
-    from erag_dagster.paths import storage_dir
+    from erag_dagster.core.paths import storage_dir
 
     print_reports(
         registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose,
         full=args.full, tables_dir=storage_dir("reports", "tables"),
     )  # fmt: skip
-    from erag_dagster.assets.html_report import page_path
+    from erag_dagster.orchestration.assets.html_report import page_path
 
     print(f"\nHTML report: {page_path()}")  # written by this run's html_report step
     return 0

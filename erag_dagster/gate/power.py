@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erag_dagster.input_numbers import format_given
+from erag_dagster.core.input_numbers import format_given
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.gate.compare import Evaluation, GateResult
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.power import Power
-from erag_dagster.input_numbers import format_given
 from erag_dagster.meta.fit import fit_lines
 from erag_dagster.reports.tables import render_cells
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from erag_dagster.input_numbers import format_given
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.reports.html_blocks import absent, esc, note, rows_table
 from erag_dagster.reports.html_chart import ci_chart_svg
 from erag_dagster.reports.html_examples import WorkedExample, marked_spans

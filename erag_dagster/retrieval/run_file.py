@@ -9,9 +9,9 @@ order, so the run is evaluated, labelled and answered from exactly as trec_eval 
 
 Policies:
 
-- **Identity.** The registry hashes the file's bytes (:mod:`erag_dagster.registry`); a file that
-  changed after the registry was read is refused (its results would be stored under the old
-  content's partition).
+- **Identity.** The registry hashes the file's bytes (:mod:`erag_dagster.config.registry`); a
+  file that changed after the registry was read is refused (its results would be stored under
+  the old content's partition).
 - **Empty.** A run with no row is refused (:func:`~erag_dagster.retrieval.runs.
   refuse_empty_run`: one rule for a TREC file, a parquet file and a frame), and so is a run none
   of whose queries is a query of the dataset (nothing of it would be evaluated).
@@ -37,8 +37,8 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import (
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import (
     as_polars_frame,
     regular_file,
     regular_file_sha256,

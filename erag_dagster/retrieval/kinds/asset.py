@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.callbacks import NOTES
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import NOTES
+from erag_dagster.core.errors import InputError
 from erag_dagster.retrieval.kinds.base import RetrieverKind, Rule, RunRequest
 
 ASSET_KEY_PART = re.compile(r"^[A-Za-z0-9_]+$")

@@ -1,0 +1,70 @@
+"""corpus, queries, qrels: the dataset named by the settings' spec, as three polars tables."""
+
+import dagster as dg
+import polars as pl
+
+from erag_dagster.data.loaders import load_dataset
+from erag_dagster.orchestration.assets.automation import DATASET_FILES, RECOMPUTE_WHEN_STALE
+from erag_dagster.orchestration.assets.common import (
+    CODE_VERSION,
+    dataset_of,
+    frame_version,
+    table_md,
+)
+from erag_dagster.orchestration.resources import EvalSettings
+
+
+@dg.multi_asset(
+    outs={
+        "corpus": dg.AssetOut(
+            code_version=CODE_VERSION,
+            description="doc_id, title, text",
+            automation_condition=RECOMPUTE_WHEN_STALE,
+        ),
+        "queries": dg.AssetOut(
+            code_version=CODE_VERSION,
+            description="query_id, question, answers",
+            automation_condition=RECOMPUTE_WHEN_STALE,
+        ),
+        "qrels": dg.AssetOut(
+            code_version=CODE_VERSION,
+            description="query_id, doc_id, relevance",
+            automation_condition=RECOMPUTE_WHEN_STALE,
+        ),
+    },
+    group_name="dataset",
+    can_subset=False,
+    deps=[DATASET_FILES],
+)
+def dataset_tables(context: dg.AssetExecutionContext, settings: EvalSettings):
+    """Load and validate the dataset (``settings.dataset``; default ``sample``)."""
+    spec = settings.resolve(dataset_of(context)).dataset
+    ds = load_dataset(spec)
+    context.log.info(
+        f"{spec}: {ds.corpus.height} documents, {ds.queries.height} queries, "
+        f"{ds.qrels.height} judgments"
+    )
+    answered = ds.queries.filter(pl.col("answers").list.len() > 0).height
+    yield dg.Output(
+        ds.corpus,
+        output_name="corpus",
+        data_version=frame_version(ds.corpus),
+        metadata={"dataset": spec, "documents": ds.corpus.height},
+    )
+    yield dg.Output(
+        ds.queries,
+        output_name="queries",
+        data_version=frame_version(ds.queries),
+        metadata={
+            "dataset": spec,
+            "queries": ds.queries.height,
+            "with_gold_answers": answered,
+            "preview": table_md(ds.queries.head(5)),
+        },
+    )
+    yield dg.Output(
+        ds.qrels,
+        output_name="qrels",
+        data_version=frame_version(ds.qrels),
+        metadata={"dataset": spec, "judgments": ds.qrels.height},
+    )
