@@ -2251,3 +2251,20 @@ def test_issue_45_forged_baseline_with_a_recomputed_digest_is_the_documented_lim
     ranks[0]["rank"], ranks[-1]["rank"] = ranks[-1]["rank"], ranks[0]["rank"]
     (round4 / "permuted.json").write_text(json.dumps(_recompute(forged)))
     assert read_baseline(round4 / "permuted.json")["labels"][0]["rank"] == len(ranks)
+
+
+def test_issue_45_an_assets_run_frame_follows_the_same_rules() -> None:
+    """``kind: asset`` (the component's door) reads a run frame by the same rules: a rank twice
+    (rank-only frames: its ranks decide), no row, a pandas frame taken."""
+    from erag_dagster.retrieval.run_file import run_from_value
+
+    with pytest.raises(InputError, match=r"asset a/run \(row 2\): rank 1 appears twice"):
+        run_from_value(
+            _r4_frame(query_id=["q", "q"], doc_id=["x", "y"], rank=[1, 1]), "asset a/run"
+        )
+    with pytest.raises(InputError, match="asset a/run: the run frame is empty"):
+        run_from_value(pl.DataFrame(schema={"query_id": pl.String, "doc_id": pl.String,
+                                            "score": pl.Float64}), "asset a/run")  # fmt: skip
+    taken = run_from_value(_r4_pandas(query_id=["q", "q"], doc_id=["x", "y"], score=[0.1, 0.9]),
+                           "asset a/run")  # fmt: skip
+    assert taken.get_column("doc_id").to_list() == ["y", "x"]

@@ -45,6 +45,7 @@ from erag_dagster.core.input_files import (
     text_lines,
 )
 from erag_dagster.retrieval.runs import (
+    check_run_frame,
     rank_by_score,
     read_trec_run,
     refuse_empty_run,
@@ -297,6 +298,8 @@ def run_from_value(value: object, source: str) -> pl.DataFrame:
             f"{source}: the run frame has columns {sorted(has)}; it needs query_id, doc_id and "
             "rank and/or score"
         )
+    if "score" not in has:  # its own ranks decide: a rank twice, or below 1, as a run file's
+        check_run_frame(value, source)
     frame = value.select(
         pl.col("query_id").cast(pl.String),
         pl.col("doc_id").cast(pl.String),
