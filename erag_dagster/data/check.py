@@ -15,10 +15,14 @@ Usable: every dataset that loads (questions and a corpus) can be labelled agains
 answer (``evaluation.reference``: docs/label-methods.md, "Labels without gold answers"); gold
 answers add eRAG labels against gold, end-to-end quality and Table 1; judgments add the
 human-judgment metrics, label agreement and the fit's label-vs-judgment AUC.
-:attr:`DatasetCheck.cannot` says what a dataset without one of them cannot compute. Notes (not
-errors): queries without judgments, some but not all queries without gold answers (labelling
-against gold refuses a run that holds one), documents without text, identical questions of a
-question log counted once.
+:attr:`DatasetCheck.cannot` says what a dataset without one of them cannot compute. A query or
+document id that a TREC file cannot hold (empty, or holding whitespace:
+:func:`~erag_dagster.data.schema.ids_trec_cannot_hold`, the rule ``retrieve`` refuses by) is
+said on the "usable for" line itself — such a dataset is not usable with TREC runs (``retrieve``
+refuses it; no TREC run file can name the id), only with runs given as parquet or frames.
+Notes (not errors): queries without judgments, some but not all queries without gold answers
+(labelling against gold refuses a run that holds one), documents without text, identical
+questions of a question log counted once.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import polars as pl
 
 from erag_dagster.core.input_files import text_lines
 from erag_dagster.data.loaders import dataset_source_files, load_dataset
+from erag_dagster.data.schema import ids_trec_cannot_hold
 from erag_dagster.data.spec import parse_spec
 
 REFERENCE_HINT = "evaluation.reference, e.g. self@union"
@@ -57,11 +62,14 @@ class DatasetCheck:
     file_samples: dict[str, str | None] = field(default_factory=dict)
     table_samples: dict[str, str | None] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    not_trec: str = ""
+    """Why TREC runs cannot be used (an id a TREC file cannot hold, named); ``""`` if they can."""
 
     @property
     def uses(self) -> str:
         """What the dataset supports: eRAG labels against gold, human-judgment metrics, and
-        (without gold answers) eRAG labels against a reference answer."""
+        (without gold answers) eRAG labels against a reference answer — and, when an id rules
+        them out, that TREC run files are not among them (:attr:`not_trec`)."""
         parts = []
         if self.queries_with_answers:
             parts.append("eRAG labels (gold answers)")
@@ -69,7 +77,8 @@ class DatasetCheck:
             parts.append("human-judgment metrics (judgments)")
         if not self.queries_with_answers:
             parts.append(f"eRAG labels against a reference answer ({REFERENCE_HINT})")
-        return " and ".join(parts)
+        limit = f"; NOT with TREC run files or erag-dagster retrieve: {self.not_trec}"
+        return " and ".join(parts) + (limit if self.not_trec else "")
 
     @property
     def cannot(self) -> tuple[str, ...]:
@@ -178,7 +187,7 @@ def check_dataset(spec: str) -> DatasetCheck:
             f"{merged} lines of the question log repeat an earlier question (no id): each "
             "question is one query"
         )
-    elif answers < n_queries:
+    if 0 < answers < n_queries:
         missing = ds.queries.filter(pl.col("answers").list.len() == 0)
         notes.append(
             f"{n_queries - answers} of {n_queries} queries have no gold answers (first: "
@@ -188,6 +197,9 @@ def check_dataset(spec: str) -> DatasetCheck:
     empty = ds.corpus.filter(pl.col("text").str.strip_chars() == "").height
     if empty:
         notes.append(f"{empty} of {ds.corpus.height} documents have no text")
+    not_trec = _not_trec(ds.queries, "query_id", "query") or _not_trec(
+        ds.corpus, "doc_id", "document"
+    )
     left_out = _left_out_queries(spec, n_queries)
     if left_out:
         notes.append(
@@ -212,6 +224,19 @@ def check_dataset(spec: str) -> DatasetCheck:
             "qrels": _first_row(ds.qrels),
         },
         notes=tuple(notes),
+        not_trec=not_trec,
+    )
+
+
+def _not_trec(frame: pl.DataFrame, column: str, what: str) -> str:
+    """Why the ids of ``frame[column]`` rule out TREC files (:func:`ids_trec_cannot_hold`),
+    naming the first one; ``""`` when every id fits."""
+    bad = ids_trec_cannot_hold(frame, column)
+    if not bad.height:
+        return ""
+    return (
+        f"{what} id {bad.get_column(column)[0]!r} is empty or holds whitespace ({bad.height} "
+        f"such {what} ids; a TREC line splits there): rename them, or give runs as parquet"
     )
 
 

@@ -141,7 +141,7 @@ def label_run(
     say = log or (lambda _msg: None)
     measure = get_downstream_metric(metric)
     policy = commit or CommitPolicy.from_env()
-    rows = _joined(run, queries, corpus, references)
+    rows = labelling_rows(run, queries, corpus, references)
     # One subject per distinct (query, doc); similar lengths together keep padding small.
     pairs = (
         rows.unique(["query_id", "doc_id"], keep="first", maintain_order=True)
@@ -276,15 +276,22 @@ def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
 # -- steps ---------------------------------------------------------------------------------------
 
 
-def _joined(
+def labelling_rows(
     run: pl.DataFrame,
     queries: pl.DataFrame,
     corpus: pl.DataFrame,
     references: pl.DataFrame | None = None,
+    *,
+    needs_gold: bool | None = None,
 ) -> pl.DataFrame:
-    """Run rows with ``question, answers, passage`` (the text the reader sees), validated; with
+    """Run rows with ``question, answers, passage`` (the text the reader sees), validated by
+    the module's input policy — cheap, no reader and no store: a caller that must refuse a bad
+    run before it opens a store (:func:`erag_dagster.api.label`) calls it first. With
     ``references``, ``answers`` is each query's reference answer and ``gold_hash``,
-    ``gold_json`` and ``reference`` come with it (a query without one: :class:`InputError`)."""
+    ``gold_json`` and ``reference`` come with it (a query without one: :class:`InputError`);
+    the gold answers are then not required. ``needs_gold`` (default: no ``references``):
+    whether a query without gold answers is refused — ``False`` for that early check before
+    references are made."""
     needed = [c for c in ("query_id", "doc_id", "rank") if c not in run.columns]
     if needed:
         raise InputError(f"run lacks column(s) {', '.join(needed)}")
@@ -302,11 +309,13 @@ def _joined(
             maintain_order="left",
         )
     )
-    if references is None:
+    if needs_gold is None:
+        needs_gold = references is None
+    if needs_gold:
         require_answers(used, "labelling")
-        require_questions(used, "labelling")
-        return run.join(used, on="query_id", how="left", maintain_order="left")
     require_questions(used, "labelling")
+    if references is None:
+        return run.join(used, on="query_id", how="left", maintain_order="left")
     refs = references.select(
         pl.col("query_id").cast(pl.String),
         pl.concat_list(pl.col("reference_answer").fill_null("")).alias("answers"),
