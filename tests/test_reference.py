@@ -88,6 +88,18 @@ def test_the_union_ranks_by_best_rank_whatever_the_order_of_the_runs() -> None:
     assert union_lists([a], depth=2)["doc_id"].to_list() == ["d1", "d2"]
 
 
+def test_a_label_output_reference_is_scored_by_its_label() -> None:
+    from erag_dagster.labels.reference import scored_against
+    from erag_dagster.metrics.downstream import accuracy
+
+    assert scored_against("Yes, the study shows it.", "accuracy") == "yes"
+    assert scored_against("  ", "accuracy") == ""
+    assert scored_against("Yes, the study shows it.", "f1") == "Yes, the study shows it."
+    target = scored_against("No. The claim is refuted", "accuracy")
+    assert accuracy("no, it does not", [target]) == 1.0
+    assert accuracy("Yes", [target]) == 0.0
+
+
 # -- a question log as a dataset -----------------------------------------------------------------
 
 
@@ -173,7 +185,7 @@ def test_labels_against_a_reference_carry_its_provenance(reader, tmp_path: Path)
     assert gold.judged_now == 3 and "reference" not in gold.labels.columns
     spec = parse_reference("self@bm25?k=1")
     assert spec is not None
-    refs = reference_answers(spec, queries, ds.corpus, {"bm25-x": run}, reader, 3, store)
+    refs = reference_answers(spec, queries, ds.corpus, {"bm25-x": run}, reader, 3, "f1", store)
     assert refs.frame.height == 2 and refs.generated == 0  # top-1 lists: the eRAG answers
     first = label_run(run, queries, ds.corpus, reader, "f1", store, references=refs.frame)
     assert first.judged_now == 0 and first.scored_now == 3  # stored answers, new scores
@@ -195,7 +207,7 @@ def test_labels_against_a_reference_carry_its_provenance(reader, tmp_path: Path)
     # another reference: the stored answers re-scored, no reader call
     other = parse_reference("self@bm25?k=2")
     assert other is not None
-    wider = reference_answers(other, queries, ds.corpus, {"bm25-x": run}, reader, 3, store)
+    wider = reference_answers(other, queries, ds.corpus, {"bm25-x": run}, reader, 3, "f1", store)
     rescored = label_run(run, queries, ds.corpus, reader, "f1", store, references=wider.frame)
     # the second query's top 2 is its top 1 (one document): the same reference by content,
     # so its label's score is read, not computed; the first query's two are scored anew
@@ -221,8 +233,9 @@ def test_a_query_without_a_reference_is_one_line(reader, tmp_path: Path) -> None
         {"query_id": [ds.queries["query_id"][1]], "doc_id": ["Super_Bowl_50_0"], "rank": [1]}
     )
     refs = pl.DataFrame(
-        {"query_id": ["other"], "reference_answer": ["x"], "gold_hash": ["h"], "reference": ["{}"]}
-    )
+        {"query_id": ["other"], "reference_answer": ["x"], "scored_against": ["x"],
+         "gold_hash": ["h"], "reference": ["{}"]}
+    )  # fmt: skip
     with pytest.raises(InputError, match="has no reference answer") as caught:
         label_run(run, ds.queries, ds.corpus, reader, "f1", None, references=refs)
     assert "\n" not in str(caught.value)

@@ -95,6 +95,6 @@ def make_references(
     guard = concerning(store_name) if store_name else contextlib.nullcontext()
     with guard:
         return reference_answers(
-            spec, queries, corpus, docs, answerer, config.label_k, store, run_id=producer,
-            executor=executor, log=log,
+            spec, queries, corpus, docs, answerer, config.label_k, config.metric, store,
+            run_id=producer, executor=executor, log=log,
         )  # fmt: skip

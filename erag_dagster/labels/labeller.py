@@ -318,7 +318,7 @@ def labelling_rows(
         return run.join(used, on="query_id", how="left", maintain_order="left")
     refs = references.select(
         pl.col("query_id").cast(pl.String),
-        pl.concat_list(pl.col("reference_answer").fill_null("")).alias("answers"),
+        pl.concat_list(pl.col("scored_against").fill_null("")).alias("answers"),
         pl.col("reference_answer").fill_null(""),
         "gold_hash",
         "reference",

@@ -34,10 +34,14 @@ documents, where they came from, the generation key), which ``erag-dagster audit
 a new reference re-scores the stored per-document answers (no reader call) and a stored one is
 reused like any answer.
 
+With a label-output metric (``accuracy``) the answers are scored against the reference's label,
+its first normalised token (:func:`scored_against`), as ``accuracy`` reads every answer.
+
 Edge cases: a query of the run without a reference answer is an :class:`InputError` naming it;
 an empty reference answer (the reader said nothing) is kept — every label of its query is then
-the metric against an empty string (``f1``, ``em``: 0) — and counted in ``empty``; a query no
-retriever returned a document for gets the reference from its question alone.
+the metric against an empty string (``f1``, ``em``, ``accuracy``: 0) — and counted in
+``empty``; a query no retriever returned a document for gets the reference from its question
+alone.
 """
 
 from __future__ import annotations
@@ -54,9 +58,11 @@ from erag_dagster.core.errors import InputError
 from erag_dagster.core.hashing import sha256_json, sha256_text
 from erag_dagster.labels.context_answers import END_TO_END, ContextList, context_answers
 from erag_dagster.labels.executor import ExecutorSpec
+from erag_dagster.labels.likelihood import LABEL_METRICS
 from erag_dagster.labels.reader_calls import ReaderCalls
 from erag_dagster.labels.signed import CLOSED_BOOK, closed_book_answers, closed_book_fingerprint
 from erag_dagster.labels.store import generation_key
+from erag_dagster.metrics.downstream import normalize_answer
 from erag_dagster.readers.passages import run_with_passages
 
 __all__ = [
@@ -69,6 +75,7 @@ __all__ = [
     "reference_answers",
     "reference_hash",
     "reference_lists",
+    "scored_against",
 ]
 
 REFERENCE_TASK = CodeVersion("reference", "1")
@@ -84,11 +91,13 @@ _MAX_DEPTH = 1000
 REFERENCE_COLUMNS = {
     "query_id": pl.String,
     "reference_answer": pl.String,
+    "scored_against": pl.String,
     "gold_hash": pl.String,
     "reference": pl.String,
 }
-"""A reference frame: each query's reference answer, its :func:`reference_hash` and its
-provenance (canonical JSON: :meth:`References.provenance`)."""
+"""A reference frame: each query's reference answer, what the per-document answers are scored
+against (:func:`scored_against`), its :func:`reference_hash` and its provenance (canonical
+JSON: :meth:`References.provenance`)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,17 @@ def parse_reference(value: str) -> ReferenceSpec | None:
     return ReferenceSpec(reader, documents, depth)
 
 
+def scored_against(answer: str, metric: str) -> str:
+    """What a per-document answer is scored against: the reference answer itself — or, with a
+    label-output metric (``accuracy``: yes/no/maybe, SUPPORTS/REFUTES), its label, the first
+    normalised token, which is what ``accuracy`` reads from every answer (the reference "Yes,
+    the study shows ..." is the label ``yes``; the whole sentence would match no answer)."""
+    if metric in LABEL_METRICS:
+        tokens = normalize_answer(answer or "").split()
+        return tokens[0] if tokens else ""
+    return answer
+
+
 def reference_hash(generation: str, answer: str) -> str:
     """The gold hash of a reference (module docstring): it names the reference generation and
     its answer, so it differs from every gold-answer hash and from every other reference."""
@@ -246,7 +266,7 @@ class References:
         missing = [c for c in REFERENCE_COLUMNS if c not in frame.columns]
         if missing:
             raise InputError(f"reference answers lack column(s) {', '.join(missing)}")
-        empty = frame.filter(pl.col("reference_answer").fill_null("").str.strip_chars() == "")
+        empty = frame.filter(pl.col("scored_against").fill_null("").str.strip_chars() == "")
         return cls(frame, parsed.text, parsed.describe(label_k), 0, 0, empty.height)
 
     @staticmethod
@@ -284,6 +304,7 @@ def reference_answers(
     runs: Mapping[str, pl.DataFrame],
     reader,
     label_k: int,
+    metric: str,
     store=None,
     run_id: str | None = None,
     executor: ExecutorSpec | ReaderCalls | None = None,
@@ -293,7 +314,9 @@ def reference_answers(
     labelled reader for ``self``, the teacher otherwise) answers from the union of the top
     ``spec.depth_for(label_k)`` documents of ``runs`` (name → run; the names are recorded as
     the documents' sources), or from the question alone for ``@none`` (``runs`` unused).
-    Answers come from ``store`` when it has them (the end-to-end or closed-book task's key)."""
+    Answers come from ``store`` when it has them (the end-to-end or closed-book task's key);
+    ``metric``, the task metric, decides what the answers are scored against
+    (:func:`scored_against`)."""
     say = log or (lambda _m: None)
     asked = queries.select(pl.col("query_id").cast(pl.String), "question")
     if spec.documents == NONE:
@@ -326,12 +349,13 @@ def reference_answers(
         {
             "query_id": asked.get_column("query_id"),
             "reference_answer": texts,
+            "scored_against": [scored_against(t, metric) for t in texts],
             "gold_hash": [reference_hash(k, a) for k, a in zip(keys, texts, strict=True)],
             "reference": provenance,
         },
         schema=REFERENCE_COLUMNS,
     )
-    empty = sum(1 for t in texts if not (t or "").strip())
+    empty = frame.filter(pl.col("scored_against").fill_null("").str.strip_chars() == "").height
     say(
         f"reference {spec.text}: {len(texts)} answers by {reader.name}"
         + (
