@@ -103,16 +103,10 @@ def evaluate(
         k=k, label_k=label_k, registry=registry, store=store, n_resamples=n_resamples,
         seed=seed, log=log, progress=progress,
     )  # fmt: skip
-    import polars as pl
-
-    from erag_dagster.evaluation import steps, systems
+    from erag_dagster.evaluation.session import EvaluationSession
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.meta.fit import FitDiagnostics, fit_frame
-    from erag_dagster.reports.leaderboard import leaderboard
-    from erag_dagster.reports.run_report import RunReport, Section
 
-    say = log or (lambda _message: None)
     reg = load_registry_file(registry)
     api_args.check_reader_names(reader, reg)  # before retrieval; an unknown reader creates nothing
     config = evaluation_config(
@@ -120,67 +114,20 @@ def evaluate(
         list_metrics=metric_list(metrics) if metrics is not None else None,
         bootstrap_resamples=n_resamples, seed=seed,
     )  # fmt: skip
-    human_metrics = list(config.human_metrics)
-    n_resamples, seed = config.bootstrap_resamples, config.seed
-    spec = config.dataset
     names = [reg.retriever(r).name for r in retrievers] if retrievers else list(reg.retrievers)
     if not names:
         raise InputError("evaluate: no retriever given and none in the registry")
     models = _readers(reader, reg)  # checked (and built, not loaded) before any work
-    ds = load_dataset_checked(spec)
+    ds = load_dataset_checked(config.dataset)
     target = redact_url(resolve_store(store))
     with concerning(target):
         label_store = open_store(store)
-    runs = {}
-    for name in names:
-        key = reg.retriever(name).partition_key
-        say(f"retrieve {key}")
-        runs[key] = systems.retrieve(reg, name, ds.corpus, ds.queries, config, log=log)
-    labels: dict[tuple[str, str], pl.DataFrame] = {}
-    fits: list[FitDiagnostics] = []
-    producer = evaluation_id("api")  # what `erag-dagster audit` shows for this call's labels
-    for reader_key, model in models:  # each model loads on its first pair, stays loaded
-        for key, run in runs.items():
-            say(f"label {key} with {reader_key}")
-            system = systems.label_system(
-                run, ds, model, config, label_store, executor=reg.generation,
-                producer=producer, reader_name=reader_key, retriever=key, log=log,
-                progress=progress, store_name=target,
-            )  # fmt: skip
-            labels[(reader_key, key)] = system.labels
-            fits.append(system.fit)  # docs/label-methods.md, "Fit diagnostics"
-    per_query = steps.score(labels, config)
-    board = pl.DataFrame()
-    if ds.qrels.height:
-        board = leaderboard(
-            ds.qrels, runs, human_metrics, n_resamples=n_resamples, seed=seed,
-            relevance_level=config.relevance_level,
-        )  # fmt: skip
-    erag_report = steps.summarise(per_query, config)
-    found = steps.decide(per_query, config)
-    doc_labels = pl.concat(
-        [f.select(pl.lit(r).alias("reader"), pl.lit(t).alias("retriever"), pl.all())
-         for (r, t), f in labels.items()]
+    session = EvaluationSession(
+        config, reg, ds, label_store,
+        producer=evaluation_id("api"),  # what `erag-dagster audit` shows for this call's labels
+        log=log, progress=progress, store_name=target,
     )  # fmt: skip
-    run_table = pl.concat(
-        [r.select(pl.lit(t).alias("retriever"), pl.all()) for t, r in runs.items()]
-    )
-    return RunReport(
-        sections=[
-            Section("retrieval_report", None, board),
-            Section("erag_report", None, erag_report),
-        ],
-        verdicts=[found] if found is not None else [],
-        frames={
-            "retrieval_report": board,
-            "erag_report": erag_report,
-            "erag_per_query": per_query,
-            "doc_labels": doc_labels,
-            "retrieval_run": run_table,
-            "fit": fit_frame(fits),
-        },
-        fits=fits,
-    )
+    return session.evaluate(names, models)
 
 
 def label(
@@ -221,18 +168,25 @@ def label(
         registry=registry, executor=executor, ray_address=ray_address, log=log,
         progress=progress,
     )  # fmt: skip
+    from erag_dagster.evaluation.session import EvaluationSession
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.retrieval.runs import read_trec_run, top_k
+    from erag_dagster.retrieval.runs import read_trec_run
 
     reg = load_registry_file(registry)
     api_args.check_reader_names(reader, reg)  # an unknown reader creates no store
+    _positive(k, "k")
+    # ``k``: the depth labelled (the config's label_k; its retrieval depth at least as deep)
+    config = evaluation_config(
+        reg, "label", metric=metric, label_k=k, k=max(k, reg.evaluation.k) if k else None
+    )
     ds = load_dataset_checked(dataset) if isinstance(dataset, str) else dataset
     if isinstance(run, str | Path):
         with concerning(run):
             run = read_trec_run(run)
-    if k is not None:
-        run = top_k(run, _positive(k, "k"))
+    if k is None:  # no depth asked: every row of the run (``label`` labels what it is given)
+        depth = int(run.get_column("rank").max() or 1) if run.height else 1
+        config = config.with_overrides("label", k=max(depth, config.k), label_k=depth)
     target = redact_url(resolve_store(store))
     with concerning(target):
         label_store = open_store(store)  # opened before the reader loads: a bad store fails fast
@@ -240,10 +194,11 @@ def label(
         "--executor/--ray-address", executor=executor, address=ray_address
     )
     ((_key, model),) = _readers(reader, reg)
-    downstream = evaluation_config(reg, "label", metric=metric).metric
-    with concerning(target):
-        producer = evaluation_id("api")
-        return _label(run, ds, model, downstream, label_store, spec, log, producer, progress)
+    session = EvaluationSession(
+        config, reg, ds, label_store, producer=evaluation_id("api"), executor=spec, log=log,
+        progress=progress, store_name=target,
+    )  # fmt: skip
+    return session.label(run, model)
 
 
 @dataclass(frozen=True)
@@ -449,16 +404,3 @@ def _is_config(value: str) -> bool:
     """A reader argument naming a file (a config YAML, read through the input rules: a FIFO
     or device is refused, not read) rather than a registry name."""
     return Path(value).exists() and not Path(value).is_dir()
-
-
-def _label(
-    run, ds, model, metric: str, store, executor, log: Log | None, producer: str,
-    progress: Progress | None = None,
-) -> LabelResult:  # fmt: skip
-    """:func:`label_run`, recording ``producer`` (an :func:`evaluation_id`) with every row."""
-    from erag_dagster.labels.labeller import label_run
-
-    return label_run(
-        run, ds.queries, ds.corpus, model, metric, store, run_id=producer, log=log,
-        executor=executor, progress=progress,
-    )  # fmt: skip

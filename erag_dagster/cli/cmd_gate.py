@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from erag_dagster.cli.common import metrics_arg
-
 
 def _gate_settings(args: argparse.Namespace):
     from erag_dagster.gate import GateSettings
@@ -23,7 +21,7 @@ def _gate_settings(args: argparse.Namespace):
         dataset=args.dataset or "",
         reader=args.reader or "",
         downstream_metric=args.metric or "",
-        metrics=tuple(metrics_arg(args.metrics)) if args.metrics else (),
+        metrics=tuple(args.metrics or ()),
         k=args.k or 0,
         store=args.store or "",
         registry=args.registry or "",

@@ -8,6 +8,7 @@ from erag_dagster.cli.common import load_dataset, load_registry
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from erag_dagster.config.evaluation import STATISTICS_FIELDS
     from erag_dagster.orchestration.pipeline import (
         DEFAULT_REPORTS,
         DEFAULT_STAGES,
@@ -21,9 +22,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         dataset=args.dataset or "",
         registry_path=args.registry or "",
-        k=args.k or 0,
-        label_k=args.label_k or 0,
-        metric=args.metric or "",
+        k=args.k,
+        label_k=args.label_k,
+        metric=args.metric,
+        **{name: getattr(args, name) for name in STATISTICS_FIELDS},
     )
     with relaying_notes() as progress:  # + each doc_labels partition's estimate (issue #11)
         materialize_all(
@@ -38,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     print_reports(
         registry_path=args.registry or "", only=DEFAULT_REPORTS, verbose=args.verbose,
-        full=args.full, tables_dir=storage_dir("reports", "tables"),
+        full=args.full, tables_dir=storage_dir("reports", "tables"), settings=settings,
     )  # fmt: skip
     from erag_dagster.orchestration.assets.html_report import page_path
 

@@ -16,14 +16,16 @@ Something that exists but is not a regular file (a folder, a FIFO, ``/dev/null``
 saying what it is (:func:`erag_dagster.core.input_files.regular_file`). Every ref is checked, and
 the power the query count allows computed (:mod:`.power`), before any retrieval or reader call.
 
-A run is cut to ``k`` per query and labelled with eRAG, with its fit diagnostics, by the step
-the Python API calls too (:func:`~erag_dagster.evaluation.systems.label_system`; a registry
-retriever is run by :func:`~erag_dagster.evaluation.systems.retrieve`, at depth ``k``: the
-gate's config has ``k`` = ``label_k``) through the label store, so only (query,
-document text) pairs the store lacks cost reader calls. A dataset query the run has no
-document for is an empty list (0 on every metric), never dropped. The list metrics
-(:func:`~erag_dagster.metrics.list_metrics.evaluate_labels`) of each query are then compared
-(:mod:`.verdict`). Both sides must share every field of
+Both sides are evaluated by the evaluation session every front door runs
+(:class:`~erag_dagster.evaluation.session.EvaluationSession`): a registry retriever is run by
+its ``retrieve`` step (at depth ``k``: the gate's config has ``k`` = ``label_k``), a run is cut
+to ``k`` per query and labelled with eRAG, with its fit diagnostics, by its ``label_system``
+step through the label store, so only (query, document text) pairs the store lacks cost reader
+calls; and scored by its missing-query rule (:func:`~erag_dagster.meta.per_query.
+scored_queries`, docs/metrics.md): a dataset query the run has no document for is an empty list
+(0 on every metric), never dropped, and named in a note. The list metrics of each query are
+then compared (:mod:`.verdict`) with the registry's statistics (``--alpha`` may replace its
+alpha). Both sides must share every field of
 :class:`~erag_dagster.gate.identity.EvalIdentity`; otherwise :func:`compare` refuses in one
 line naming what differs.
 """
@@ -39,7 +41,6 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.core.callbacks import Log
 from erag_dagster.core.errors import InputError, concerning
 from erag_dagster.core.output_guard import Input
@@ -59,6 +60,8 @@ from erag_dagster.gate.verdict import (
     metric_verdicts,
     overall_verdict,
 )
+from erag_dagster.meta.per_query import missing_queries_note, scored_queries, unlabelled_queries
+from erag_dagster.stats.settings import Statistics
 
 LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
                 "label": pl.Float64, "answer_key": pl.String}  # fmt: skip
@@ -109,13 +112,14 @@ class Evaluation:
 @dataclass(frozen=True)
 class GateResult:
     """:func:`compare`'s answer: both sides, the per-metric verdicts, the overall verdict and
-    the rule they were reached with."""
+    the rule and statistics they were reached with."""
 
     baseline: Evaluation
     candidate: Evaluation
     metrics: list[MetricVerdict]
     verdict: str
     rule: GateRule
+    statistics: Statistics
     notes: list[str] = field(default_factory=list)
     power: Power | None = None
 
@@ -207,6 +211,17 @@ class _Context:
                 self._read_store = False
         return self._read_store or None
 
+    def session(self, store: Any = None, store_name: str | None = None):
+        """The evaluation session of this gate (:class:`~erag_dagster.evaluation.session.
+        EvaluationSession`): its config, registry and dataset, ``store`` (``None``: one that
+        does not label) and this gate's evaluation id as the producer of every new row."""
+        from erag_dagster.evaluation.session import EvaluationSession
+
+        return EvaluationSession(
+            self.config, self.registry, self.dataset, store, producer=self.evaluation_id,
+            log=self.log, store_name=store_name,
+        )  # fmt: skip
+
     def close(self) -> None:
         """Close the stores this context opened (their files can then be unmounted)."""
         for store in (self._store, self._read_store):
@@ -270,7 +285,6 @@ def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
     """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
     from erag_dagster.core.input_files import regular_file_sha256
     from erag_dagster.data.spec import parse_spec
-    from erag_dagster.evaluation.systems import retrieve
     from erag_dagster.retrieval.run_file import load_run_file
 
     ds, subset = ctx.dataset, parse_spec(ctx.spec).question_subset
@@ -289,23 +303,8 @@ def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
                 f"{shown(ref)}: no such file (a ref is a baseline, a run file or a retriever)"
             ) from None
         raise
-    run = retrieve(ctx.registry, entry.name, ds.corpus, ds.queries, ctx.config, log=ctx.log)
+    run = ctx.session().retrieve(entry.name)
     return run, RetrieverIdentity("registry", entry.name, entry.digest)
-
-
-# -- scoring ------------------------------------------------------------------------------------
-
-
-def _scores(
-    labels: pl.DataFrame, query_ids: Sequence[str], metrics: Sequence[str]
-) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Per-query metric values and means; a query without a labelled row scores an empty list."""
-    from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
-
-    lists = labels_from_frame(labels) if labels.height else {}
-    lists = {q: lists.get(q, []) for q in query_ids}
-    report = evaluate_labels(lists, list(metrics))
-    return report.per_query, report.aggregate
 
 
 def _empty_labels() -> pl.DataFrame:
@@ -317,7 +316,6 @@ def evaluate(
 ) -> Evaluation:
     """One side of the gate (module docstring); ``run``: the ref's run, already read."""
     from erag_dagster.core.errors import StorageError
-    from erag_dagster.evaluation.systems import label_system
     from erag_dagster.gate.verify import answer_keys
     from erag_dagster.labels.store import redact_url, resolve_store
 
@@ -333,12 +331,9 @@ def evaluate(
         try:
             with concerning(where):
                 store = ctx.store
-            result = label_system(
-                run, ctx.dataset, ctx.reader, ctx.config, store,
-                executor=ctx.registry.generation, producer=ctx.evaluation_id,
-                reader_name=str(ctx.reader.name), retriever=shown(ref), log=ctx.log,
-                store_name=where,
-            )  # fmt: skip
+            result = ctx.session(store, where).label_system(
+                run, ctx.reader, reader_name=str(ctx.reader.name), retriever=shown(ref)
+            )
         except StorageError as exc:
             if ctx.store.read_only:
                 raise StorageError(
@@ -350,7 +345,8 @@ def evaluate(
         keys = answer_keys(found.to_dicts(), ctx.reader.fingerprint, ctx.dataset)
         labels = found.with_columns(pl.Series("answer_key", keys, dtype=pl.String))
         judged, stored, fit = result.judged_now, result.from_store, result.fit
-    per_query, aggregate = _scores(labels, query_ids, ctx.metrics)
+    scored = ctx.session().score_system(labels)  # the one missing-query rule
+    per_query, aggregate = scored.per_query, scored.aggregate
     return Evaluation(
         ref, ctx.identity(), retriever, ctx.spec, str(ctx.reader.name), query_ids, labels,
         per_query, aggregate, judged, stored, fit=fit,
@@ -389,7 +385,8 @@ def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Eval
     labels = pl.DataFrame(rows, schema=LABEL_SCHEMA) if rows else _empty_labels()
     query_ids = list(data["query_ids"])
     try:
-        per_query, aggregate = _scores(labels, query_ids, identity.metrics)
+        scored = scored_queries(labels, identity.metrics, query_ids)
+        per_query, aggregate = scored.per_query, scored.aggregate
     except InputError as exc:
         raise InputError(f"{shown(ref)}: {exc}") from None
     return Evaluation(
@@ -494,40 +491,34 @@ class Decision:
     notes: list[str]
 
 
-def _uncovered(labels: pl.DataFrame, query_ids: Sequence[str]) -> int:
-    covered = set(labels.get_column("query_id").to_list()) if labels.height else set()
-    return sum(1 for q in query_ids if q not in covered)
-
-
 def decide(
     baseline_labels: pl.DataFrame,
     candidate_labels: pl.DataFrame,
     query_ids: Sequence[str],
     metrics: Sequence[str],
     rule: GateRule,
+    stats: Statistics,
 ) -> Decision:
     """The gate's decision on two label tables (``query_id, doc_id, rank, label``) over the same
-    ``query_ids`` — what :func:`compare` (and so ``erag-dagster compare``) decides with.
+    ``query_ids`` — what :func:`compare` (and so ``erag-dagster compare``) decides with, under
+    ``rule``'s margin and ``stats`` (the registry's statistics, :meth:`GateRule.statistics`).
 
-    A query a side has no labelled row for scores 0 on every metric (an empty list) and is
-    counted in a note: a candidate without documents, or covering 1 of 6 queries, is scored as
+    The missing-query rule of every door (:func:`~erag_dagster.meta.per_query.scored_queries`):
+    a query a side has no labelled row for scores 0 on every metric (an empty list) and is
+    named in a note: a candidate without documents, or covering 1 of 6 queries, is scored as
     retrieving nothing for the rest, never compared on the queries it kept. Power before
     verdict: :func:`~erag_dagster.gate.power.gate_power` of ``len(query_ids)``.
     """
     n = len(query_ids)
-    rule = rule.with_settings(EvaluationConfig())  # unset alpha/resamples/seed: the defaults
-    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
-    base, _ = _scores(baseline_labels, query_ids, metrics)
-    cand, _ = _scores(candidate_labels, query_ids, metrics)
-    verdicts = metric_verdicts(base, cand, metrics, rule)
+    power = gate_power(n, len(metrics), rule.margin, stats)
+    base = scored_queries(baseline_labels, metrics, query_ids).per_query
+    cand = scored_queries(candidate_labels, metrics, query_ids).per_query
+    verdicts = metric_verdicts(base, cand, metrics, rule, stats)
     notes = []
     for side, labels in (("baseline", baseline_labels), ("candidate", candidate_labels)):
-        missing = _uncovered(labels, query_ids)
-        if missing:
-            notes.append(
-                f"the {side} has no document for {missing} of {n} queries (each scored 0 on "
-                "every metric)"
-            )
+        note = missing_queries_note(f"the {side}", unlabelled_queries(labels, query_ids), n)
+        if note:
+            notes.append(note)
     if not power.can_decide:
         notes.append(power.summary())
     return Decision(verdicts, overall_verdict(verdicts), power, notes)
@@ -612,9 +603,10 @@ def compare(
     stored = _stored_refs([baseline, candidate])
     settings = _settled(settings or GateSettings(), stored)
     ctx = _Context(settings, reader, log)
-    rule = (rule or GateRule()).with_settings(ctx.config)  # alpha, resamples, seed: the config's
+    rule = rule or GateRule()
+    stats = rule.statistics(ctx.config)  # the registry's statistics; --alpha replaces its alpha
     try:
-        return _compared(baseline, candidate, stored, ctx, rule, require_power)
+        return _compared(baseline, candidate, stored, ctx, rule, stats, require_power)
     finally:
         ctx.close()
 
@@ -625,6 +617,7 @@ def _compared(
     stored: dict[str, dict[str, Any]],
     ctx: _Context,
     rule: GateRule,
+    stats: Statistics,
     require_power: bool,
 ) -> GateResult:
     """:func:`compare` once the stored sides are read and the context is made."""
@@ -654,7 +647,7 @@ def _compared(
         )
     n = len(next(iter(sides.values())).query_ids) if sides else ctx.dataset.queries.height
     metrics = next(iter(sides.values())).identity.metrics if sides else ctx.metrics
-    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
+    power = gate_power(n, len(metrics), rule.margin, stats)
     if not power.can_decide:
         if require_power:
             raise GateCannotDecide(power)
@@ -666,8 +659,10 @@ def _compared(
     refuse_other_identity(base.identity, cand.identity, baseline, candidate)
     if base.query_ids != cand.query_ids:
         raise InputError(f"{shown(baseline)} and {shown(candidate)} hold different query sets")
-    decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule)
+    decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule, stats)
     notes = [n for n in (base.checked, cand.checked) if n] + decision.notes
     if base.retriever == cand.retriever:
         notes.append("baseline and candidate are the same retriever")
-    return GateResult(base, cand, decision.metrics, decision.verdict, rule, notes, decision.power)
+    return GateResult(
+        base, cand, decision.metrics, decision.verdict, rule, stats, notes, decision.power
+    )

@@ -404,11 +404,13 @@ def load_run_report(
     registry_path: str = "",
     only: Sequence[str] | None = None,
     verbose: bool = False,
+    settings: EvalSettings | None = None,
 ):
     """The materialised reports as a :class:`~erag_dagster.reports.run_report.RunReport`:
     every report in ``only`` (default: all) that exists, and where ``erag_report`` is wanted
     each dataset's verdict (the ``verdict`` asset: computed once per run). A report not
-    materialised yet is a section "not available", not an error."""
+    materialised yet is a section "not available", not an error. ``settings``: the run's
+    (default: the registry's own), whose statistics the tables' stars and legends follow."""
     from erag_dagster.config.registry import load_registry
     from erag_dagster.reports.run_report import RunReport, Section, sections_order
     from erag_dagster.reports.verdict import Verdict
@@ -422,7 +424,8 @@ def load_run_report(
         for name, key in sections_order(names, readers, many)
         if only is None or key in only
     ]
-    report = RunReport(sections=[])
+    settings = settings or EvalSettings(registry_path=registry_path)
+    report = RunReport(sections=[], statistics=settings.resolve().statistics)
 
     def load(name: str | None, key: str) -> Section:
         try:
@@ -475,12 +478,13 @@ def print_reports(
     verbose: bool = False,
     full: bool = True,
     tables_dir: Path | None = None,
+    settings: EvalSettings | None = None,
 ) -> None:
     """Print the report assets that exist (:func:`load_run_report`): the verdict first, then
     each table, compact unless ``full`` (``verbose``: with Dagster's console log of the loads,
     see :func:`load_asset_value`). With ``tables_dir`` every frame is first written there in
-    full as CSV and parquet, and the text ends saying where."""
-    report = load_run_report(instance, registry_path, only, verbose)
+    full as CSV and parquet, and the text ends saying where. ``settings``: the run's."""
+    report = load_run_report(instance, registry_path, only, verbose, settings)
     if tables_dir is not None:
         report.write_tables(tables_dir)
     print(report.text(full=full))

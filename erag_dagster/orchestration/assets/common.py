@@ -106,6 +106,31 @@ def evaluation_of(registry: Registry, settings: EvalSettings | None = None) -> E
     return (settings or EvalSettings()).bound_to(registry).resolve()
 
 
+def session_of(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    *,
+    corpus: pl.DataFrame | None = None,
+    queries: pl.DataFrame | None = None,
+    qrels: pl.DataFrame | None = None,
+    store: object = None,
+    executor: object = None,
+):  # -> EvaluationSession
+    """The evaluation session of the running asset (its partition's step is one of the
+    session's: :class:`~erag_dagster.evaluation.session.EvaluationSession`): the settings in
+    force for its dataset, that dataset's view of the registry, the tables the asset holds,
+    the label store (when it labels) and the Dagster run as the producer of every new row."""
+    from erag_dagster.evaluation.session import EvaluationSession, partial_dataset
+
+    dataset = dataset_of(context)
+    config = settings.resolve(dataset)
+    return EvaluationSession(
+        config, settings.registry(dataset),
+        partial_dataset(config.dataset, corpus=corpus, queries=queries, qrels=qrels),
+        store, producer=context.run.run_id, executor=executor, log=context.log.info,
+    )  # fmt: skip
+
+
 def retriever_partitions(registry: Registry) -> dg.StaticPartitionsDefinition:
     return dg.StaticPartitionsDefinition(registry.retriever_partitions)
 

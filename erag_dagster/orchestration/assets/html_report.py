@@ -136,8 +136,8 @@ def _section(
         board = dataset_erag_leaderboard(
             per_query,
             [m for m in params.list_metrics if m in per_query.columns],
+            params.statistics,
             registry.retriever_partitions[0],
-            n_resamples=params.bootstrap_resamples,
         )
         queries = question_texts(base, prefix)
     if value["doc_labels"] is not None:
@@ -200,8 +200,9 @@ def _html_report(
         if report.scope == "across" and isinstance(frame := inputs.get(key), pl.DataFrame)
     }
     html = render_html_report(
-        sections, run_id=context.run.run_id, written=datetime.now(UTC), across=across
-    )
+        sections, statistics=settings.resolve().statistics, run_id=context.run.run_id,
+        written=datetime.now(UTC), across=across,
+    )  # fmt: skip
     write_html_report(html, page)
     return dg.MaterializeResult(
         data_version=dg.DataVersion(sha256_text(html)[:16]),

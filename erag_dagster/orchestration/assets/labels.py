@@ -9,7 +9,7 @@ import polars as pl
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.code_versions import asset_code_version
 from erag_dagster.core.credentials import mask_in
-from erag_dagster.evaluation import checks, systems
+from erag_dagster.evaluation import checks
 from erag_dagster.labels.labeller import erag_code_versions
 from erag_dagster.orchestration.assets import checks as asset_checks
 from erag_dagster.orchestration.assets.automation import (
@@ -23,6 +23,7 @@ from erag_dagster.orchestration.assets.common import (
     evaluation_of,
     frame_version,
     reader_retriever_partitions,
+    session_of,
     system_of,
     table_md,
 )
@@ -51,21 +52,23 @@ def _doc_labels(
     queries: pl.DataFrame,
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Per-document eRAG labels for the top ``label_k`` of one run, judged by one reader: the
-    label step the API and the gate call (:func:`erag_dagster.evaluation.systems.label`); its
-    fit diagnostics are the ``fit`` asset's, computed once over every partition.
+    evaluation session's label step, which the API and the gate call too
+    (:meth:`erag_dagster.evaluation.session.EvaluationSession.label`); its fit diagnostics are
+    the ``fit`` asset's, computed once over every partition.
 
     Pairs already in the label store (same reader fingerprint, question, document text, gold
     answers and metric) are taken from it; only unseen pairs run the reader.
     """
     reader_key, retriever_key = system_of(context.partition_key)
-    params = settings.resolve(dataset_of(context))
-    model = reader.get(settings.registry(dataset_of(context)), reader_key)
-    top_run = systems.labelled_run(retrieval_run, params)
-    result = systems.label(
-        retrieval_run, queries, corpus, model, params, label_store.open(),
-        executor=reader.executor_spec(settings.registry(dataset_of(context))),
-        producer=context.run.run_id, log=context.log.info,
+    registry = settings.registry(dataset_of(context))
+    session = session_of(
+        context, settings, corpus=corpus, queries=queries, store=label_store.open(),
+        executor=reader.executor_spec(registry),
     )  # fmt: skip
+    params = session.config
+    model = reader.get(registry, reader_key)
+    top_run = session.labelled_run(retrieval_run)
+    result = session.label(retrieval_run, model)
     labels = result.labels
     distribution = (
         labels.group_by(pl.col("label").round(2)).len().sort("label").rename({"len": "count"})

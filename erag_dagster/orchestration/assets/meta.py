@@ -26,12 +26,12 @@ from erag_dagster.orchestration.assets.common import (
     evaluation_of,
     frame_version,
     reader_retriever_partitions,
+    session_of,
     table_md,
 )
 from erag_dagster.orchestration.assets.labels import GPU_OP_TAGS, GPU_POOL, RUN_BY_RETRIEVER
 from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.retrieval.encoder import encoder_from_config
-from erag_dagster.retrieval.runs import top_k
 
 
 def _end_to_end(
@@ -83,9 +83,10 @@ def _baseline_labels(
 ) -> dg.Output[pl.DataFrame]:
     """Provenance, containment, semantic and LLM-annotation labels for the same top-k lists."""
     registry = settings.registry(dataset_of(context))
-    params = settings.resolve(dataset_of(context))
+    session = session_of(context, settings)
+    params = session.config
     labels = baseline_label_set(
-        top_k(retrieval_run, params.label_k), queries, corpus, qrels,
+        session.labelled_run(retrieval_run), queries, corpus, qrels,  # the eRAG labels' cut
         encoder_from_config(registry.first_config("dense")),
         reader.get(registry, context.partition_key.keys_by_dimension["reader"]),
         store=label_store.open(), run_id=context.run.run_id, log=context.log.info,

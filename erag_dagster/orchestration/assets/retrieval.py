@@ -8,7 +8,7 @@ import polars as pl
 
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.credentials import mask_in
-from erag_dagster.evaluation import checks, systems
+from erag_dagster.evaluation import checks
 from erag_dagster.evaluation.retrievers import (
     RetrievalTiming,
     bm25_index_for,
@@ -22,6 +22,7 @@ from erag_dagster.orchestration.assets.common import (
     dataset_of,
     frame_version,
     retriever_partitions,
+    session_of,
     table_md,
 )
 from erag_dagster.orchestration.resources import EvalSettings
@@ -97,8 +98,9 @@ def _retrieval_run(
     k = params.k
     entry = registry.retriever(context.partition_key)
     timing = RetrievalTiming()
-    run = systems.retrieve(  # the retrieve step the API and the gate call
-        registry, entry.name, corpus, queries, params, context.log.info, timing=timing,
+    session = session_of(context, settings, corpus=corpus, queries=queries)
+    run = session.retrieve(  # the retrieve step the API and the gate call
+        entry.name, timing=timing,
         asset_runs={
             e.name: upstream[asset_input_name(e.config["asset_key"])]
             for e in registry.retrievers.values() if e.config["kind"] == "asset"
@@ -180,7 +182,7 @@ def _rerank_lift(
         return dg.Output(pl.DataFrame(schema=LIFT_SCHEMA), metadata=meta)
     report = lift_report(
         qrels, retrieval_run[first], retrieval_run[entry.partition_key], params.human_metrics,
-        n_resamples=params.bootstrap_resamples, relevance_level=params.relevance_level,
+        params.statistics, relevance_level=params.relevance_level,
     ).with_columns(
         added_seconds_per_query=pl.lit(cost.get("rerank_seconds_per_query"), pl.Float64),
         docs_per_second=pl.lit(cost.get("rerank_docs_per_second"), pl.Float64),
