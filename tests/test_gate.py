@@ -68,9 +68,9 @@ class Gate:
     def settings(self, **changes) -> GateSettings:
         base = {
             "dataset": DATASET,
-            "downstream_metric": "contains",
-            "metrics": METRICS,
-            "k": K,
+            "metric": "contains",
+            "list_metrics": METRICS,
+            "label_k": K,
             "store": str(self.store),
         }
         return GateSettings(**(base | changes))
@@ -268,9 +268,9 @@ def test_options_contradicting_a_stored_baseline_are_refused(
     """An option given that contradicts a stored baseline is one line naming the option (a
     left-out option takes the stored value); before any retrieval or reader call."""
     with pytest.raises(InputError, match=r"^--k 2 contradicts the stored baseline .*\(k 3\)"):
-        compare(str(gate.baseline), str(gate.same), gate.settings(k=2), reader=reader)
+        compare(str(gate.baseline), str(gate.same), gate.settings(label_k=2), reader=reader)
     with pytest.raises(InputError, match=r"^--metric em contradicts .*downstream_metric contains"):
-        compare(str(gate.baseline), "bm25", gate.settings(downstream_metric="em"), reader=reader)
+        compare(str(gate.baseline), "bm25", gate.settings(metric="em"), reader=reader)
     settled = compare(str(gate.baseline), str(gate.same), GateSettings(store=str(gate.store)),
                       reader=reader)  # fmt: skip
     assert settled.candidate.identity == settled.baseline.identity

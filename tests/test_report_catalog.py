@@ -99,8 +99,8 @@ TOY = Report(
     title="Judged documents per query",
     inputs=(ReportInput("qrels"),),
     compute=_toy,
-    text=lambda frame, _full: f"{frame.height} queries",
-    page=PageBlock("Judged documents", lambda frame, _f: f"<p>{frame.height}</p>", "none"),
+    text=lambda frame, _full, _stats: f"{frame.height} queries",
+    page=PageBlock("Judged documents", lambda frame, _f, _s: f"<p>{frame.height}</p>", "none"),
     printed=False,
 )
 

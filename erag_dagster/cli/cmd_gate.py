@@ -18,11 +18,11 @@ def _gate_settings(args: argparse.Namespace):
     from erag_dagster.gate import GateSettings
 
     return GateSettings(
-        dataset=args.dataset or "",
+        dataset=args.dataset,
+        metric=args.metric,
+        list_metrics=args.metrics,
+        label_k=args.k,
         reader=args.reader or "",
-        downstream_metric=args.metric or "",
-        metrics=tuple(args.metrics or ()),
-        k=args.k or 0,
         store=args.store or "",
         registry=args.registry or "",
     )

@@ -78,9 +78,10 @@ def _fraction(option: str, closed_low: bool):
     return parse
 
 
-def _names(text: str) -> list[str]:
-    """An argparse type: a comma-separated list (empty items dropped; none left is refused)."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
+def _names(text: str) -> tuple[str, ...]:
+    """An argparse type: a comma-separated list, as a tuple (an action's list value is
+    argparse's ``--``: :class:`_OneValue`); empty items dropped, none left is refused."""
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
     if not items:
         raise argparse.ArgumentTypeError(
             f"{text!r} is empty; give a comma-separated list such as nDCG@10,R@100"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,20 +68,68 @@ LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
 """The columns of an :class:`Evaluation`'s ``labels``."""
 
 
-@dataclass(frozen=True)
 class GateSettings:
-    """How both sides are evaluated. Empty values take the registry's ``evaluation`` defaults
-    (``dataset``, ``label_k`` as ``k``, ``metric``, ``list_metrics``) and its first reader;
-    ``store`` empty: the default label store (:func:`~erag_dagster.labels.store.resolve_store`).
-    """
+    """How both sides are evaluated: evaluation settings by their own names — any field of
+    :class:`~erag_dagster.config.evaluation.EvaluationConfig` (``dataset``, ``label_k``: the
+    depth labelled and compared, ``metric``, ``list_metrics``, ``alpha``, ...), not re-declared
+    here: checked by the configuration's rules when the gate starts — over the registry's
+    ``evaluation`` section, whose values the ones left out take (a stored baseline's, when a
+    ref is one); ``reader``: a registry reader (empty: its first); ``store``: the label store
+    (empty: the default, :func:`~erag_dagster.labels.store.resolve_store`); ``registry``: the
+    registry file (empty: packaged or ``$ERAG_REGISTRY``). Frozen; :meth:`replace` copies.
 
-    dataset: str = ""
-    reader: str = ""
-    downstream_metric: str = ""
-    metrics: tuple[str, ...] = ()
-    k: int = 0
-    store: str = ""
-    registry: str = ""
+    A name that is not an evaluation setting is refused at once (:class:`InputError`)."""
+
+    __slots__ = ("evaluation", "reader", "registry", "store")
+
+    evaluation: dict[str, Any]
+    reader: str
+    store: str
+    registry: str
+
+    def __init__(
+        self, *, reader: str = "", store: str = "", registry: str = "", **evaluation: Any
+    ) -> None:
+        from erag_dagster.config.evaluation import FIELDS
+
+        unknown = sorted(set(evaluation) - set(FIELDS))
+        if unknown:
+            raise InputError(
+                f"GateSettings: {', '.join(unknown)} is not an evaluation setting; known: "
+                f"{', '.join(FIELDS)}"
+            )
+        given = {k: v for k, v in evaluation.items() if v is not None}
+        for name, value in (("evaluation", given), ("reader", reader), ("store", store),
+                            ("registry", registry)):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GateSettings is frozen; use replace()")
+
+    def __getattr__(self, name: str) -> Any:
+        """An evaluation setting given (``None`` when it was left to the registry)."""
+        from erag_dagster.config.evaluation import FIELDS
+
+        if name in FIELDS:
+            return self.evaluation.get(name)
+        raise AttributeError(name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GateSettings) and all(
+            getattr(self, n) == getattr(other, n) for n in self.__slots__
+        )
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.evaluation.items())
+        return (
+            f"GateSettings({given}{', ' if given else ''}reader={self.reader!r}, "
+            f"store={self.store!r}, registry={self.registry!r})"
+        )
+
+    def replace(self, **changes: Any) -> GateSettings:
+        """A copy with ``changes`` (evaluation settings or ``reader``/``store``/``registry``)."""
+        values = {"reader": self.reader, "store": self.store, "registry": self.registry}
+        return GateSettings(**{**values, **self.evaluation, **changes})
 
 
 @dataclass(frozen=True)
@@ -137,14 +185,11 @@ class _Context:
         # The registry's EvaluationConfig with the gate's flags applied, checked by the same
         # rules before any work: the gate evaluates at the labelled depth, so it retrieves
         # label_k documents per query (its config's k is its label_k) and labels them all.
-        config = self.registry.evaluation.with_overrides(
-            "compare",
-            dataset=settings.dataset or None,
-            k=max(settings.k, self.registry.evaluation.k) if settings.k else None,
-            label_k=settings.k or None,
-            metric=settings.downstream_metric or None,
-            list_metrics=list(settings.metrics) or None,
-        )
+        depth = settings.label_k
+        given = {**settings.evaluation}
+        if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0:
+            given.setdefault("k", max(depth, self.registry.evaluation.k))
+        config = self.registry.evaluation.with_overrides("compare", **given)
         self.config = config.with_overrides("compare", k=config.label_k)
         self.spec = self.config.dataset
         self.k = self.config.label_k
@@ -395,8 +440,9 @@ def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Eval
     )  # fmt: skip
 
 
-_OPTIONS = (("--k", "k"), ("--metrics", "metrics"), ("--metric", "downstream_metric"),
+_OPTIONS = (("--k", "label_k"), ("--metrics", "list_metrics"), ("--metric", "metric"),
             ("--dataset", "dataset"))  # fmt: skip
+"""The gate's options a stored baseline settles, and the evaluation setting each one sets."""
 
 
 def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateSettings:
@@ -406,42 +452,38 @@ def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateS
     from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.metrics.downstream import get_downstream_metric
 
-    given_settings = settings
+    asked = settings
+    shown_as = {"label_k": "k", "list_metrics": "metrics", "metric": "downstream_metric",
+                "dataset": "dataset"}  # the identity's names, as the messages always said
     for ref, data in stored.items():
         ident: EvalIdentity = data["identity"]
         found = {
-            "k": ident.k,
-            "metrics": ident.metrics,
-            "downstream_metric": ident.downstream_metric,
+            "label_k": ident.k,
+            "list_metrics": tuple(ident.metrics),
+            "metric": ident.downstream_metric,
             "dataset": ident.dataset_digest,
         }
-        asked = given_settings
         given = {
-            "k": asked.k or None,
-            "metrics": tuple(asked.metrics) or None,
-            "downstream_metric": (
-                get_downstream_metric(asked.downstream_metric).tag
-                if asked.downstream_metric
-                else None
-            ),
+            "label_k": asked.label_k,
+            "list_metrics": tuple(asked.list_metrics) if asked.list_metrics else None,
+            "metric": get_downstream_metric(asked.metric).tag if asked.metric else None,
             "dataset": dataset_digest(asked.dataset) if asked.dataset else None,
         }
         for option, name in _OPTIONS:
             if given[name] is not None and given[name] != found[name]:
                 mine = getattr(asked, name)
                 theirs = found[name] if name != "dataset" else data["dataset"]
-                show = ",".join(x) if isinstance((x := mine), tuple) else str(mine)
+                show = ",".join(mine) if isinstance(mine, list | tuple) else str(mine)
                 was = ",".join(theirs) if isinstance(theirs, tuple) else str(theirs)
                 raise InputError(
                     f"{option} {shown(show)} contradicts the stored baseline {shown(ref)} "
-                    f"({name} {shown(was)}); leave {option} out (a stored baseline's settings "
-                    "are used) or write the baseline again"
+                    f"({shown_as[name]} {shown(was)}); leave {option} out (a stored baseline's "
+                    "settings are used) or write the baseline again"
                 )
-        settings = replace(
-            settings,
-            k=settings.k or ident.k,
-            metrics=tuple(settings.metrics) or ident.metrics,
-            downstream_metric=settings.downstream_metric or ident.downstream_metric.split("/")[0],
+        settings = settings.replace(
+            label_k=settings.label_k or ident.k,
+            list_metrics=list(settings.list_metrics or ident.metrics),
+            metric=settings.metric or ident.downstream_metric.split("/")[0],
             dataset=settings.dataset or data["dataset"],
         )
     return settings
