@@ -453,8 +453,12 @@ def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateS
     from erag_dagster.metrics.downstream import get_downstream_metric
 
     asked = settings
-    shown_as = {"label_k": "k", "list_metrics": "metrics", "metric": "downstream_metric",
-                "dataset": "dataset"}  # the identity's names, as the messages always said
+    shown_as = {
+        "label_k": "k",
+        "list_metrics": "metrics",
+        "metric": "downstream_metric",
+        "dataset": "dataset",
+    }  # the identity's names, as the messages always said
     for ref, data in stored.items():
         ident: EvalIdentity = data["identity"]
         found = {
