@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     others = baseline_label_set(
         run, ds.queries, ds.corpus, ds.qrels, encoder_from_config(registry.first_config("dense")),
         _WithoutAnnotation(reader) if args.no_annotation else reader, store,
-        metric=args.metric, methods=methods,
+        metric=args.metric, relevance_level=registry.evaluation.relevance_level, methods=methods,
         log=lambda line: print(f"[{time.perf_counter() - began:.0f} s] {line}", file=sys.stderr),
     )  # fmt: skip
     print(f"eRAG and baseline labels {time.perf_counter() - began:.0f} s", file=sys.stderr)

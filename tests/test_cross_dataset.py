@@ -121,7 +121,7 @@ def two_datasets(registry, shared_data: Path, tmp_path_factory: pytest.TempPathF
     sample = bm25_runs(registry, "sample", 100, storage)
     dl19 = bm25_runs(registry, f"beir:{shared_data / 'beir-msmarco-dl19-subset'}", 100, storage)
     return {
-        "sample": DatasetRuns(sample[0].qrels, sample[1]),
+        "sample": DatasetRuns(sample[0].qrels, sample[1], 1),
         "dl19": DatasetRuns(dl19[0].qrels, dl19[1], relevance_level=2),
     }
 

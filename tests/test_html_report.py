@@ -165,7 +165,7 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
                 qrels, runs, ["P@2", "RR"], stats(resamples=100), relevance_level=1
             ),
             "correlation_report": report.table,
-            "label_agreement": label_agreement_table(doc, baselines, qrels),
+            "label_agreement": label_agreement_table(doc, baselines, qrels, 1),
         },
         side_files={"correlation_vs_k.png": report.plot.read_bytes()},
         identities=reader_identities(doc, store.reader_identity),

@@ -1,8 +1,9 @@
 """Statistics as one group of the configuration, and one missing-query rule (issue 44).
 
 - No function, method or dataclass field below the configuration holds a default for a
-  statistical setting (resamples, seed, alpha, confidence, permutations) or for the
-  :class:`~erag_dagster.stats.settings.Statistics` value: a forgotten seed is a ``TypeError``.
+  statistical setting (resamples, seed, alpha, confidence, permutations), for the
+  :class:`~erag_dagster.stats.settings.Statistics` value or for another evaluation setting
+  (``relevance_level``, ...): a forgotten seed is a ``TypeError``, not seed 0.
   The scan reads the source (every ``def`` and class field of the package), so a new function
   is checked without being listed.
 - The group is built by the configuration, checked by its rules, and reaches Dagster run config
@@ -30,15 +31,18 @@ from tests.stats_fixture import STATS, stats
 PACKAGE = Path(__file__).resolve().parents[1] / "erag_dagster"
 STATISTICAL = {"n_resamples", "resamples", "seed", "alpha", "confidence", "n_permutations",
                "permutations", "stats", "statistics"}  # fmt: skip
+#: The other evaluation settings whose names mean only that setting (``k``, ``metric`` and
+#: ``dataset`` also name a reranker's depth, a fit's label, a spec string).
+SETTINGS = {"relevance_level", "label_k", "list_metrics", "human_metrics", "e2e_ks",
+            "label_methods", "efficiency_ks", "efficiency_queries",
+            "efficiency_rounds"}  # fmt: skip
 #: Where a setting may have a default: the configuration (it holds the one default of each);
 #: the readers' own specs (a reader's ``seed`` is its sampling seed, a key of the reader config,
 #: not a statistic).
 HOLDERS = ("config/", "readers/")
-#: ``None`` defaults meaning "the registry's value" (resolved through the configuration): the
-#: Python API's and the gate's overrides.
-OVERRIDES = {("api/__init__.py", "n_resamples"), ("api/__init__.py", "seed"),
-             ("api/args.py", "n_resamples"), ("api/args.py", "seed"),
-             ("gate/verdict.py", "alpha")}  # fmt: skip
+#: Where a ``None`` default means "the registry's value" (an argument applied to the
+#: configuration with ``with_overrides``): the Python API's arguments and the gate's ``--alpha``.
+OVERRIDES = ("api/", "gate/verdict.py")
 
 
 def _defaults(tree: ast.AST):
@@ -60,20 +64,20 @@ def _defaults(tree: ast.AST):
                     yield item.lineno, item.target.id, item.value
 
 
-def test_no_statistical_setting_has_a_default_below_the_configuration() -> None:
+def test_no_evaluation_setting_has_a_default_below_the_configuration() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
         if where.startswith(HOLDERS):
             continue
         for line, name, default in _defaults(ast.parse(path.read_text(encoding="utf-8"))):
-            if name not in STATISTICAL:
+            if name not in STATISTICAL | SETTINGS:
                 continue
             none = isinstance(default, ast.Constant) and default.value is None
-            if none and (where, name) in OVERRIDES:
+            if none and where.startswith(OVERRIDES):
                 continue
             found.append(f"{where}:{line}: {name}={ast.unparse(default)}")
-    assert not found, "statistical defaults outside the configuration:\n" + "\n".join(found)
+    assert not found, "setting defaults outside the configuration:\n" + "\n".join(found)
 
 
 def test_a_forgotten_statistics_argument_is_a_type_error() -> None:

@@ -97,11 +97,12 @@ P_HOLM_TEST = "paired randomisation test, Holm-adjusted"
 
 class DatasetRuns(NamedTuple):
     """One dataset of :func:`beir_leaderboard`: judgments, runs (name → run table) and the
-    trec_eval relevance level of its binary measures (2 for TREC DL, else 1)."""
+    trec_eval relevance level of its binary measures (the dataset's configuration: 2 for TREC
+    DL, else 1)."""
 
     qrels: pl.DataFrame
     runs: Mapping[str, pl.DataFrame]
-    relevance_level: int = 1
+    relevance_level: int
 
 
 Board = dict[str, dict[str, ListMetricReport]]  # dataset -> retriever -> report
@@ -116,7 +117,7 @@ def beir_leaderboard(
     """Retriever × dataset leaderboard on human judgments (see the module docstring).
 
     ``per_dataset`` maps a dataset name to a :class:`DatasetRuns` (or a plain
-    ``(qrels, runs[, relevance_level])`` tuple). ``baseline``: the retriever every other one is
+    ``(qrels, runs, relevance_level)`` tuple). ``baseline``: the retriever every other one is
     compared with; by default the first run of the first dataset. Rows: datasets in input order
     then :data:`MEAN_OVER_DATASETS`; within each, retrievers in order of first appearance, then
     metrics in the given order. Raises :class:`InputError` for no datasets, a baseline no

@@ -273,8 +273,9 @@ CORRELATION_REPORT = Report(
 def _agreement(inputs: DatasetInputs) -> Computed:
     qrels = inputs.values["qrels"]
     table = label_agreement_table(
-        inputs.systems("doc_labels"), inputs.systems("baseline_labels"), qrels
-    )
+        inputs.systems("doc_labels"), inputs.systems("baseline_labels"), qrels,
+        inputs.config.relevance_level,
+    )  # fmt: skip
     why = "the dataset has no judgments" if qrels.height == 0 else None
     return Computed(table, {"report": markdown_table(table)}, why_empty=why)
 

@@ -55,7 +55,7 @@ def evaluate_runs(
     qrels: pl.DataFrame,
     runs: Mapping[str, pl.DataFrame],
     metrics: Sequence[str],
-    relevance_level: int = 1,
+    relevance_level: int,
 ) -> dict[str, ListMetricReport]:
     """:func:`~erag_dagster.metrics.human.evaluate_run` for every named run (order kept)."""
     if not runs:

@@ -90,7 +90,8 @@ def _baseline_labels(
         encoder_from_config(registry.first_config("dense")),
         reader.get(registry, context.partition_key.keys_by_dimension["reader"]),
         store=label_store.open(), run_id=context.run.run_id, log=context.log.info,
-        metric=params.metric, methods=params.label_methods,
+        metric=params.metric, relevance_level=params.relevance_level,
+        methods=params.label_methods,
         executor=reader.executor_spec(registry),
     )  # fmt: skip
     summary = (
