@@ -110,8 +110,10 @@ def _retrieval_text(frame: pl.DataFrame, full: bool, stats: Statistics) -> str:
     board = frame
     if not full:
         metric = leaderboard_metrics(frame)[0]
-        stats = [f"{metric}{suffix}" for suffix in STAT_SUFFIXES]
-        board = frame.select(_short("retriever"), "baseline", "queries", "dropped", metric, *stats)
+        columns = [f"{metric}{suffix}" for suffix in STAT_SUFFIXES]
+        board = frame.select(
+            _short("retriever"), "baseline", "queries", "dropped", metric, *columns
+        )
     legend = (
         f"(mean [{stats.percent} bootstrap CI]; vs the first retriever: difference, "
         f"permutation p, * p < {stats.alpha:g}"
