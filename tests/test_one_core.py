@@ -228,6 +228,9 @@ def test_a_missing_query_is_scored_zero_and_named_by_every_door(doors) -> None:
     assert run.equals(api) and run.equals(component)
     shown = f"has no document for 1 of 6 queries (each scored 0 on every metric: {missing!r})"
     assert shown in doors["assets"]["per_query_note"]
+    assert re.search(
+        rf"note: \S*bm25_partial\S* \(reader \S+\) {re.escape(shown)}", doors["run_stdout"]
+    )
     assert any(shown in note for note in doors["api"].notes)
     assert f"note: {doors['api'].notes[0]}" in doors["api"].text()
     assert any(shown in note for note in doors["gate"]["notes"])

@@ -442,6 +442,7 @@ def load_run_report(
         report.sections.append(load(name, key))
         if key == "erag_report" and report.sections[-1].frame is not None:
             load(name, "erag_per_query")
+            report.notes += per_query_notes(name, instance)
             try:  # the verdict asset's value: computed once, rendered here
                 found = load_asset_value(
                     f"{name}/verdict" if name else "verdict", instance, registry_path, verbose
@@ -452,6 +453,24 @@ def load_run_report(
                 report.verdicts.append(Verdict.from_dict(found))
             report.fits += load_fits(name, instance, registry_path, verbose)
     return report
+
+
+def per_query_notes(name: str | None, instance: dg.DagsterInstance | None = None) -> list[str]:
+    """The notes the latest ``erag_per_query`` of dataset ``name`` recorded: the questions a
+    system has no document for, each scored 0 (:mod:`erag_dagster.meta.per_query`'s rule; the
+    metadata key ``queries_scored_0_without_labels``); ``[]`` when none or not materialised."""
+    from erag_dagster.reports.erag_tables import NOTES_KEY
+
+    key = dg.AssetKey([*([name] if name else []), "erag_per_query"])
+    try:
+        records = (instance or _instance()).fetch_materializations(key, limit=1).records
+    except Exception:  # no instance history: no notes, as a report not materialised yet
+        return []
+    if not records or records[0].asset_materialization is None:
+        return []
+    entry = records[0].asset_materialization.metadata.get(NOTES_KEY)
+    text = str(entry.value) if entry is not None else ""
+    return [] if text in ("", "none") else text.split("; ")
 
 
 def load_fits(

@@ -29,7 +29,10 @@ from erag_dagster.meta.per_query import (
 )
 from erag_dagster.reports.declaration import Computed, DatasetInputs, markdown_table
 
-__all__ = ["missing_notes", "per_query_table", "score", "summarise", "summary_table"]
+__all__ = ["NOTES_KEY", "missing_notes", "per_query_table", "score", "summarise", "summary_table"]
+
+NOTES_KEY = "queries_scored_0_without_labels"
+"""The ``erag_per_query`` metadata that holds :func:`missing_notes` (``"; "``-joined; ``none``)."""
 
 
 def score(
@@ -71,7 +74,7 @@ def per_query_table(inputs: DatasetInputs) -> Computed:
         "rows": table.height,
         "metrics": list(inputs.config.list_metrics),
         "preview": markdown_table(table.head(10)),
-        "queries_scored_0_without_labels": "; ".join(notes) or "none",
+        NOTES_KEY: "; ".join(notes) or "none",
     }
     return Computed(table, metadata, warnings=tuple(notes))
 
