@@ -18,7 +18,7 @@ from erag_dagster.cli.common import (
     print_table,
     registry_inputs,
 )
-from erag_dagster.core.errors import InputError, concerning
+from erag_dagster.core.errors import concerning
 
 
 def _report_json(report) -> str:
@@ -37,6 +37,7 @@ def _report_frame(report, metrics: Sequence[str]):
 def cmd_retrieve(args: argparse.Namespace) -> int:
     """``retrieve``: the evaluation session's retrieve step (the one the assets, the API and
     the gate run), its run written as TREC to ``--output``."""
+    from erag_dagster.core.callbacks import notes_to
     from erag_dagster.core.output_guard import guard_output
     from erag_dagster.evaluation.session import EvaluationSession
     from erag_dagster.retrieval.runs import check_trec_ids, write_trec_run
@@ -52,7 +53,8 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     check_trec_ids(ds.corpus, "doc_id", args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
     config = config.with_overrides("--dataset", dataset=args.dataset)  # its question subset
-    run = EvaluationSession(config, registry, ds, log=log).retrieve(entry.name)
+    with notes_to(lambda line: print(f"erag-dagster: note: {line}", file=sys.stderr)):
+        run = EvaluationSession(config, registry, ds, log=log).retrieve(entry.name)
     write_trec_run(run, args.output, tag=entry.partition_key, command="retrieve")
     print(
         f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
@@ -64,6 +66,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
     from erag_dagster.metrics.human import evaluate_run
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run
 
     config = load_registry(args.registry).evaluation.with_overrides(
@@ -73,13 +76,14 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
-    unknown = set(run.get_column("doc_id").to_list()) - set(ds.corpus.get_column("doc_id"))
-    if unknown:
-        raise InputError(
-            f"{args.run}: names {len(unknown)} document(s) not in {args.dataset}, "
-            f"e.g. {sorted(unknown)[0]!r}"
-        )
-    report = evaluate_run(ds.qrels, run, metrics, relevance_level=config.relevance_level)
+    # the run-file rule (unknown documents at file:line); a query the dataset lacks is left out
+    # as trec_eval leaves out an unjudged one — and named, never dropped without a word
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=True
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    report = evaluate_run(ds.qrels, loaded.run, metrics, relevance_level=config.relevance_level)
     if args.json:
         print(_report_json(report))
     else:
@@ -136,8 +140,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.core.output_guard import guard_output
+    from erag_dagster.data.spec import parse_spec
     from erag_dagster.evaluation.retrievers import default_scorer
     from erag_dagster.retrieval.rerank import CrossEncoderScorer, lift_report, rerank
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
 
     registry = load_registry(args.registry)
@@ -155,6 +161,13 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
+    subset = parse_spec(args.dataset).question_subset  # the registry run_file's rule
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=subset
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    run = loaded.run
     if args.cross_encoder:
         scorer = CrossEncoderScorer(args.cross_encoder, device=args.device or "auto")
         tag = f"rerank-{Path(args.cross_encoder).name}"

@@ -26,11 +26,11 @@ from typing import Any
 
 from erag_dagster.config.datasets import DatasetEntry, parse_datasets
 from erag_dagster.config.evaluation import DATASET_OVERRIDES, EvaluationConfig
-from erag_dagster.core.errors import InputError
+from erag_dagster.core.errors import InputError, where
 from erag_dagster.core.hashing import sha256_text
 from erag_dagster.core.input_files import load_yaml, yaml_key_lines
 from erag_dagster.labels.executor import ExecutorSpec
-from erag_dagster.readers.spec import refuse_secrets
+from erag_dagster.readers.spec import ReaderSpec, refuse_secrets
 from erag_dagster.retrieval.kinds import KINDS
 from erag_dagster.retrieval.kinds.asset import ASSET_KEY_PART as ASSET_KEY_PART
 from erag_dagster.retrieval.kinds.base import COUNT, Rule
@@ -230,8 +230,13 @@ def parse_registry(
                 raise InputError(
                     f"{path}: retriever {name!r} has {key}: {value!r}; it must be {rule.wanted}"
                 )
+    reader_lines = yaml_key_lines(path, *section, "readers")
     for name, cfg in readers_raw.items():
         refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{path}: reader {name!r}")
+        try:  # every reader's keys checked with the registry (max_new_tokens, device, ...):
+            ReaderSpec.from_dict(cfg, name=name)  # every door refuses a bad one before work
+        except InputError as exc:
+            raise InputError(f"{where(path, reader_lines.get(name))}: {exc}") from None
     readers = {n: Entry(n, dict(c), content_hash(c)) for n, c in readers_raw.items()}
     retrievers = _retriever_entries(retrievers_raw, readers, path)
     evaluation = EvaluationConfig.from_mapping(

@@ -30,7 +30,6 @@ import dagster as dg
 from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.core.callbacks import Log
 from erag_dagster.core.errors import EnvironmentFault, InputError
-from erag_dagster.orchestration.definitions import build_defs
 from erag_dagster.orchestration.instance_settings import warn_once
 from erag_dagster.orchestration.progress import Progress
 from erag_dagster.orchestration.resources import EvalSettings
@@ -261,6 +260,10 @@ def materialize_all(
     # load with its definitions-state storage, and it is closed at the end. A caller's instance
     # is the caller's to enter (``with dg.instance_for_test() as instance``, as tests do).
     with instance if owned else contextlib.nullcontext(instance):
+        # imported late: its module warns about the instance, which must come after
+        # every refusal of the settings (check_settings)
+        from erag_dagster.orchestration.definitions import build_defs
+
         defs = build_defs(settings.registry_path or None, settings)
         run_config = _run_config(verbose)
         runs = [
@@ -350,6 +353,10 @@ def request_full_reevaluation(
     import urllib.request
 
     url = (url or os.environ.get("ERAG_DAGSTER_URL") or DEFAULT_WEBSERVER).rstrip("/")
+    # imported late: its module warns about the instance, which must come after
+    # every refusal of the settings (check_settings)
+    from erag_dagster.orchestration.definitions import build_defs
+
     defs = build_defs(registry_path)
     keys = sorted(
         {key for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) for key in a.keys},
@@ -393,6 +400,10 @@ def load_asset_value(
     unless ``verbose``: the loader's console logger writes to the ``sys.stderr`` of the moment
     it is created, so it is created with stderr redirected.
     """
+    # imported late: its module warns about the instance, which must come after
+    # every refusal of the settings (check_settings)
+    from erag_dagster.orchestration.definitions import build_defs
+
     defs = build_defs(registry_path or None)
     quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
     with quiet, defs.get_asset_value_loader(instance=instance or _instance()) as loader:
