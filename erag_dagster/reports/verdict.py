@@ -162,7 +162,14 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: dict) -> Verdict:
-        """The :class:`Verdict` :meth:`to_dict` wrote (frames with their schemas)."""
+        """The :class:`Verdict` :meth:`to_dict` wrote (frames with their schemas). One stored
+        before verdicts kept their statistics (no ``statistics`` key) is refused in one line:
+        its CIs' level and seed are unknown, so it is materialised again, not guessed."""
+        if "statistics" not in data:
+            raise InputError(
+                "the stored verdict predates its statistics (seed, alpha, confidence): "
+                "materialise the verdict asset again (erag-dagster run does)"
+            )
         return cls(
             metric=str(data["metric"]),
             ranking=pl.DataFrame(data["ranking"], schema=RANKING_SCHEMA),
