@@ -29,7 +29,7 @@ from erag_dagster.errors import InputError
 from erag_dagster.hashing import sha256_text
 from erag_dagster.input_files import load_yaml, yaml_key_lines
 from erag_dagster.labels.executor import ExecutorSpec
-from erag_dagster.readers.spec import refuse_secrets
+from erag_dagster.readers.spec import ReaderSpec, refuse_secrets
 from erag_dagster.registry_datasets import DatasetEntry, parse_datasets
 from erag_dagster.retrieval.kinds import KINDS
 from erag_dagster.retrieval.kinds.asset import ASSET_KEY_PART as ASSET_KEY_PART
@@ -229,8 +229,14 @@ def parse_registry(
                 raise InputError(
                     f"{path}: retriever {name!r} has {key}: {value!r}; it must be {rule.wanted}"
                 )
+    reader_lines = yaml_key_lines(path, *section, "readers")
     for name, cfg in readers_raw.items():
-        refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{path}: reader {name!r}")
+        at = f"{path}:{reader_lines[name]}" if name in reader_lines else path
+        refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{at}: reader {name!r}")
+        try:  # every key and value by the reader's own rules, now rather than at first use
+            ReaderSpec.from_dict(cfg, name=name)
+        except InputError as exc:
+            raise InputError(f"{at}: {exc}") from None
     readers = {n: Entry(n, dict(c), content_hash(c)) for n, c in readers_raw.items()}
     retrievers = _retriever_entries(retrievers_raw, readers, path)
     evaluation = EvaluationConfig.from_mapping(

@@ -11,16 +11,26 @@ warnings beside it (:func:`~erag_dagster.meta.fit.fit_from_dict`).
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets.adapter import adapt
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, by_system, dataset_of
 from erag_dagster.evaluation import systems
 from erag_dagster.meta.fit import fit_lines
 from erag_dagster.resources import EvalSettings, ReaderResource
+from erag_dagster.resources.keys import ResourceKeys
 
 
-@dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
+def build_fit(keys: ResourceKeys = ResourceKeys()) -> dg.AssetsDefinition:
+    """The ``fit`` asset (resources under ``keys``)."""
+    return dg.asset(
+        name="fit",
+        group_name="reports",
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        io_manager_key=keys.io_manager,
+    )(adapt(fit, keys))
+
+
 def fit(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,

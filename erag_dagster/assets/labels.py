@@ -8,6 +8,7 @@ import polars as pl
 
 from erag_dagster import checks
 from erag_dagster.assets import checks as asset_checks
+from erag_dagster.assets.adapter import adapt
 from erag_dagster.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
@@ -28,6 +29,7 @@ from erag_dagster.evaluation import systems
 from erag_dagster.labels.labeller import erag_code_versions
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.resources.keys import ResourceKeys
 
 GPU_POOL = "gpu"
 """Reader-bound steps share this pool: its limit is the number of accelerators (op-level
@@ -109,7 +111,7 @@ RUN_BY_RETRIEVER = dg.AssetIn(
 
 
 def build_doc_labels(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = ResourceKeys()
 ) -> dg.AssetsDefinition:
     """``doc_labels`` partitioned by reader x retriever (registry configs); its
     ``code_version`` is derived from the versions of the metric in force (``settings``,
@@ -128,4 +130,5 @@ def build_doc_labels(
         op_tags=GPU_OP_TAGS,
         ins={"retrieval_run": RUN_BY_RETRIEVER},
         check_specs=asset_checks.labels_check_specs("doc_labels", partitions),
-    )(_doc_labels)
+        io_manager_key=keys.io_manager,
+    )(adapt(_doc_labels, keys))

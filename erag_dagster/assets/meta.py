@@ -7,6 +7,7 @@ by :mod:`erag_dagster.assets.reports`."""
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets.adapter import adapt
 from erag_dagster.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
@@ -30,6 +31,7 @@ from erag_dagster.meta.system_outputs import (
 )
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.resources.keys import ResourceKeys
 from erag_dagster.retrieval.encoder import encoder_from_config
 from erag_dagster.retrieval.runs import top_k
 
@@ -111,7 +113,7 @@ def _baseline_labels(
 
 
 def build_meta_partitioned(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = ResourceKeys()
 ) -> list[dg.AssetsDefinition]:
     """``end_to_end`` and ``baseline_labels``, partitioned by reader x retriever; each one's
     ``code_version`` is derived from the versions of the code it runs under the metric and
@@ -130,6 +132,7 @@ def build_meta_partitioned(
         "deps": [READER_MODELS_BY_READER],
         "op_tags": GPU_OP_TAGS,
         "ins": {"retrieval_run": RUN_BY_RETRIEVER},
+        "io_manager_key": keys.io_manager,
     }
     return [
         dg.asset(
@@ -137,11 +140,11 @@ def build_meta_partitioned(
             partitions_def=reader_retriever_partitions(registry),
             code_version=e2e_version,
             **common,
-        )(_end_to_end),
+        )(adapt(_end_to_end, keys)),
         dg.asset(
             name="baseline_labels",
             partitions_def=reader_retriever_partitions(registry),
             code_version=baseline_version,
             **common,
-        )(_baseline_labels),
+        )(adapt(_baseline_labels, keys)),
     ]

@@ -9,15 +9,25 @@ same ranking, intervals and p-values (:func:`erag_dagster.evaluation.steps.decid
 import dagster as dg
 import polars as pl
 
+from erag_dagster.assets.adapter import adapt
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, dataset_of
 from erag_dagster.evaluation.steps import decide
 from erag_dagster.resources import EvalSettings
+from erag_dagster.resources.keys import ResourceKeys
 
 
-@dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
+def build_verdict(keys: ResourceKeys = ResourceKeys()) -> dg.AssetsDefinition:
+    """The ``verdict`` asset (resources under ``keys``)."""
+    return dg.asset(
+        name="verdict",
+        group_name="reports",
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        io_manager_key=keys.io_manager,
+    )(adapt(verdict, keys))
+
+
 def verdict(
     context: dg.AssetExecutionContext, settings: EvalSettings, erag_per_query: pl.DataFrame
 ) -> dg.Output[dict]:

@@ -141,30 +141,40 @@ def _schedule(value: Any) -> str:
 @dataclass(frozen=True)
 class _Field:
     """One setting: its check (returns the normalised value or raises ``ValueError`` with
-    what is wanted) and whether a registry dataset may override it. Its default is the field
-    default of :class:`EvaluationConfig` (the one place it is written)."""
+    what is wanted), whether a registry dataset may override it, and the part of its check a
+    JSON schema can state (``schema``: the eRAG component's ``defs.yaml`` schema carries it,
+    so ``dg check yaml`` refuses such a value before anything loads; the check decides). Its
+    default is the field default of :class:`EvaluationConfig` (the one place it is written)."""
 
     check: Callable[[Any], Any]
     per_dataset: bool = True
+    schema: Mapping[str, Any] = field(default_factory=dict)
 
+
+_COUNT = {"minimum": 1, "maximum": _MAX_INT}
+_COUNTS = {"minItems": 1, "items": _COUNT}
+_NAMES = {"minItems": 1, "items": {"minLength": 1}}
+_TEXT = {"minLength": 1}
 
 FIELDS: dict[str, _Field] = {
-    "dataset": _Field(_dataset),
-    "k": _Field(_count),
-    "label_k": _Field(_count),
-    "metric": _Field(_metric),
-    "list_metrics": _Field(_metric_names),
-    "human_metrics": _Field(_metric_names),
-    "relevance_level": _Field(_count),
-    "e2e_ks": _Field(_counts),
+    "dataset": _Field(_dataset, schema=_TEXT),
+    "k": _Field(_count, schema=_COUNT),
+    "label_k": _Field(_count, schema=_COUNT),
+    "metric": _Field(_metric, schema=_TEXT),
+    "list_metrics": _Field(_metric_names, schema=_NAMES),
+    "human_metrics": _Field(_metric_names, schema=_NAMES),
+    "relevance_level": _Field(_count, schema=_COUNT),
+    "e2e_ks": _Field(_counts, schema=_COUNTS),
     "label_methods": _Field(_label_methods),
-    "bootstrap_resamples": _Field(_count, per_dataset=False),
-    "seed": _Field(_seed, per_dataset=False),
-    "alpha": _Field(_alpha, per_dataset=False),
-    "efficiency_ks": _Field(_counts, per_dataset=False),
-    "efficiency_queries": _Field(_count, per_dataset=False),
-    "efficiency_rounds": _Field(_count, per_dataset=False),
-    "schedule": _Field(_schedule, per_dataset=False),
+    "bootstrap_resamples": _Field(_count, per_dataset=False, schema=_COUNT),
+    "seed": _Field(_seed, per_dataset=False, schema={"minimum": 0, "maximum": 2**32 - 1}),
+    "alpha": _Field(
+        _alpha, per_dataset=False, schema={"exclusiveMinimum": 0, "exclusiveMaximum": 1}
+    ),
+    "efficiency_ks": _Field(_counts, per_dataset=False, schema=_COUNTS),
+    "efficiency_queries": _Field(_count, per_dataset=False, schema=_COUNT),
+    "efficiency_rounds": _Field(_count, per_dataset=False, schema=_COUNT),
+    "schedule": _Field(_schedule, per_dataset=False, schema={"minLength": 9}),
 }
 """Every ``evaluation:`` key and its rule (:class:`EvaluationConfig` holds the defaults)."""
 
