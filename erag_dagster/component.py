@@ -297,12 +297,14 @@ def check_readers(registry: Registry, where: Path) -> None:
     nothing loaded): :func:`erag_dagster.readers.availability.check_readers_available`."""
     from erag_dagster.readers.availability import check_readers_available
 
-    lines = yaml_key_lines(where, "attributes", "readers") if where.is_file() else {}
+    inline = registry.path == str(where) and where.is_file()
+    lines = yaml_key_lines(where, "attributes", "readers") if inline else {}
     check_readers_available(
         {e.name: e.config for e in registry.readers.values()},
-        {name: f"{registry.path}:{line}" for name, line in lines.items()}
-        if registry.path == str(where)
-        else {name: registry.path for name in registry.readers},
+        {
+            name: f"{registry.path}:{lines[name]}" if name in lines else registry.path
+            for name in registry.readers
+        },
     )
 
 

@@ -136,8 +136,17 @@ class FewShotAttributes(BaseModel):
     answer: str
 
 
+SECRET_READER_KEYS = {
+    "api_key": "refused: put the key in an environment variable and name it with api_key_env",
+    "headers": "refused: a server key goes in an environment variable named by api_key_env",
+}
+"""Keys a reader does not take that hold a secret when written: the schema lets them through
+so that the component refuses them at load without echoing the value (a schema error prints
+the mapping it is about)."""
+
+
 def _reader_entries() -> dict[str, tuple[Any, str]]:
-    entries: dict[str, tuple[Any, str]] = {}
+    entries: dict[str, tuple[Any, str]] = {key: (Any, w) for key, w in SECRET_READER_KEYS.items()}
     classes = [ReaderSpec, *(b.options for b in BACKENDS.values())]
     for cls in classes:
         hints = typing.get_type_hints(cls)

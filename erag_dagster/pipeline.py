@@ -33,8 +33,10 @@ from erag_dagster.definitions import build_defs
 from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.instance_settings import warn_once
 from erag_dagster.progress import Progress
+from erag_dagster.registry import Registry
 from erag_dagster.reports.catalog import REPORTS
 from erag_dagster.resources import EvalSettings
+from erag_dagster.resources.keys import prefixed_name
 from erag_dagster.run_slots import process_tags, release_dead_runs, slot_wait_line, step_pools
 
 #: The optional stages of the main job (``stages=`` of :func:`materialize_all`), by asset group:
@@ -54,6 +56,47 @@ def stage_selection(stages: Sequence[str] | None = None) -> dg.AssetSelection:
         if stages is not None and name not in stages:
             selection = selection - stage
     return selection
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One eRAG graph to build: the Definitions it is part of (the packaged project's, or a
+    team's whole code location), and the registry, key prefix and settings of its eRAG assets
+    (an eRAG component instance's: :mod:`erag_dagster.project`)."""
+
+    defs: dg.Definitions
+    registry: Registry
+    settings: EvalSettings
+    key_prefix: tuple[str, ...] = ()
+
+    @classmethod
+    def packaged(cls, settings: EvalSettings | None = None, registry_path: str = "") -> Graph:
+        """The graph of a registry file (``settings.registry_path``, else ``registry_path``,
+        else ``$ERAG_REGISTRY`` or the packaged one): :func:`build_defs`'s."""
+        settings = settings or EvalSettings(registry_path=registry_path)
+        defs = build_defs(settings.registry_path or None, settings)
+        bound = dict(defs.resources or {})["settings"]
+        return cls(defs, bound.registry(), bound)
+
+    def key(self, user_string: str) -> dg.AssetKey:
+        """The key of an eRAG asset named as the registry sees it (``erag_report``,
+        ``scifact/verdict``), under this graph's key prefix."""
+        return dg.AssetKey([*self.key_prefix, *dg.AssetKey.from_user_string(user_string).path])
+
+    def selection(self, stages: Sequence[str] | None = None) -> dg.AssetSelection:
+        """This graph's assets of ``stages`` (:func:`stage_selection`) and the assets of the
+        project they read (a ``kind: asset`` retriever's run)."""
+        own = stage_selection(stages)
+        if self.key_prefix:
+            own = own & dg.AssetSelection.key_prefixes(list(self.key_prefix))
+        return own.upstream()
+
+    @property
+    def page(self) -> Path:
+        """Where its ``html_report`` writes the page."""
+        from erag_dagster.assets.html_report import page_path
+
+        return page_path(self.key_prefix)
 
 
 @dataclass(frozen=True)
@@ -233,6 +276,7 @@ def materialize_all(
     progress: Callable[[list], Progress] | None = None,
     load_dataset: Callable[[str], object] | None = None,
     launched_by: str = "erag_dagster.pipeline.materialize_all",
+    graph: Graph | None = None,
 ) -> None:
     """Check the settings, observe the inputs, then materialise the graph step by step
     (:func:`plan`), each step a run of the job :data:`EVALUATION_JOB` (:func:`step_job`)
@@ -246,8 +290,12 @@ def materialize_all(
     (``progress``: a :class:`~erag_dagster.progress.Progress` factory over the planned steps,
     default lines through ``log``). A failed run raises :class:`StepFailed` (or the
     :class:`InputError` raised in it) naming the asset, the partition and the run id.
+
+    ``graph``: the graph to build (default: :meth:`Graph.packaged` of ``settings``), e.g. an
+    eRAG component instance's in a team's project (``erag-dagster run --defs``), with the
+    project's assets it reads, under its key prefix.
     """
-    settings = settings or EvalSettings()
+    settings = graph.settings if graph is not None else settings or EvalSettings()
     check_settings(settings, load_dataset)
     owned = instance is None
     instance = instance or _instance(log)
@@ -255,11 +303,12 @@ def materialize_all(
     # load with its definitions-state storage, and it is closed at the end. A caller's instance
     # is the caller's to enter (``with dg.instance_for_test() as instance``, as tests do).
     with instance if owned else contextlib.nullcontext(instance):
-        defs = build_defs(settings.registry_path or None, settings)
+        graph = graph or Graph.packaged(settings)
+        defs = graph.defs
         run_config = _run_config(verbose)
         runs = [
             (step, partition_key)
-            for step in plan(defs, stage_selection(stages))
+            for step in plan(defs, graph.selection(stages))
             for partition_key in step.partition_keys()
         ]
         tracker = (progress or (lambda planned: Progress(planned, log)))(
@@ -267,11 +316,12 @@ def materialize_all(
         )
         tracker.started("observe dataset_files, reader_models")
         tags = {**process_tags(), LAUNCHED_BY_TAG: launched_by}
-        observed = defs.resolve_job_def("observe_inputs").execute_in_process(
+        observe = prefixed_name("observe_inputs", graph.key_prefix)
+        observed = defs.resolve_job_def(observe).execute_in_process(
             instance=instance, run_config=run_config, raise_on_error=False, tags=tags
         )
         if not observed.success:
-            raise _failure(observed, "observe_inputs")
+            raise _failure(observed, observe)
         tracker.finished("observe dataset_files, reader_models")
         assets = list(defs.assets or [])
         resources = dict(defs.resources or {})
@@ -380,17 +430,23 @@ def load_asset_value(
     instance: dg.DagsterInstance | None = None,
     registry_path: str = "",
     verbose: bool = False,
+    graph: Graph | None = None,
 ):
-    """Read a materialised unpartitioned asset's value through the IO manager.
+    """Read a materialised unpartitioned asset's value through the IO manager (``key`` as the
+    registry names it; ``graph``: whose asset, default :meth:`Graph.packaged` of
+    ``registry_path``).
 
     Dagster's console log of the load (the IO manager's "Loading file from ...") is dropped
     unless ``verbose``: the loader's console logger writes to the ``sys.stderr`` of the moment
     it is created, so it is created with stderr redirected.
     """
-    defs = build_defs(registry_path or None)
+    if graph is None:
+        defs, asset_key = build_defs(registry_path or None), dg.AssetKey.from_user_string(key)
+    else:
+        defs, asset_key = graph.defs, graph.key(key)
     quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
     with quiet, defs.get_asset_value_loader(instance=instance or _instance()) as loader:
-        return loader.load_asset_value(dg.AssetKey.from_user_string(key))
+        return loader.load_asset_value(asset_key)
 
 
 def load_run_report(
@@ -398,16 +454,18 @@ def load_run_report(
     registry_path: str = "",
     only: Sequence[str] | None = None,
     verbose: bool = False,
+    graph: Graph | None = None,
 ):
     """The materialised reports as a :class:`~erag_dagster.reports.run_report.RunReport`:
     every report in ``only`` (default: all) that exists, and where ``erag_report`` is wanted
     each dataset's verdict (the ``verdict`` asset: computed once per run). A report not
-    materialised yet is a section "not available", not an error."""
+    materialised yet is a section "not available", not an error. ``graph``: whose reports
+    (default: the graph of ``registry_path``)."""
     from erag_dagster.registry import load_registry
     from erag_dagster.reports.run_report import RunReport, Section, sections_order
     from erag_dagster.reports.verdict import Verdict
 
-    registry = load_registry(registry_path or None)
+    registry = graph.registry if graph is not None else load_registry(registry_path or None)
     names = registry.dataset_names
     readers = {name: bool(registry.for_dataset(name).reader_labels) for name in names}
     many = len(registry.datasets) >= 2
@@ -421,7 +479,7 @@ def load_run_report(
     def load(name: str | None, key: str) -> Section:
         try:
             frame = load_asset_value(
-                f"{name}/{key}" if name else key, instance, registry_path, verbose
+                f"{name}/{key}" if name else key, instance, registry_path, verbose, graph
             )
         except Exception as exc:  # a report not materialised yet is not an error here
             return Section(key, name, None, type(exc).__name__)
@@ -435,13 +493,14 @@ def load_run_report(
             load(name, "erag_per_query")
             try:  # the verdict asset's value: computed once, rendered here
                 found = load_asset_value(
-                    f"{name}/verdict" if name else "verdict", instance, registry_path, verbose
-                )
+                    f"{name}/verdict" if name else "verdict",
+                    instance, registry_path, verbose, graph,
+                )  # fmt: skip
             except Exception:  # not materialised (yet): no verdict lines
                 found = None
             if found:
                 report.verdicts.append(Verdict.from_dict(found))
-            report.fits += load_fits(name, instance, registry_path, verbose)
+            report.fits += load_fits(name, instance, registry_path, verbose, graph)
     return report
 
 
@@ -450,13 +509,16 @@ def load_fits(
     instance: dg.DagsterInstance | None = None,
     registry_path: str = "",
     verbose: bool = False,
+    graph: Graph | None = None,
 ) -> list:
     """The fit diagnostics of dataset ``name``: the ``fit`` asset's value (computed once per
     run, :mod:`erag_dagster.assets.fit`); ``[]`` when it is not materialised."""
     from erag_dagster.meta.fit import fit_from_dict
 
     try:
-        rows = load_asset_value(f"{name}/fit" if name else "fit", instance, registry_path, verbose)
+        rows = load_asset_value(
+            f"{name}/fit" if name else "fit", instance, registry_path, verbose, graph
+        )
     except Exception:  # not materialised (yet): no diagnostics
         return []
     return [fit_from_dict(row) for row in rows or []]
@@ -469,12 +531,13 @@ def print_reports(
     verbose: bool = False,
     full: bool = True,
     tables_dir: Path | None = None,
+    graph: Graph | None = None,
 ) -> None:
     """Print the report assets that exist (:func:`load_run_report`): the verdict first, then
     each table, compact unless ``full`` (``verbose``: with Dagster's console log of the loads,
     see :func:`load_asset_value`). With ``tables_dir`` every frame is first written there in
     full as CSV and parquet, and the text ends saying where."""
-    report = load_run_report(instance, registry_path, only, verbose)
+    report = load_run_report(instance, registry_path, only, verbose, graph)
     if tables_dir is not None:
         report.write_tables(tables_dir)
     print(report.text(full=full))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -93,12 +94,29 @@ def _mask_log_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         log.addFilter(MASK_LOG_LINES)
 
 
+def _evaluated(signature: inspect.Signature, body: Callable[..., Any]) -> inspect.Signature:
+    """``signature`` with its annotations evaluated in the body's module (a module with
+    ``from __future__ import annotations`` holds strings, which Dagster would resolve in this
+    module's namespace instead); as written when they cannot be evaluated."""
+    try:
+        hints = typing.get_type_hints(body, include_extras=True)
+    except Exception:  # a name only a type checker sees: leave them as written
+        return signature
+    return signature.replace(
+        parameters=[
+            p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in signature.parameters.values()
+        ],
+        return_annotation=hints.get("return", signature.return_annotation),
+    )
+
+
 def adapt(body: Callable[..., Any], keys: ResourceKeys) -> Callable[..., Any]:
     """``body`` as Dagster should call it (module docstring): the same parameters, those named
     in :data:`~erag_dagster.resources.keys.RESOURCE_NAMES` renamed to ``keys``' resource keys;
     a generator stays a generator (Dagster tells them apart). Name, docstring (the asset's
     description) and annotations are the body's."""
-    signature = inspect.signature(body)
+    signature = _evaluated(inspect.signature(body), body)
     renames = {p: keys.key(p) for p in signature.parameters if p in RESOURCE_NAMES}
     back = {key: name for name, key in renames.items()}
 
@@ -120,7 +138,11 @@ def adapt(body: Callable[..., Any], keys: ResourceKeys) -> Callable[..., Any]:
     adapted.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[p.replace(name=renames.get(p.name, p.name)) for p in signature.parameters.values()]
     )
-    adapted.__annotations__ = {renames.get(k, k): v for k, v in body.__annotations__.items()}
+    adapted.__annotations__ = {
+        renames.get(p.name, p.name): p.annotation
+        for p in signature.parameters.values()
+        if p.annotation is not inspect.Parameter.empty
+    }
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
         setattr(adapted, attribute, getattr(body, attribute))
     return adapted
