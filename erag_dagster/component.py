@@ -335,7 +335,9 @@ def build_registry(component: ERagEvaluation, where: Path) -> Registry:
     ``defs.yaml`` with only ``evaluation:`` evaluates the default retrievers and readers.
     ``kind: asset`` retrievers are allowed in all three."""
     inline = {
-        key: plain(value) for key in TOP_LEVEL_KEYS if (value := getattr(component, key)) is not None
+        key: plain(value)
+        for key in TOP_LEVEL_KEYS
+        if (value := getattr(component, key)) is not None
     }
     if component.registry is not None:
         if inline:

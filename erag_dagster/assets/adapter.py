@@ -136,7 +136,9 @@ def adapt(body: Callable[..., Any], keys: ResourceKeys) -> Callable[..., Any]:
             return _masked(call(args, kwargs))
 
     adapted.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[p.replace(name=renames.get(p.name, p.name)) for p in signature.parameters.values()]
+        parameters=[
+            p.replace(name=renames.get(p.name, p.name)) for p in signature.parameters.values()
+        ]
     )
     adapted.__annotations__ = {
         renames.get(p.name, p.name): p.annotation

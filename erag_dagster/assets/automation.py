@@ -37,7 +37,7 @@ from erag_dagster.hashing import sha256_text
 from erag_dagster.inputs import dataset_digest
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings
-from erag_dagster.resources.keys import ResourceKeys, prefixed_name
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys, prefixed_name
 
 AC = dg.AutomationCondition
 
@@ -111,7 +111,7 @@ def current_input_versions(
 
 
 def build_dataset_files(
-    dataset: str | None, key_prefix: Sequence[str] = (), keys: ResourceKeys = ResourceKeys()
+    dataset: str | None, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
 ) -> dg.SourceAsset:
     """``dataset_files`` of one registry dataset (``None``: the only one, unprefixed), under
     ``key_prefix``, its ``settings`` resource under ``keys``."""
@@ -128,7 +128,7 @@ def build_dataset_files(
 
 
 def build_reader_models(
-    registry: Registry, key_prefix: Sequence[str] = (), keys: ResourceKeys = ResourceKeys()
+    registry: Registry, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
 ) -> dg.SourceAsset:
     """``reader_models``, partitioned by registry reader: each partition's data version is that
     reader's fingerprint (model files, libraries, dtype, prompt, decoding), so one reader's
@@ -264,7 +264,7 @@ def build_reevaluation_schedule(
     registry: Registry,
     job: AssetJob,
     key_prefix: Sequence[str] = (),
-    keys: ResourceKeys = ResourceKeys(),
+    keys: ResourceKeys = UNPREFIXED,
 ) -> dg.ScheduleDefinition:
     """``reevaluation_schedule`` on the cron of ``registry`` (see :func:`schedule_cron`),
     running ``job`` (:func:`build_observe_inputs_job`); its ``settings`` under ``keys``."""
@@ -292,7 +292,7 @@ def sensor_interval_s(default: int) -> int:
 
 
 def build_input_change_sensor(
-    job: AssetJob, key_prefix: Sequence[str] = (), keys: ResourceKeys = ResourceKeys()
+    job: AssetJob, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
 ) -> dg.SensorDefinition:
     """``input_change_sensor`` (running by default, every 60 s): requests an observation of the
     inputs when one differs from its last observation, or was never observed — so a fresh

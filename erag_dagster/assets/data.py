@@ -8,7 +8,7 @@ from erag_dagster.assets.automation import DATASET_FILES, RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, dataset_of, frame_version, table_md
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.resources import EvalSettings
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 
 _TABLES = {
     "corpus": "doc_id, title, text",
@@ -17,7 +17,7 @@ _TABLES = {
 }
 
 
-def build_dataset_tables(keys: ResourceKeys = ResourceKeys()) -> dg.AssetsDefinition:
+def build_dataset_tables(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
     """``corpus``, ``queries`` and ``qrels`` of one dataset (resources under ``keys``)."""
     outs = {
         name: dg.AssetOut(

@@ -17,10 +17,10 @@ from erag_dagster.assets.common import CODE_VERSION, by_system, dataset_of
 from erag_dagster.evaluation import systems
 from erag_dagster.meta.fit import fit_lines
 from erag_dagster.resources import EvalSettings, ReaderResource
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 
 
-def build_fit(keys: ResourceKeys = ResourceKeys()) -> dg.AssetsDefinition:
+def build_fit(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
     """The ``fit`` asset (resources under ``keys``)."""
     return dg.asset(
         name="fit",

@@ -51,7 +51,7 @@ from erag_dagster.reports.html_words import dataset_display_name
 from erag_dagster.reports.verdict import Verdict
 from erag_dagster.resources import EvalSettings, LabelStoreResource
 from erag_dagster.resources.io import PolarsJsonIOManager, local_path
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 
 PAGE_NAME = "report.html"
 
@@ -223,9 +223,7 @@ def _html_report(
     )
 
 
-def build_html_report(
-    registry: Registry, keys: ResourceKeys = ResourceKeys()
-) -> dg.AssetsDefinition:
+def build_html_report(registry: Registry, keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
     """The ``html_report`` asset over ``registry``'s datasets (module docstring), resources
     under ``keys``."""
     return dg.asset(

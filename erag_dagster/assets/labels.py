@@ -29,7 +29,7 @@ from erag_dagster.evaluation import systems
 from erag_dagster.labels.labeller import erag_code_versions
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 
 GPU_POOL = "gpu"
 """Reader-bound steps share this pool: its limit is the number of accelerators (op-level
@@ -111,7 +111,7 @@ RUN_BY_RETRIEVER = dg.AssetIn(
 
 
 def build_doc_labels(
-    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = ResourceKeys()
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = UNPREFIXED
 ) -> dg.AssetsDefinition:
     """``doc_labels`` partitioned by reader x retriever (registry configs); its
     ``code_version`` is derived from the versions of the metric in force (``settings``,

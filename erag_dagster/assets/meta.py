@@ -31,7 +31,7 @@ from erag_dagster.meta.system_outputs import (
 )
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings, LabelStoreResource, ReaderResource
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.retrieval.encoder import encoder_from_config
 from erag_dagster.retrieval.runs import top_k
 
@@ -113,7 +113,7 @@ def _baseline_labels(
 
 
 def build_meta_partitioned(
-    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = ResourceKeys()
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = UNPREFIXED
 ) -> list[dg.AssetsDefinition]:
     """``end_to_end`` and ``baseline_labels``, partitioned by reader x retriever; each one's
     ``code_version`` is derived from the versions of the code it runs under the metric and

@@ -39,7 +39,7 @@ from erag_dagster.reports.declaration import (
     ReportInput,
 )
 from erag_dagster.resources import EvalSettings
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 
 
 def partitions_of(
@@ -116,7 +116,7 @@ def _asset_options(
 
 
 def build_dataset_report(
-    report: Report, keys: ResourceKeys = ResourceKeys(), package_checks: bool = True
+    report: Report, keys: ResourceKeys = UNPREFIXED, package_checks: bool = True
 ) -> dg.AssetsDefinition:
     """The asset of one dataset report (unprefixed; module docstring); ``package_checks``: with
     the README-figure check where the report asks for it (this package's own project)."""
@@ -149,7 +149,7 @@ def _across_name(dataset: str, asset: str) -> str:
 
 
 def build_across_report(
-    report: Report, datasets: list[str], keys: ResourceKeys = ResourceKeys()
+    report: Report, datasets: list[str], keys: ResourceKeys = UNPREFIXED
 ) -> dg.AssetsDefinition:
     """The asset of one report across ``datasets`` (those that have its inputs)."""
 
@@ -184,7 +184,7 @@ def build_across_report(
 
 
 def build_report_assets(
-    registry: Registry, keys: ResourceKeys = ResourceKeys(), package_checks: bool = True
+    registry: Registry, keys: ResourceKeys = UNPREFIXED, package_checks: bool = True
 ) -> list[dg.AssetsDefinition]:
     """The report assets of one dataset's view of the registry (:meth:`Registry.for_dataset`)."""
     return [
@@ -194,7 +194,7 @@ def build_report_assets(
 
 
 def build_across_assets(
-    registry: Registry, keys: ResourceKeys = ResourceKeys()
+    registry: Registry, keys: ResourceKeys = UNPREFIXED
 ) -> list[dg.AssetsDefinition]:
     """The reports across datasets that two or more datasets can feed."""
     views = {name: registry.for_dataset(name) for name in registry.datasets}

@@ -21,7 +21,7 @@ from erag_dagster.credentials import mask_in
 from erag_dagster.evaluation import systems
 from erag_dagster.registry import Registry
 from erag_dagster.resources import EvalSettings
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.retrieval.ann import approximate_index, parse_index
 from erag_dagster.retrieval.rerank import LIFT_SCHEMA, lift_report
 from erag_dagster.retrievers import (
@@ -32,7 +32,7 @@ from erag_dagster.retrievers import (
 )
 
 
-def build_indexes(keys: ResourceKeys = ResourceKeys()) -> list[dg.AssetsDefinition]:
+def build_indexes(keys: ResourceKeys = UNPREFIXED) -> list[dg.AssetsDefinition]:
     """``bm25_index`` and ``dense_index`` (resources under ``keys``)."""
     return [
         dg.asset(
@@ -154,9 +154,7 @@ def asset_run_inputs(registry: Registry) -> dict[str, dg.AssetIn]:
     return {asset_input_name(list(k)): dg.AssetIn(key=dg.AssetKey(list(k))) for k in sorted(keys)}
 
 
-def build_retrieval_run(
-    registry: Registry, keys: ResourceKeys = ResourceKeys()
-) -> dg.AssetsDefinition:
+def build_retrieval_run(registry: Registry, keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
     """``retrieval_run`` partitioned by the registry's retriever configs; the assets its
     ``kind: asset`` retrievers read are its inputs (:func:`asset_run_inputs`)."""
     partitions = retriever_partitions(registry)
@@ -217,7 +215,7 @@ def _latest_run_metadata(context: dg.AssetExecutionContext, partition: str) -> d
 
 
 def build_rerank_lift(
-    registry: Registry, keys: ResourceKeys = ResourceKeys()
+    registry: Registry, keys: ResourceKeys = UNPREFIXED
 ) -> dg.AssetsDefinition | None:
     """``rerank_lift``, one partition per ``kind: rerank`` retriever, reading that retriever's
     run and its first stage's (None when the registry has no rerank retriever)."""

@@ -14,10 +14,10 @@ from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, dataset_of
 from erag_dagster.evaluation.steps import decide
 from erag_dagster.resources import EvalSettings
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.resources.keys import UNPREFIXED, ResourceKeys
 
 
-def build_verdict(keys: ResourceKeys = ResourceKeys()) -> dg.AssetsDefinition:
+def build_verdict(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
     """The ``verdict`` asset (resources under ``keys``)."""
     return dg.asset(
         name="verdict",

@@ -47,3 +47,7 @@ class ResourceKeys:
     def io_manager(self) -> str:
         """The IO manager key of the graph's assets."""
         return self.key("io_manager")
+
+
+UNPREFIXED = ResourceKeys()
+"""The packaged project's keys (``settings``, ``reader``, ``label_store``, ``io_manager``)."""

@@ -57,7 +57,9 @@ def is_text(value: Any) -> bool:
 NUMBER = Rule(is_number, "a number >= 0", {"type": "number", "minimum": 0})
 COUNT = Rule(is_count, "an integer >= 1", {"type": "integer", "minimum": 1})
 MAX_LENGTH = Rule(lambda v: v is None or is_count(v), "an integer >= 1 or null")
-DTYPE = Rule(lambda v: isinstance(v, str), "a dtype name such as float32 or auto", {"type": "string"})
+DTYPE = Rule(
+    lambda v: isinstance(v, str), "a dtype name such as float32 or auto", {"type": "string"}
+)
 
 
 def index_root() -> Path:
