@@ -297,6 +297,8 @@ def check_readers(registry: Registry, where: Path) -> None:
     nothing loaded): :func:`erag_dagster.readers.availability.check_readers_available`."""
     from erag_dagster.readers.availability import check_readers_available
 
+    if not any(registry.for_dataset(name).reader_labels for name in registry.dataset_names):
+        return  # no dataset gets the reader stages: no reader runs
     inline = registry.path == str(where) and where.is_file()
     lines = yaml_key_lines(where, "attributes", "readers") if inline else {}
     check_readers_available(

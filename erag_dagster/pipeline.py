@@ -227,6 +227,21 @@ def check_settings(
     return checked
 
 
+def check_readers_available(registry: Registry) -> None:
+    """Every reader of ``registry`` can be loaded here, decided without loading it
+    (:func:`erag_dagster.readers.availability.check_readers_available`), each error naming the
+    registry file. A registry none of whose datasets gets the reader stages (BEIR judgments
+    only) runs no reader: nothing to check."""
+    from erag_dagster.readers.availability import check_readers_available as check
+
+    if not any(registry.for_dataset(name).reader_labels for name in registry.dataset_names):
+        return
+    check(
+        {e.name: e.config for e in registry.readers.values()},
+        {name: registry.path for name in registry.readers},
+    )
+
+
 def _run_config(verbose: bool) -> dict:
     """Dagster's console logger: its default level with ``verbose``, else silent (CRITICAL).
 
@@ -289,7 +304,10 @@ def materialize_all(
     ``verbose`` (the runs' event logs keep it); the terminal gets one progress line per run
     (``progress``: a :class:`~erag_dagster.progress.Progress` factory over the planned steps,
     default lines through ``log``). A failed run raises :class:`StepFailed` (or the
-    :class:`InputError` raised in it) naming the asset, the partition and the run id.
+    :class:`InputError` raised in it) naming the asset, the partition and the run id. A reader
+    that cannot be loaded here (its libraries, packaged wheel or model file missing) is one
+    :class:`InputError` line naming it and the install command, after the settings are checked
+    and before anything runs (:func:`check_readers_available`; nothing is loaded).
 
     ``graph``: the graph to build (default: :meth:`Graph.packaged` of ``settings``), e.g. an
     eRAG component instance's in a team's project (``erag-dagster run --defs``), with the
@@ -297,6 +315,7 @@ def materialize_all(
     """
     settings = graph.settings if graph is not None else settings or EvalSettings()
     check_settings(settings, load_dataset)
+    check_readers_available(settings.registry())
     owned = instance is None
     instance = instance or _instance(log)
     # An instance opened here is entered (Dagster's public context manager): the Definitions
