@@ -25,11 +25,11 @@ from pathlib import Path
 import polars as pl
 from benchjson import add_json_argument, text_stream, write_json
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.registry import load_registry
+from erag_dagster.evaluation.retrievers import default_scorer, run_retriever
 from erag_dagster.reports.tables import format_table
 from erag_dagster.retrieval.rerank import lift_report, rerank
-from erag_dagster.retrievers import default_scorer, run_retriever
 
 
 def main() -> None:

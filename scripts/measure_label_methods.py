@@ -41,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import polars as pl
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.likelihood import LABEL_METRICS
 from erag_dagster.labels.store import LabelStore
@@ -49,11 +51,9 @@ from erag_dagster.meta.correlation_report import label_methods_table
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
 from erag_dagster.meta.system_outputs import baseline_label_set
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
 from erag_dagster.reports.tables import format_table1
 from erag_dagster.retrieval.encoder import encoder_from_config
 from erag_dagster.retrieval.runs import top_k
-from erag_dagster.retrievers import run_retriever
 
 #: Table-1 row of the eRAG answers scored with answer containment (label-output metrics).
 CONTAINS_ROW = "eRAG (contains)"

@@ -30,12 +30,12 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.meta.fit import fit_diagnostics
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
 
 SENTENCE_PROMPT = (
     "You answer questions about a passage. Reply with the one sentence of the passage that "

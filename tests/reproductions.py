@@ -201,9 +201,9 @@ class Conditions:
     def retrieval(self, entry: Reproduction) -> float:
         """``erag-dagster retrieve`` + ``evaluate-run``: the registry retriever through
         ``run_retriever`` (index under the current storage root), scored by ``evaluate_run``."""
+        from erag_dagster.config.registry import load_registry
+        from erag_dagster.evaluation.retrievers import run_retriever
         from erag_dagster.metrics.human import evaluate_run
-        from erag_dagster.registry import load_registry
-        from erag_dagster.retrievers import run_retriever
 
         cond = entry.condition
         ds = self.dataset(entry.dataset)
@@ -266,7 +266,9 @@ class Conditions:
         path = Path(root) / "assets" / f"{cond['asset']}.parquet"
         if not path.is_file():
             raise FileNotFoundError(f"{STORAGE_ENV}={root}: no report asset {path}")
-        from erag_dagster.checks import report_value  # the rule the readme_figures check uses
+        from erag_dagster.evaluation.checks import (
+            report_value,  # the rule the readme_figures check uses
+        )
 
         try:
             return report_value(pl.read_parquet(path), cond)

@@ -13,11 +13,11 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from erag_dagster.assets.automation import reader_digest
-from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import materialize_all
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings
+from erag_dagster.config.registry import load_registry
+from erag_dagster.orchestration.assets.automation import reader_digest
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import materialize_all
+from erag_dagster.orchestration.resources import EvalSettings
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
@@ -180,7 +180,7 @@ def test_schedule_observes_only_when_inputs_change(world) -> None:
 
 
 def test_schedule_cron_comes_from_the_definitions_registry(tmp_path: Path) -> None:
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.errors import InputError
 
     packaged = build_defs().resolve_schedule_def("reevaluation_schedule")
     assert packaged.cron_schedule == load_registry().evaluation.schedule

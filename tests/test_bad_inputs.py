@@ -22,12 +22,12 @@ import polars as pl
 import pytest
 
 from erag_dagster.cli import main
+from erag_dagster.core.errors import InputError, StorageError, as_fault
+from erag_dagster.core.paths import atomic_write_text
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.data.spec import parse_spec
-from erag_dagster.errors import InputError, StorageError, as_fault
 from erag_dagster.labels.recovery import ReaderRecord
 from erag_dagster.labels.store import GENERATIONS_SCHEMA, LabelStore
-from erag_dagster.paths import atomic_write_text
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")
 
@@ -438,14 +438,14 @@ TEST_READER_IDENTITY = {"test_reader": "hostile inputs"}
 
 
 def _test_reader() -> ReaderRecord:
-    from erag_dagster.hashing import sha256_json
+    from erag_dagster.core.hashing import sha256_json
 
     return ReaderRecord(sha256_json(TEST_READER_IDENTITY), "test", TEST_READER_IDENTITY)
 
 
 def _digested(line: dict) -> dict:
     """``line`` with its ``line_sha256`` recomputed (as the writer does)."""
-    from erag_dagster.hashing import sha256_json
+    from erag_dagster.core.hashing import sha256_json
 
     body = {k: v for k, v in line.items() if k != "line_sha256"}
     return {**body, "line_sha256": sha256_json(body)}
@@ -458,7 +458,7 @@ def _recovery_text(*lines: dict) -> str:
 
 def _recovery_line(query_id: str, doc_id: str) -> dict:
     """One recovery-file line as :meth:`LabelStoreBase.write_recovery` writes it (digested)."""
-    from erag_dagster.hashing import sha256_text
+    from erag_dagster.core.hashing import sha256_text
     from erag_dagster.labels.keys import generation_key
 
     fingerprint, qh = _test_reader().fingerprint, sha256_text("alpha")
@@ -765,14 +765,14 @@ def test_store_copy_takes_a_libpq_keyword_dsn(tmp_path: Path, postgres, capsys) 
     ],
 )
 def test_mask_credentials(text: str, masked: str) -> None:
-    from erag_dagster.credentials import mask_credentials
+    from erag_dagster.core.credentials import mask_credentials
 
     assert mask_credentials(text) == masked
     assert mask_credentials(masked) == masked  # idempotent
 
 
 def test_what_looks_like_a_key_and_what_a_link_local_address_is() -> None:
-    from erag_dagster.credentials import looks_like_key
+    from erag_dagster.core.credentials import looks_like_key
     from erag_dagster.readers.addresses import link_local_reason
 
     for name in ("OPENAI_API_KEY", "my_server_key_2", "VLLM_KEY", "HF_TOKEN"):
@@ -813,9 +813,9 @@ def test_sqlite_full_rolls_back_and_keeps_the_answers(tmp_path: Path, capsys) ->
 
 
 # --- issues 23/24: reading inputs (regular files, bounds, BOM, duplicate keys, numbers)
-# Every reader goes through erag_dagster/input_files.py (regular files only, bounded, a leading
+# Every reader goes through erag_dagster/core/input_files.py (regular files only, bounded, a leading
 # BOM stripped, duplicate keys and YAML anchors refused, nesting bounded) and reads numbers with
-# erag_dagster/input_numbers.py (ASCII only). docs/inputs.md holds the same table.
+# erag_dagster/core/input_numbers.py (ASCII only). docs/inputs.md holds the same table.
 
 _MINI_REGISTRY = "readers:\n  r:\n    model: m\n"
 _ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -1135,8 +1135,8 @@ def test_special_files_are_refused_without_blocking(special, argv, parts) -> Non
 
 
 def _java_or_skip() -> None:
-    from erag_dagster.errors import EnvironmentFault
-    from erag_dagster.java import find_java_home
+    from erag_dagster.core.errors import EnvironmentFault
+    from erag_dagster.core.java import find_java_home
 
     try:
         find_java_home()
@@ -1175,7 +1175,7 @@ def test_bm25_query_over_the_lucene_clause_limit_names_the_query(bad) -> None:
 
 def test_number_grammar_accepts_what_trec_eval_and_python_agree_on() -> None:
     """input_numbers: the accepted forms and their values; each refusal names the place."""
-    from erag_dagster.input_numbers import parse_grade, parse_score
+    from erag_dagster.core.input_numbers import parse_grade, parse_score
 
     for text, value in (("1", 1), ("+1", 1), ("-1", -1), ("007", 7), (" 2 ", 2)):
         assert parse_grade(text, "f:1") == value
@@ -1203,10 +1203,10 @@ GATE_FP = "f" * 64
 def _gate_baseline(ds, rows: list[dict], **changes) -> dict:
     """A baseline file's object for ``rows`` (query_id, doc_id, rank, label), written as
     ``erag-dagster baseline`` writes it (answer keys, digest) with ``changes`` applied after."""
+    from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.gate.baseline_file import baseline_payload
     from erag_dagster.gate.identity import EvalIdentity, RetrieverIdentity
     from erag_dagster.gate.verify import answer_keys
-    from erag_dagster.inputs import dataset_digest
 
     keys = answer_keys(rows, GATE_FP, ds)
     labels = [{**r, "answer_key": k} for r, k in zip(rows, keys, strict=True)]
@@ -1222,8 +1222,8 @@ def _gate_baseline(ds, rows: list[dict], **changes) -> dict:
 def gating(bad: Path) -> Path:
     """Runs of 6 queries, a valid baseline, broken baselines, a store whose stored answers
     contradict the baseline's labels, a FIFO and a registry copy, in ``bad``."""
+    from erag_dagster.config.registry import default_registry_path
     from erag_dagster.labels.keys import utc_now
-    from erag_dagster.registry import default_registry_path
 
     ds = load_dataset(GATE_SPEC)
     qids = sorted(ds.queries.get_column("query_id").cast(pl.String).to_list())
@@ -1462,7 +1462,7 @@ def _i32_write(path: Path, *lines: dict | str, record: bool = True) -> None:
 def recovering(bad: Path) -> Path:
     """Recovery files good and hostile, an existing store ``real.sqlite`` (the test reader not
     registered in it), in the working directory ``bad``."""
-    from erag_dagster.hashing import sha256_json, sha256_text
+    from erag_dagster.core.hashing import sha256_json, sha256_text
     from erag_dagster.labels.keys import generation_key
 
     gc.collect()  # the bad fixture's store connection closed: its WAL folded in, not mid-test
@@ -1720,12 +1720,12 @@ def test_label_output_on_a_full_disk_is_exit_1_naming_output(tmp_path: Path, pos
     runs; a first run without the limit warms every cache the command writes."""
     import resource
 
-    from erag_dagster.hashing import sha256_text
+    from erag_dagster.config.registry import load_registry
+    from erag_dagster.core.hashing import sha256_text
     from erag_dagster.labels.keys import generation_key
     from erag_dagster.labels.store import open_store
     from erag_dagster.readers.factory import reader_from_config
     from erag_dagster.readers.passages import run_with_passages
-    from erag_dagster.registry import load_registry
 
     ds = load_dataset("sample?max_questions=1")
     query = ds.queries.get_column("query_id")[0]

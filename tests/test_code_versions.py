@@ -26,17 +26,17 @@ import yaml
 
 import erag_dagster
 from erag_dagster.cli import main
-from erag_dagster.code_versions import CodeVersion, asset_code_version, key_parts
-from erag_dagster.definitions import build_defs
+from erag_dagster.core.code_versions import CodeVersion, asset_code_version, key_parts
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.gate.compare import GateSettings, make_baseline
-from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.keys import score_key
 from erag_dagster.labels.store import open_store
 from erag_dagster.labels.tables import SCORES
 from erag_dagster.metrics import downstream
-from erag_dagster.pipeline import plan
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import plan
+from erag_dagster.orchestration.resources import EvalSettings
 from erag_dagster.readers import prompts
-from erag_dagster.resources import EvalSettings
 from tests.answer_seed import FIXTURE_ANSWERS, shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 

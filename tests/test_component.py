@@ -1,4 +1,5 @@
-"""The eRAG Dagster component (erag_dagster/component.py) as a team's own project uses it.
+"""The eRAG Dagster component (erag_dagster/orchestration/component.py) as a team's own project uses
+it.
 
 A fresh Dagster project is written outside the checkout the way ``create-dagster project``
 lays one out (pyproject with ``[tool.dg]``, ``src/<pkg>/definitions.py`` calling
@@ -30,15 +31,15 @@ import polars as pl
 import pytest
 import yaml
 
-from erag_dagster.assets.adapter import adapt
-from erag_dagster.component import ERagEvaluation, build_registry
-from erag_dagster.definitions import build_defs
-from erag_dagster.definitions import defs as packaged_defs
-from erag_dagster.errors import InputError
-from erag_dagster.pipeline import step_job
-from erag_dagster.registry import default_registry_path, load_registry
-from erag_dagster.resources import LabelStoreResource
-from erag_dagster.resources.keys import ResourceKeys
+from erag_dagster.config.registry import default_registry_path, load_registry
+from erag_dagster.core.errors import InputError
+from erag_dagster.orchestration.assets.adapter import adapt
+from erag_dagster.orchestration.component import ERagEvaluation, build_registry
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.definitions import defs as packaged_defs
+from erag_dagster.orchestration.pipeline import step_job
+from erag_dagster.orchestration.resources import LabelStoreResource
+from erag_dagster.orchestration.resources.keys import ResourceKeys
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, write_instance_yaml
 
@@ -48,7 +49,7 @@ PACKAGE = "my_project"
 TEAM_RUN = dg.AssetKey(["my_team", "qrels_run"])
 PREFIX = ["erag"]
 OTHER = ["other"]
-COMPONENT_TYPE = "erag_dagster.component.ERagEvaluation"
+COMPONENT_TYPE = "erag_dagster.ERagEvaluation"
 #: What a team's environment holds beside the run; none of it may reach Dagster's records.
 SECRETS = {"PGPASSWORD": "pg-s3cret-Hunter2-QW8", "OPENAI_API_KEY": "sk-test-9f8e7d6c5b4a3928"}
 
@@ -166,9 +167,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "definitions.py").write_text(DEFINITIONS)
     (package / "defs" / "__init__.py").write_text("")
     (package / "defs" / "qrels_run.py").write_text(TEAM_ASSET)
-    scaffold = _run(
-        [DG, "scaffold", "defs", "erag_dagster.component.ERagEvaluation", "my_eval"], root
-    )
+    scaffold = _run([DG, "scaffold", "defs", "erag_dagster.ERagEvaluation", "my_eval"], root)
     assert scaffold.returncode == 0, scaffold.stdout + scaffold.stderr
     yaml_file = package / "defs" / "my_eval" / "defs.yaml"
     scaffolded = yaml.safe_load(yaml_file.read_text())
@@ -191,7 +190,7 @@ def test_dg_lists_the_component(tmp_path: Path) -> None:
 
 def test_packaged_defs_yaml_is_the_packaged_graph() -> None:
     """erag_dagster/defs/defs.yaml (the packaged project as a component instance) loads the
-    same graph as erag_dagster.definitions:defs, which build_defs builds for both."""
+    same graph as erag_dagster.orchestration.definitions:defs, which build_defs builds for both."""
     loaded = dg.load_from_defs_folder(project_root=Path(__file__).resolve().parents[1])
 
     def keys(defs: dg.Definitions) -> list[str]:
@@ -537,7 +536,7 @@ def test_dg_check_defs_refuses_in_one_line(project: Path, tmp_path: Path) -> Non
         assert re.search(BAD_DEFS[case][2], out), (case, out)
         assert "All definitions loaded successfully" not in out, case
         assert "sk-live-0a1b2c3d4e5f6a7b" not in out and "pg-s3cret-9" not in out, (case, out)
-        assert "erag_dagster/registry.py" not in out, (case, out)  # no stack of ours
+        assert "erag_dagster/config/registry.py" not in out, (case, out)  # no stack of ours
 
 
 def test_team_run_is_validated_like_a_run_file(tmp_path: Path) -> None:

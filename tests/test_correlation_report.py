@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from scipy import stats as sps
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.correlation import (
     CORRELATION_SCHEMA,
     PER_QUERY_COLUMNS,

@@ -17,11 +17,12 @@ import polars as pl
 import pytest
 import yaml
 
+from erag_dagster.config.registry import default_registry_path, load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.meta.correlation_report import label_methods_table
 from erag_dagster.meta.per_query import erag_per_query, erag_summary
-from erag_dagster.registry import default_registry_path, load_registry
 from erag_dagster.reports.cross_leaderboard import (
     MEAN_OVER_DATASETS,
     DatasetRuns,
@@ -31,7 +32,6 @@ from erag_dagster.reports.cross_leaderboard import (
 )
 from erag_dagster.reports.cross_table1 import format_table1_across, table1_across
 from erag_dagster.reports.leaderboard import evaluate_runs, leaderboard, metric_scores
-from erag_dagster.retrievers import run_retriever
 from erag_dagster.stats.significance import (
     bootstrap_mean_ci,
     holm,

@@ -11,7 +11,7 @@ after the reload, ``queries`` changes first and the label assets wait until ``re
 has been recomputed from the new questions (issue 42: they used to label the stale run, and
 ``end_to_end`` "succeeded" with nothing answered); every run after the edit succeeds and every
 label it writes was made from the new run. ``dagster dev`` (started as ``make dev`` starts
-it: ``python -m erag_dagster.dev_server``) then stops on SIGINT.
+it: ``python -m erag_dagster.orchestration.dev_server``) then stops on SIGINT.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ import dagster as dg
 import pytest
 import yaml
 
-from erag_dagster.assets.automation import reader_digest
-from erag_dagster.registry import default_registry_path, load_registry
+from erag_dagster.config.registry import default_registry_path, load_registry
+from erag_dagster.orchestration.assets.automation import reader_digest
 from tests.pipeline_fixtures import write_instance_yaml
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-LOCATION = "erag_dagster.definitions"
+LOCATION = "erag_dagster.orchestration.definitions"
 BUILD_TIMEOUT_S = 480  # the first build: about 10 runs, each a fresh process (2 loaded cores)
 EDIT_TIMEOUT_S = 300
 DOC_LABELS = dg.AssetKey("doc_labels")
@@ -253,7 +253,7 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
         # what `make dev` runs: Dagster's `dagster dev`, with SIGINT handled even when this
         # test process inherited it ignored (a background CI job does)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "erag_dagster.dev_server", "-m", LOCATION,
+            [sys.executable, "-m", "erag_dagster.orchestration.dev_server", "-m", LOCATION,
              "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
         )  # fmt: skip
@@ -373,7 +373,8 @@ def _ignore_sigint() -> None:
 def test_dev_started_in_the_background_of_a_script_stops_on_sigint(tmp_path: Path) -> None:
     """Issue #15 §6: ``dagster dev`` that inherited an ignored SIGINT (so, through Dagster's
     SIGTERM→SIGINT mapping, an ignored SIGTERM too) hung after "Daemon threads shut down." until
-    SIGKILL. ``python -m erag_dagster.dev_server`` (what ``make dev`` runs) stops cleanly."""
+    SIGKILL. ``python -m erag_dagster.orchestration.dev_server`` (what ``make dev`` runs) stops
+    cleanly."""
     home = write_instance_yaml(tmp_path / "dagster_home")
     env = dict(os.environ)
     env.update(
@@ -387,7 +388,7 @@ def test_dev_started_in_the_background_of_a_script_stops_on_sigint(tmp_path: Pat
     port, log = _free_port(), tmp_path / "dagster-dev.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "erag_dagster.dev_server", "-m", LOCATION,
+            [sys.executable, "-m", "erag_dagster.orchestration.dev_server", "-m", LOCATION,
              "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
             preexec_fn=_ignore_sigint,

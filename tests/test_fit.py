@@ -163,8 +163,8 @@ def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch
     import dagster as dg
     import yaml
 
-    from erag_dagster.pipeline import load_fits, load_run_report, materialize_all
-    from erag_dagster.resources import EvalSettings
+    from erag_dagster.orchestration.pipeline import load_fits, load_run_report, materialize_all
+    from erag_dagster.orchestration.resources import EvalSettings
     from tests.pipeline_fixtures import small_registry
 
     monkeypatch.setenv("ERAG_STORAGE", str(tmp_path / "storage"))

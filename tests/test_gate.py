@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from erag_dagster.cli import main
-from erag_dagster.errors import InputError, StorageError
+from erag_dagster.core.errors import InputError, StorageError
 from erag_dagster.gate import (
     EXIT_GATE_FAILED,
     GateRule,
@@ -101,8 +101,8 @@ def _without_answers(run: pl.DataFrame, ds) -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def reader():
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.readers.factory import reader_from_config
-    from erag_dagster.registry import load_registry
 
     entry = next(iter(load_registry().readers.values()))
     return reader_from_config(entry.name, entry.config)
@@ -111,9 +111,9 @@ def reader():
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory: pytest.TempPathFactory, reader) -> Gate:
     """Runs built from BM25's top 3, and the baseline (that top 3) stored."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import load_dataset
-    from erag_dagster.registry import load_registry
-    from erag_dagster.retrievers import run_retriever
+    from erag_dagster.evaluation.retrievers import run_retriever
 
     root = tmp_path_factory.mktemp("gate")
     with pytest.MonkeyPatch.context() as mp:
@@ -227,11 +227,11 @@ def test_the_gate_and_the_api_share_retrieve_and_label(gate: Gate, reader, stora
     retrieve at the config's k, label its top label_k, diagnose — finds the gate's candidate
     rows, labels and fit exactly, every answer from the store the gate filled. The gate
     retrieves at its labelled depth (its config's k is its label_k), as it always has."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import load_dataset
     from erag_dagster.evaluation import systems
     from erag_dagster.gate.compare import _Context
     from erag_dagster.labels.audit import evaluation_id
-    from erag_dagster.registry import load_registry
 
     settings = gate.settings()
     ctx = _Context(settings, reader)
@@ -299,10 +299,10 @@ def test_bad_refs_are_one_line(gate: Gate, storage_env, capsys, tmp_path: Path) 
 def test_renamed_doc_ids_reuse_every_label(gate: Gate, reader, storage_env, tmp_path) -> None:
     """A copy of the sample with every doc id renamed, re-indexed and retrieved again: the
     reader answers nothing new and the store gains no row."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.evaluation.retrievers import run_retriever
     from erag_dagster.labels.labeller import label_run
-    from erag_dagster.registry import load_registry
-    from erag_dagster.retrievers import run_retriever
 
     ds = load_dataset(DATASET)
     folder = tmp_path / "renamed"
@@ -363,7 +363,7 @@ def _run_workflow(repo: Path, summary: Path) -> list[tuple[str, int]]:
 
 def _repo(gate: Gate, root: Path, candidate_run: Path) -> Path:
     """A repository as the workflow expects it, with the label store the cache restored."""
-    from erag_dagster.registry import default_registry_path
+    from erag_dagster.config.registry import default_registry_path
 
     packaged = yaml.safe_load(Path(default_registry_path()).read_text(encoding="utf-8"))
     first = next(iter(packaged["readers"]))

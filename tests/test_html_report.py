@@ -21,13 +21,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from erag_dagster.assets.html_inputs import registry_specs
+from erag_dagster.config.registry import load_registry
 from erag_dagster.labels.store import open_store
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation_report import correlation_report
 from erag_dagster.meta.per_query import erag_per_query
 from erag_dagster.meta.plots import correlation_vs_k_figure
-from erag_dagster.registry import load_registry
+from erag_dagster.orchestration.assets.html_inputs import registry_specs
 from erag_dagster.reports.cross_leaderboard import erag_leaderboard
 from erag_dagster.reports.html import (
     DatasetSection,

@@ -8,16 +8,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.metrics.human import evaluate_run
-from erag_dagster.registry import load_registry
 from erag_dagster.reports.leaderboard import (
     format_leaderboard,
     leaderboard,
     leaderboard_metrics,
 )
-from erag_dagster.retrievers import run_retriever
 
 HAND_METRICS = ["R@5", "P@5", "Success@1", "RR", "AP", "nDCG@5"]
 

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.labels.likelihood import (
     label_set,
     label_set_probability,
@@ -25,7 +26,6 @@ from erag_dagster.meta.per_query import correlation_inputs
 from erag_dagster.metrics.downstream import token_f1
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.passages import run_with_passages
-from erag_dagster.registry import load_registry
 
 pytestmark = pytest.mark.slow  # loads the reader (~20 s) and runs it
 

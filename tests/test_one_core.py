@@ -26,9 +26,9 @@ import yaml
 
 import erag_dagster
 from erag_dagster.config.evaluation import EvaluationConfig
-from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import load_asset_value
-from erag_dagster.registry import default_registry_path, load_registry
+from erag_dagster.config.registry import default_registry_path, load_registry
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import load_asset_value
 from erag_dagster.reports.verdict import Verdict
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, write_instance_yaml

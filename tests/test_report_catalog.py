@@ -8,16 +8,16 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from erag_dagster.assets.reports import build_dataset_report
-from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import DEFAULT_REPORTS, plan
-from erag_dagster.registry import load_registry
+from erag_dagster.config.registry import load_registry
+from erag_dagster.orchestration.assets.reports import build_dataset_report
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import DEFAULT_REPORTS, plan
+from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.io import PolarsJsonIOManagerFactory
 from erag_dagster.reports.catalog import REPORTS, dataset_reports_for, reports_across
 from erag_dagster.reports.declaration import Computed, PageBlock, Report, ReportInput
 from erag_dagster.reports.html import DatasetSection, render_html_report
 from erag_dagster.reports.run_report import ACROSS_TITLES, TITLES, RunReport, Section
-from erag_dagster.resources import EvalSettings
-from erag_dagster.resources.io import PolarsJsonIOManagerFactory
 
 AGREEMENT = pl.DataFrame(
     {

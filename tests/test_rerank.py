@@ -15,7 +15,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
+from erag_dagster.evaluation.retrievers import default_scorer
 from erag_dagster.readers.prompts import reader_passage
 from erag_dagster.retrieval.rerank import (
     LIFT_SCHEMA,
@@ -26,7 +27,6 @@ from erag_dagster.retrieval.rerank import (
     separate_ties,
 )
 from erag_dagster.retrieval.runs import rank_by_score
-from erag_dagster.retrievers import default_scorer
 
 CORPUS = pl.DataFrame(
     {

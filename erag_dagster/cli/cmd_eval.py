@@ -18,7 +18,7 @@ from erag_dagster.cli.common import (
     print_table,
     registry_inputs,
 )
-from erag_dagster.errors import InputError, concerning
+from erag_dagster.core.errors import InputError, concerning
 
 
 def _report_json(report) -> str:
@@ -35,10 +35,10 @@ def _report_frame(report, metrics: Sequence[str]):
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
+    from erag_dagster.core.output_guard import guard_output
     from erag_dagster.data.spec import parse_spec
-    from erag_dagster.output_guard import guard_output
+    from erag_dagster.evaluation.retrievers import run_retriever
     from erag_dagster.retrieval.runs import check_trec_ids, write_trec_run
-    from erag_dagster.retrievers import run_retriever
 
     registry = load_registry(args.registry)
     entry = registry.retriever(args.retriever)
@@ -87,9 +87,9 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
 def cmd_label(args: argparse.Namespace) -> int:
     """``label``: :func:`erag_dagster.api.label`, its labels written to ``--output``."""
     from erag_dagster.api import label
+    from erag_dagster.core.output_guard import guard_output, writing_output
     from erag_dagster.labels.store import resolve_store
     from erag_dagster.labels.store_url import store_files
-    from erag_dagster.output_guard import guard_output, writing_output
 
     registry = load_registry(args.registry)
     reads = [
@@ -132,10 +132,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
-    from erag_dagster.output_guard import guard_output
+    from erag_dagster.core.output_guard import guard_output
+    from erag_dagster.evaluation.retrievers import default_scorer
     from erag_dagster.retrieval.rerank import CrossEncoderScorer, lift_report, rerank
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
-    from erag_dagster.retrievers import default_scorer
 
     metrics = metrics_arg(args.metrics)
     registry = None if args.cross_encoder else load_registry(args.registry)
@@ -176,9 +176,9 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 
 
 def cmd_correlate(args: argparse.Namespace) -> int:
-    from erag_dagster.pipeline import materialize_all, print_reports
-    from erag_dagster.progress import relaying_notes
-    from erag_dagster.resources import EvalSettings
+    from erag_dagster.orchestration.pipeline import materialize_all, print_reports
+    from erag_dagster.orchestration.progress import relaying_notes
+    from erag_dagster.orchestration.resources import EvalSettings
 
     registry = load_registry(args.registry)
     wanted = [r.strip() for r in args.retrievers.split(",") if r.strip()]
@@ -210,8 +210,8 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
     """A registry file holding only the chosen retrievers (and what hybrids fuse) and reader."""
     import yaml
 
-    from erag_dagster.input_files import load_yaml
-    from erag_dagster.paths import storage_dir
+    from erag_dagster.core.input_files import load_yaml
+    from erag_dagster.core.paths import storage_dir
 
     raw = load_yaml(registry.path)
     keep: set[str] = set()
@@ -228,7 +228,7 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
         name = registry.reader(reader).name
         raw["readers"] = {n: raw["readers"][n] for n in raw["readers"] if n in scorers | {name}}
     target = storage_dir("registries") / f"correlate-{'-'.join(sorted(keep))}.yaml"
-    from erag_dagster.paths import atomic_write_text
+    from erag_dagster.core.paths import atomic_write_text
 
     atomic_write_text(target, yaml.safe_dump(raw, sort_keys=False))
     return target

@@ -1,6 +1,6 @@
 """The regression-gate commands of ``erag-dagster`` (docs/gate.md): ``compare``, ``baseline``.
 
-Both follow the one output rule (:func:`erag_dagster.output_guard.guard_output`) for every file
+Both follow the one output rule (:func:`erag_dagster.core.output_guard.guard_output`) for every file
 they write — ``--output`` and ``--save-candidate`` — checked before any work: never a file the
 run reads (the label store, a ref, the registry and its run files, the dataset), never a
 stranger's file without ``--force``. ``--save-candidate`` is written only after the gate
@@ -42,8 +42,8 @@ def _heartbeat(args: argparse.Namespace, what: str):
 def _guard_outputs(args: argparse.Namespace, settings) -> None:
     """``--output`` and ``--save-candidate`` under the output rule, before any work; the two
     may not name the same file."""
+    from erag_dagster.core.output_guard import guard_output
     from erag_dagster.gate.compare import gate_inputs
-    from erag_dagster.output_guard import guard_output
 
     reads = gate_inputs(settings, [args.baseline, args.candidate])
     if args.output:
@@ -56,7 +56,7 @@ def _guard_outputs(args: argparse.Namespace, settings) -> None:
 
 
 def _write_report(path: str, text: str) -> None:
-    from erag_dagster.output_guard import writing_output
+    from erag_dagster.core.output_guard import writing_output
 
     with writing_output(path, "compare") as tmp, open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text + "\n")

@@ -1,17 +1,18 @@
 """``erag-dagster run``: materialise every asset on a dataset, then print the reports; with
-``--defs``, the eRAG graphs of a team's Dagster project (:mod:`erag_dagster.project`)."""
+``--defs``, the eRAG graphs of a team's Dagster project
+(:mod:`erag_dagster.orchestration.project`)."""
 
 from __future__ import annotations
 
 import argparse
 
 from erag_dagster.cli.common import load_dataset, load_registry
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from erag_dagster.pipeline import Graph
-    from erag_dagster.resources import EvalSettings
+    from erag_dagster.orchestration.pipeline import Graph
+    from erag_dagster.orchestration.resources import EvalSettings
 
     if args.defs:
         given = [f"--{n.replace('_', '-')}" for n in ("dataset", "registry", "k", "label_k",
@@ -21,7 +22,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"--defs builds what the defs.yaml files declare; {', '.join(given)} "
                 "belong there (evaluation: ...), not on the command line"
             )
-        from erag_dagster.project import project_graphs
+        from erag_dagster.orchestration.project import project_graphs
 
         graphs = project_graphs(args.defs)
     else:
@@ -41,14 +42,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_graph(graph, args: argparse.Namespace, many: bool) -> None:
     """Materialise one graph, print its verdict and reports, and where its page is."""
-    from erag_dagster.assets.common import report_folder
-    from erag_dagster.pipeline import (
+    from erag_dagster.orchestration.assets.common import report_folder
+    from erag_dagster.orchestration.pipeline import (
         DEFAULT_REPORTS,
         DEFAULT_STAGES,
         materialize_all,
         print_reports,
     )
-    from erag_dagster.progress import relaying_notes
+    from erag_dagster.orchestration.progress import relaying_notes
 
     if many:
         print(f"\n== eRAG graph {'/'.join(graph.key_prefix) or '(no key prefix)'} ==")

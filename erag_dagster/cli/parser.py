@@ -1,7 +1,7 @@
 """The ``erag-dagster`` argument parser: every command, its options and their help, one table.
 
 :func:`build_parser` binds each command to its function (``cmd_*`` modules); a bad argument is
-an :class:`~erag_dagster.errors.InputError` (one line, exit 2), not argparse's usage dump.
+an :class:`~erag_dagster.core.errors.InputError` (one line, exit 2), not argparse's usage dump.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from erag_dagster.cli.cmd_eval import (
 from erag_dagster.cli.cmd_gate import cmd_baseline, cmd_compare
 from erag_dagster.cli.cmd_run import cmd_run
 from erag_dagster.cli.cmd_store import cmd_audit, cmd_import_recovery, cmd_store_copy
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 MAX_K = 2**31 - 1
 """Largest cut-off accepted: Anserini's ``int`` hit count (a larger one is a Java exception)."""
@@ -58,7 +58,7 @@ class _OneValue(argparse._StoreAction):
 def _fraction(option: str, closed_low: bool):
     """An argparse type: a finite decimal number in ``[0, 1)`` (``closed_low``) or ``(0, 1)``;
     ``inf``, ``nan`` and 1 or more (values that would disable the gate) are refused."""
-    from erag_dagster.input_numbers import parse_score
+    from erag_dagster.core.input_numbers import parse_score
 
     interval = "[0, 1)" if closed_low else "(0, 1)"
 

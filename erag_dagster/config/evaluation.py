@@ -22,8 +22,8 @@ Defaults (the fields of :class:`EvaluationConfig`, each written once there):
 
 Edge-case policy: an unknown key, a wrong type (a bool where a number is wanted, a string where a
 list is wanted), an empty list or an out-of-range number is refused with one
-:class:`~erag_dagster.errors.InputError` naming ``where`` (``file:line`` when the registry knows
-the line) and the key. ``label_k`` and every ``e2e_ks`` entry larger than ``k`` are capped at
+:class:`~erag_dagster.core.errors.InputError` naming ``where`` (``file:line`` when the registry
+knows the line) and the key. ``label_k`` and every ``e2e_ks`` entry larger than ``k`` are capped at
 ``k`` (the deepest list there is); ``e2e_ks`` and ``efficiency_ks`` are sorted, duplicates dropped.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 __all__ = [
     "DATASET_OVERRIDES",

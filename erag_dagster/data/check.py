@@ -1,7 +1,7 @@
 """What a dataset spec holds, read through the loaders every command uses: ``check-dataset``.
 
 :func:`check_dataset` loads the spec with :func:`~erag_dagster.data.loaders.load_dataset` (the
-same files, rules and one-line :class:`~erag_dagster.errors.InputError` at ``file:line`` as
+same files, rules and one-line :class:`~erag_dagster.core.errors.InputError` at ``file:line`` as
 ``run``, ``label`` and ``evaluate()``), then counts what it found and notes what will limit an
 evaluation. :func:`format_check` renders it as text.
 
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import text_lines
 from erag_dagster.data.loaders import dataset_source_files, load_dataset
 from erag_dagster.data.spec import parse_spec
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import text_lines
 
 SAMPLE_CHARS = 240
 """Longest sample record shown, in characters (longer ones end in ``...``)."""

@@ -3,7 +3,7 @@
 * ``corpus``  — ``doc_id: str, title: str, text: str`` (one row per document or passage)
 * ``queries`` — ``query_id: str, question: str, answers: list[str]`` (``answers`` may be empty
   for retrieval-only collections such as BEIR; labelling with a downstream metric then refuses
-  those queries with an :class:`~erag_dagster.errors.InputError`)
+  those queries with an :class:`~erag_dagster.core.errors.InputError`)
 * ``qrels``   — ``query_id: str, doc_id: str, relevance: int64`` (human / provenance judgments)
 
 Validation policy: ids are non-empty strings and unique within their table; every qrels row
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String}
 QUERIES_SCHEMA = {"query_id": pl.String, "question": pl.String, "answers": pl.List(pl.String)}

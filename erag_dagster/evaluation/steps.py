@@ -6,9 +6,9 @@ through these functions, with the settings of one
 :class:`~erag_dagster.config.evaluation.EvaluationConfig` — so the same labels give the same
 metric set, means and verdict (p-values included) whichever door asked:
 
-- :func:`score`: per-query list metrics of every (reader, retriever) system — the config's
-  ``list_metrics`` in its order (:func:`erag_dagster.meta.per_query.erag_per_query`);
-- :func:`summarise`: their means per system (the eRAG report);
+- :func:`score`: per-query list metrics of every (reader, retriever) system, and
+  :func:`summarise`: their means per system — the eRAG report tables' own steps, defined with
+  them in :mod:`erag_dagster.reports.erag_tables` (below this layer) and named here;
 - :func:`decide`: the verdict on the *headline* metric, the first of ``list_metrics`` — the
   bootstrap CIs with ``bootstrap_resamples`` resamples, the randomisation tests and the Holm
   correction at ``alpha``, every draw seeded with ``seed``
@@ -21,28 +21,14 @@ Edge cases: no labels → an empty per-query table and no verdict (:func:`decide
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import polars as pl
 
 from erag_dagster.config.evaluation import EvaluationConfig
-from erag_dagster.errors import InputError
-from erag_dagster.meta.per_query import System, erag_per_query, erag_summary
+from erag_dagster.core.errors import InputError
+from erag_dagster.reports.erag_tables import score, summarise
 from erag_dagster.reports.verdict import Verdict, verdict
 
 __all__ = ["decide", "headline_metric", "score", "summarise"]
-
-
-def score(labels: Mapping[System, pl.DataFrame], config: EvaluationConfig) -> pl.DataFrame:
-    """``reader, retriever, query_id`` + one column per ``config.list_metrics`` (in order), one
-    row per labelled query of each system; an empty frame without labels."""
-    return erag_per_query(labels, config.list_metrics)
-
-
-def summarise(per_query: pl.DataFrame, config: EvaluationConfig) -> pl.DataFrame:
-    """The mean of each list metric per (reader, retriever): ``reader, retriever, queries`` +
-    the metrics of ``config`` that ``per_query`` has, in the config's order."""
-    return erag_summary(per_query, _metrics_of(per_query, config))
 
 
 def headline_metric(per_query: pl.DataFrame, config: EvaluationConfig) -> str:
@@ -69,12 +55,3 @@ def decide(
         n_resamples=config.bootstrap_resamples,
         seed=config.seed,
     )
-
-
-def _metrics_of(per_query: pl.DataFrame, config: EvaluationConfig) -> list[str]:
-    if per_query.height == 0:
-        return list(config.list_metrics)
-    missing = [m for m in config.list_metrics if m not in per_query.columns]
-    if missing:
-        raise InputError(f"the per-query table has no column for {', '.join(missing)}")
-    return list(config.list_metrics)

@@ -8,7 +8,7 @@ regression gate (``erag-dagster baseline``/``compare``) and the Dagster assets (
 ``fit``) retrieve, cut, label and diagnose the same way:
 
 - :func:`retrieve`: the top ``config.k`` run of a registry retriever
-  (:func:`erag_dagster.retrievers.run_retriever`); a dataset that keeps a subset of its
+  (:func:`erag_dagster.evaluation.retrievers.run_retriever`); a dataset that keeps a subset of its
   questions (``config.dataset``'s ``question_subset``) drops a run file's other queries;
 - :func:`labelled_run`: the rows that are labelled — ranks ``1..config.label_k`` of each query;
 - :func:`label`: eRAG labels of :func:`labelled_run` with ``config.metric`` through the label
@@ -21,8 +21,8 @@ regression gate (``erag-dagster baseline``/``compare``) and the Dagster assets (
   once over all of them — which call :func:`label` and :func:`fit`).
 
 Edge cases: an empty run, or one naming an unknown query or document, is the labeller's
-:class:`~erag_dagster.errors.InputError`; a foreign store error inside :func:`label` is one
-line naming ``store_name`` when it is given (:func:`erag_dagster.errors.concerning`).
+:class:`~erag_dagster.core.errors.InputError`; a foreign store error inside :func:`label` is one
+line naming ``store_name`` when it is given (:func:`erag_dagster.core.errors.concerning`).
 """
 
 from __future__ import annotations
@@ -34,23 +34,23 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from erag_dagster.callbacks import Log, Progress
 from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.core.callbacks import Log, Progress
+from erag_dagster.core.errors import concerning
 from erag_dagster.data.spec import parse_spec
-from erag_dagster.errors import concerning
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.labeller import LabelResult, label_run
 from erag_dagster.meta.fit import FitDiagnostics, reader_fit
 from erag_dagster.retrieval.runs import top_k
-from erag_dagster.retrievers import run_retriever
 
 if TYPE_CHECKING:
+    from erag_dagster.config.registry import Registry
     from erag_dagster.data.schema import Dataset
+    from erag_dagster.evaluation.retrievers import RetrievalTiming
     from erag_dagster.labels.executor import ExecutorSpec
     from erag_dagster.labels.labeller import Reader
     from erag_dagster.labels.reader_calls import ReaderCalls
     from erag_dagster.labels.store import LabelStoreBase
-    from erag_dagster.registry import Registry
-    from erag_dagster.retrievers import RetrievalTiming
 
 __all__ = ["SystemLabels", "fit", "label", "label_system", "labelled_run", "retrieve"]
 
@@ -71,7 +71,7 @@ def retrieve(
 
     ``timing`` receives index and search seconds; ``asset_runs``: the runs ``kind: asset``
     retrievers read (only Dagster has them; elsewhere such a retriever is refused in one line).
-    An unknown retriever is the registry's :class:`~erag_dagster.errors.InputError` listing
+    An unknown retriever is the registry's :class:`~erag_dagster.core.errors.InputError` listing
     the known ones.
     """
     return run_retriever(

@@ -17,11 +17,11 @@ Format (JSON object, ``"format": "erag-gate-baseline/2"``)::
     aggregate, per_query   the metric values, for people reading the file (recomputed on read)
 
 Reading (:func:`read_baseline`) goes through the one input rule
-(:func:`erag_dagster.input_files.load_json`: a regular file within ``ERAG_MAX_INPUT_BYTES``, a
+(:func:`erag_dagster.core.input_files.load_json`: a regular file within ``ERAG_MAX_INPUT_BYTES``, a
 BOM stripped, duplicate keys and deep nesting refused) and checks every field: its type, the
 label rows (each query in ``query_ids``, ranks ``1..n`` without gaps or repeats and at most
 ``k``, a doc once per query, labels finite in [0, 1], an answer key of 64 hex digits) and the
-digest. Anything else is ONE :class:`~erag_dagster.errors.InputError` naming the file and the
+digest. Anything else is ONE :class:`~erag_dagster.core.errors.InputError` naming the file and the
 field. A file of format 1 (no answer keys, no digest) is refused: it cannot be verified; write
 it again. The labels are then checked against the label store and the dataset by
 :mod:`erag_dagster.gate.verify`.
@@ -35,10 +35,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.identity import EvalIdentity, RetrieverIdentity
-from erag_dagster.hashing import sha256_json
 
 BASELINE_FORMAT = "erag-gate-baseline/2"
 LABEL_FIELDS = ("query_id", "doc_id", "rank", "label", "answer_key")
@@ -196,7 +196,7 @@ def read_baseline(path: str | Path) -> dict[str, Any]:
     """The baseline file at ``path``, checked field by field (module docstring): a dict with
     ``identity`` (:class:`EvalIdentity`), ``retriever`` (:class:`RetrieverIdentity`),
     ``dataset``, ``reader``, ``query_ids`` and ``labels`` (rows of :data:`LABEL_FIELDS`)."""
-    from erag_dagster.input_files import load_json
+    from erag_dagster.core.input_files import load_json
 
     data = load_json(path)
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
@@ -236,11 +236,11 @@ def read_baseline(path: str | Path) -> dict[str, Any]:
 
 def write_baseline(path: str | Path, payload: dict[str, Any], command: str, option: str) -> None:
     """Write ``payload`` to ``path`` atomically as ``command``'s output
-    (:func:`erag_dagster.output_guard.writing_output`: a full disk is one StorageError naming
+    (:func:`erag_dagster.core.output_guard.writing_output`: a full disk is one StorageError naming
     ``option`` and the path; nothing is replaced then)."""
     import json
 
-    from erag_dagster.output_guard import writing_output
+    from erag_dagster.core.output_guard import writing_output
 
     with writing_output(path, command, option) as tmp:
         Path(tmp).write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")

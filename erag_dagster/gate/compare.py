@@ -13,7 +13,7 @@ A *ref* names what is evaluated, tried in this order:
 3. otherwise a registry retriever (name or partition key), run on the dataset.
 
 Something that exists but is not a regular file (a folder, a FIFO, ``/dev/null``) is refused
-saying what it is (:func:`erag_dagster.input_files.regular_file`). Every ref is checked, and
+saying what it is (:func:`erag_dagster.core.input_files.regular_file`). Every ref is checked, and
 the power the query count allows computed (:mod:`.power`), before any retrieval or reader call.
 
 A run is cut to ``k`` per query and labelled with eRAG, with its fit diagnostics, by the step
@@ -39,9 +39,10 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
 from erag_dagster.config.evaluation import EvaluationConfig
-from erag_dagster.errors import InputError, concerning
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import InputError, concerning
+from erag_dagster.core.output_guard import Input
 from erag_dagster.gate.baseline_file import baseline_payload, read_baseline, write_baseline
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.identity import (
@@ -58,7 +59,6 @@ from erag_dagster.gate.verdict import (
     metric_verdicts,
     overall_verdict,
 )
-from erag_dagster.output_guard import Input
 
 LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
                 "label": pl.Float64, "answer_key": pl.String}  # fmt: skip
@@ -124,8 +124,8 @@ class _Context:
     """The dataset, registry, reader and store shared by both sides (each loaded once)."""
 
     def __init__(self, settings: GateSettings, reader: Any = None, log: Log | None = None):
+        from erag_dagster.config.registry import load_registry
         from erag_dagster.labels.audit import evaluation_id
-        from erag_dagster.registry import load_registry
 
         self.log = log or (lambda _m: None)
         with concerning(settings.registry or None):
@@ -194,7 +194,7 @@ class _Context:
     def read_store(self):
         """The label store to check stored labels against, or None when there is none (a
         store is never created for that)."""
-        from erag_dagster.errors import StorageError
+        from erag_dagster.core.errors import StorageError
         from erag_dagster.labels.store import open_store, resolve_store
 
         if self._store is not None:
@@ -215,7 +215,7 @@ class _Context:
         self._store = self._read_store = None
 
     def identity(self) -> EvalIdentity:
-        from erag_dagster.inputs import dataset_digest
+        from erag_dagster.config.inputs import dataset_digest
         from erag_dagster.metrics.downstream import get_downstream_metric
 
         return EvalIdentity(
@@ -250,7 +250,7 @@ def _ref_kind(ref: str, ctx: _Context | None = None) -> str:
     but is not a regular file (a folder, a FIFO, ``/dev/null``) is refused saying what it is —
     unless the registry has a retriever of that name; a file over ``ERAG_MAX_INPUT_BYTES`` is
     refused too."""
-    from erag_dagster.input_files import regular_file
+    from erag_dagster.core.input_files import regular_file
 
     if not ref:
         raise InputError("a ref is empty: give a baseline .json, a run file or a retriever name")
@@ -268,9 +268,9 @@ def _is_baseline_file(ref: str) -> bool:
 
 def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
     """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
+    from erag_dagster.core.input_files import regular_file_sha256
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.evaluation.systems import retrieve
-    from erag_dagster.input_files import regular_file_sha256
     from erag_dagster.retrieval.run_file import load_run_file
 
     ds, subset = ctx.dataset, parse_spec(ctx.spec).question_subset
@@ -316,7 +316,7 @@ def evaluate(
     ref: str, ctx: _Context, run: tuple[pl.DataFrame, RetrieverIdentity] | None = None
 ) -> Evaluation:
     """One side of the gate (module docstring); ``run``: the ref's run, already read."""
-    from erag_dagster.errors import StorageError
+    from erag_dagster.core.errors import StorageError
     from erag_dagster.evaluation.systems import label_system
     from erag_dagster.gate.verify import answer_keys
     from erag_dagster.labels.store import redact_url, resolve_store
@@ -366,8 +366,8 @@ def _read_stored(ref: str) -> dict[str, Any]:
 def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Evaluation:
     """A baseline file as an :class:`Evaluation` (metric values recomputed from its labels),
     its labels verified against the dataset and the label store (:mod:`.verify`)."""
+    from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.gate.verify import verify_stored_labels
-    from erag_dagster.inputs import dataset_digest
 
     data = data if data is not None else _read_stored(ref)
     identity: EvalIdentity = data["identity"]
@@ -406,7 +406,7 @@ def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateS
     """``settings`` with every option left out taken from the first stored baseline; an option
     given that contradicts any of them is refused in one line naming the option (two stored
     baselines that differ are refused later, naming the fields, by the identity check)."""
-    from erag_dagster.inputs import dataset_digest
+    from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.metrics.downstream import get_downstream_metric
 
     given_settings = settings
@@ -453,11 +453,11 @@ def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateS
 def gate_inputs(settings: GateSettings, refs: Sequence[str]) -> list[Input]:
     """Every file a gate run with ``settings`` over ``refs`` reads — the registry and its run
     files, the dataset's files, the label store, the refs that are files — as the ``reads`` of
-    :func:`erag_dagster.output_guard.guard_output` (an output is never one of them)."""
+    :func:`erag_dagster.core.output_guard.guard_output` (an output is never one of them)."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import dataset_source_files
     from erag_dagster.labels.store import resolve_store
     from erag_dagster.labels.store_url import store_files
-    from erag_dagster.registry import load_registry
 
     with concerning(settings.registry or None):
         registry = load_registry(settings.registry or None)
@@ -538,7 +538,7 @@ def save_baseline(
 ) -> None:
     """Write ``evaluation`` as a baseline file that :func:`compare` reads back as a ref (an
     ``OSError`` is one StorageError naming ``option`` and ``path``). The caller has applied
-    :func:`erag_dagster.output_guard.guard_output` to ``path``."""
+    :func:`erag_dagster.core.output_guard.guard_output` to ``path``."""
     write_baseline(
         path,
         baseline_payload(
@@ -572,10 +572,10 @@ def make_baseline(
 ) -> Evaluation:
     """Evaluate ``ref`` (a run file, a registry retriever, or a baseline file, re-saved as
     stored) and save it as a baseline file at ``output``, under the one output rule
-    (:func:`erag_dagster.output_guard.guard_output`: never a file the run reads; an existing
+    (:func:`erag_dagster.core.output_guard.guard_output`: never a file the run reads; an existing
     file only when it is an earlier baseline output, or with ``force``) — checked before any
     work."""
-    from erag_dagster.output_guard import guard_output
+    from erag_dagster.core.output_guard import guard_output
 
     settings = settings or GateSettings()
     stored = _stored_refs([ref])

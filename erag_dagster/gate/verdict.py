@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from erag_dagster.config.evaluation import EvaluationConfig
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.gate.power import Power
 from erag_dagster.stats.significance import compare_paired, holm
 

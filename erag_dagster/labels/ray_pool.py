@@ -25,9 +25,9 @@ only where the reader runs changes.
   that had not streamed back yet (through Ray Client: its whole chunk; answers the driver holds
   are committed by the engine as usual); those pairs are queued again and taken by another
   live actor, **once**: a chunk whose retry also loses its actor, or a pool with no live actor
-  left, stops with one :class:`~erag_dagster.errors.EnvironmentFault` line (what was generated
-  is committed). A reader error inside an actor (an :class:`~erag_dagster.errors.InputError`
-  or :class:`~erag_dagster.errors.EnvironmentFault`) is re-raised as itself; anything else
+  left, stops with one :class:`~erag_dagster.core.errors.EnvironmentFault` line (what was generated
+  is committed). A reader error inside an actor (an :class:`~erag_dagster.core.errors.InputError`
+  or :class:`~erag_dagster.core.errors.EnvironmentFault`) is re-raised as itself; anything else
   stays a bug with Ray's traceback.
 
 Connecting to Ray (and importing it: only there, when a pool starts) is
@@ -45,8 +45,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from erag_dagster.callbacks import Log, OnBatch
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.callbacks import Log, OnBatch
+from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.ray_actor import ReaderActor, actor_cause, load_error
 from erag_dagster.labels.ray_session import NAMESPACE, connect, import_ray, is_client

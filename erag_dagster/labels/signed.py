@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.code_versions import CodeVersion
 from erag_dagster.data.schema import require_answers
 from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
 from erag_dagster.labels.executor import ExecutorSpec

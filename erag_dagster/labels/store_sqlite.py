@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from erag_dagster.errors import InputError, StorageError
-from erag_dagster.input_files import UNBOUNDED, regular_file
+from erag_dagster.core.errors import InputError, StorageError
+from erag_dagster.core.input_files import UNBOUNDED, regular_file
 from erag_dagster.labels.store_base import (
     LabelStoreBase,
     NoLabelStore,

@@ -14,7 +14,7 @@ Credentials come from the environment only: a URL that carries a password is ref
 end up in run config, logs and the UI); libpq reads ``PGPASSWORD``, ``PGPASSFILE``
 (``~/.pgpass``), ``PGUSER``, ``PGHOST`` … itself; so is a DSN with a ``password`` keyword.
 :func:`redact_url` masks a password anyway wherever a URL or DSN is printed (the one masking
-rule: :func:`erag_dagster.credentials.mask_credentials`).
+rule: :func:`erag_dagster.core.credentials.mask_credentials`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
-from erag_dagster.credentials import mask_credentials
-from erag_dagster.errors import InputError
+from erag_dagster.core.credentials import mask_credentials
+from erag_dagster.core.errors import InputError
 
 __all__ = ["STORE_ENV", "StoreTarget", "parse_store", "redact_url", "store_files"]
 
@@ -92,7 +92,7 @@ def parse_store(text: str | Path) -> StoreTarget:
 
 def redact_url(url: str) -> str:
     """``url`` (a store URL, DSN or path) with any credential replaced by ``***``
-    (:func:`~erag_dagster.credentials.mask_credentials`)."""
+    (:func:`~erag_dagster.core.credentials.mask_credentials`)."""
     return mask_credentials(str(url))
 
 
@@ -104,7 +104,7 @@ def default_store(storage_root: Path) -> str:
 def store_files(store: str | Path) -> list[tuple[str, Path]]:
     """An SQLite label store's file and the files SQLite keeps beside it (WAL, shared memory,
     rollback journal), as ``(what, path)`` inputs of
-    :func:`erag_dagster.output_guard.guard_output`; a PostgreSQL store has none."""
+    :func:`erag_dagster.core.output_guard.guard_output`; a PostgreSQL store has none."""
     kind, where = parse_store(store if isinstance(store, Path) else str(store))
     if kind != "sqlite":
         return []

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.code_versions import CodeVersion
-from erag_dagster.hashing import sha256_json
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.stats.correlation import (
     CorrelationEstimate,
     bootstrap_ci,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.core.paths import atomic_path
 from erag_dagster.meta.correlation import correlation_table, correlation_vs_k
 from erag_dagster.meta.per_query import FIGURE1_METRICS, System, correlation_inputs
 from erag_dagster.meta.plots import plot_correlation_vs_k
-from erag_dagster.paths import atomic_path
 
 
 @dataclass(frozen=True)

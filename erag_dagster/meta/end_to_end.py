@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_text
 from erag_dagster.data.schema import require_answers
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.cached import OnBatch, Subject, generate_stored, task_fingerprint
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
@@ -178,7 +178,7 @@ def list_text(passages: list[str]) -> str:
 
 def end_to_end_code_versions(metric: str) -> tuple[CodeVersion, ...]:
     """The versioned code an end-to-end score of ``metric`` depends on: the metric, the prompt
-    builder, the post-processing and this task (:mod:`erag_dagster.code_versions`)."""
+    builder, the post-processing and this task (:mod:`erag_dagster.core.code_versions`)."""
     measure = get_downstream_metric(metric)
     return (measure, prompts.PROMPT_BUILDER, prompts.POSTPROCESS, END_TO_END)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.label_methods import SIGNED_METHODS
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.code_versions import CodeVersion
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import reader_calls
 from erag_dagster.meta.baselines import (
@@ -62,7 +62,7 @@ def end_to_end_at_depths(
 
 def baseline_code_versions(metric: str, methods: Sequence[str]) -> tuple[CodeVersion, ...]:
     """The versioned code :func:`baseline_label_set` depends on
-    (:mod:`erag_dagster.code_versions`): the ``contains`` metric (the containment labels), the
+    (:mod:`erag_dagster.core.code_versions`): the ``contains`` metric (the containment labels), the
     LLM annotation's task and the prompt builder (it builds the relevance prompt), and the code
     of the extra label ``methods`` under ``metric``. Provenance and semantic labels are
     computed from the judgments and the encoder, and stored nowhere."""

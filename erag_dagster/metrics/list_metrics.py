@@ -77,7 +77,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import polars as pl
 import pytrec_eval
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.erag_compat import erag_eval_labels
 from erag_dagster.metrics.label_value import checked_label
 from erag_dagster.metrics.names import (

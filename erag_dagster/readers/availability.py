@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.models import PACKAGED_CHUNKED, PACKAGED_MODELS, PACKAGED_PREFIX
 from erag_dagster.readers.spec import ReaderSpec
 

@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_file
-from erag_dagster.input_files import UNBOUNDED, regular_file_sha256
-from erag_dagster.paths import atomic_write_text, model_cache_dir
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_file
+from erag_dagster.core.input_files import UNBOUNDED, regular_file_sha256
+from erag_dagster.core.paths import atomic_write_text, model_cache_dir
 from erag_dagster.readers.spec import ReaderSpec
 
 PACKAGED_PREFIX = "packaged:"

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.readers.prompts import plain_prompt, postprocess_answer
 from erag_dagster.readers.spec import ReaderSpec
 

@@ -66,7 +66,7 @@ key                    meaning (default)
 
 Unknown keys, a key of another backend, a template without both placeholders,
 ``trust_remote_code`` (never enabled) and out-of-range numbers are
-:class:`~erag_dagster.errors.InputError` naming the reader and the key.
+:class:`~erag_dagster.core.errors.InputError` naming the reader and the key.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.backends import BACKENDS, DEFAULT_BACKEND
 from erag_dagster.readers.openai_options import refuse_secrets
 from erag_dagster.readers.options import BackendOptions, check_int, coerce, field_names

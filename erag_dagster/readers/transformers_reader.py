@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from erag_dagster.callbacks import OnBatch
-from erag_dagster.devices import resolve_device
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import OnBatch
+from erag_dagster.core.devices import resolve_device
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.batching import CPU_PAD_SLACK, BatchTiming, length_batches, pad_batch
 from erag_dagster.readers.fingerprint import (
     fingerprint_of,

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.per_query import check_erag_per_query, erag_summary
 from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.reports.leaderboard import (

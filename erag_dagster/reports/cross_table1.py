@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.correlation import CI_COLUMNS, GROUP_COLUMNS
 from erag_dagster.reports.tables import ci_text, render_cells
 

@@ -29,6 +29,7 @@ from erag_dagster.data.spec import parse_spec
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation import table1
 from erag_dagster.meta.correlation_report import correlation_report
+from erag_dagster.reports import erag_tables
 from erag_dagster.reports.declaration import (
     Computed,
     DatasetInputs,
@@ -148,7 +149,7 @@ ERAG_PER_QUERY = Report(
     key="erag_per_query",
     title="eRAG: list metrics per query, per reader and retriever",
     inputs=(_DOC_LABELS,),
-    compute="erag_dagster.evaluation.report_tables:per_query_table",
+    compute=erag_tables.per_query_table,
     printed=False,
     description="Per-query eRAG list metrics: reader, retriever, query_id + one column per "
     "metric, computed on the eRAG labels of each run's top label_k documents.",
@@ -158,7 +159,7 @@ ERAG_REPORT = Report(
     key="erag_report",
     title="eRAG: list metrics on per-document reader labels, per retriever",
     inputs=(ReportInput("erag_per_query"),),
-    compute="erag_dagster.evaluation.report_tables:summary_table",
+    compute=erag_tables.summary_table,
     # compact: left out (the verdict is its headline column, with CIs and tests)
     text=lambda frame, full: format_table(frame) if full else None,
     figures=True,

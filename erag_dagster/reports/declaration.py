@@ -4,10 +4,10 @@ A report is a table the run computes from other assets and shows in three places
 asset (with its checks and metadata), in the terminal (``erag-dagster run``, compact or
 ``--full``) and on the HTML page. One :class:`Report` value holds all of it: the asset key, its
 inputs, the computation, the terminal text and the page block; the Dagster assets
-(:mod:`erag_dagster.assets.reports`), :class:`~erag_dagster.reports.run_report.RunReport` and
-the page (:mod:`erag_dagster.reports.html`) are generated from the list in
-:mod:`erag_dagster.reports.catalog`. Adding a report table is a module declaring one
-:class:`Report` plus its line in that list (docs/ARCHITECTURE.md).
+(:mod:`erag_dagster.orchestration.assets.reports`),
+:class:`~erag_dagster.reports.run_report.RunReport` and the page (:mod:`erag_dagster.reports.html`)
+are generated from the list in :mod:`erag_dagster.reports.catalog`. Adding a report table is a
+module declaring one :class:`Report` plus its line in that list (docs/ARCHITECTURE.md).
 
 This module is Dagster-free (the import-layer contracts): a computation returns plain values
 and the metadata wrappers below (:class:`Markdown`, :class:`FilePath`), which the asset factory
@@ -16,7 +16,6 @@ turns into Dagster metadata.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,16 +139,15 @@ class Report:
     - ``inputs``: the upstream assets it reads (within its dataset; across datasets, the same
       assets of every dataset that has them);
     - ``compute``: ``DatasetInputs -> Computed`` (``scope="dataset"``) or
-      ``AcrossInputs -> Computed`` (``scope="across"``), or its ``"module:function"`` name
-      where the function sits in a layer above this one (the eRAG tables are
-      :mod:`erag_dagster.evaluation.steps`'s): resolved by :meth:`computation`;
+      ``AcrossInputs -> Computed`` (``scope="across"``): a function of this layer or below
+      (never a ``"module:function"`` string: an import the layer contracts could not see);
     - ``text``: its terminal text (:data:`TextView`; ``None``: never printed);
     - ``page``: its block on the HTML page (``None``: not on the page);
     - ``scope``: ``"dataset"`` or ``"across"`` (built only with two datasets that have its
       inputs); ``needs_reader``: only for datasets with reader labels;
     - ``printed``: one of the reports ``erag-dagster run`` prints by default;
     - ``checks``: ``not_empty`` (blocking) and, with ``figures`` / ``regression``, the README
-      figures and no-regression checks (:mod:`erag_dagster.assets.checks`);
+      figures and no-regression checks (:mod:`erag_dagster.orchestration.assets.checks`);
     - ``group``: its Dagster asset group; ``automatic``: recomputed when stale (the
       automation condition of the reports); ``runs_reader``: it runs a reader itself (the GPU
       pool and the reader models' lineage, like the label assets);
@@ -159,7 +157,7 @@ class Report:
     key: str
     title: str
     inputs: tuple[ReportInput, ...]
-    compute: Callable[[Any], Computed] | str
+    compute: Callable[[Any], Computed]
     text: TextView | None = None
     page: PageBlock | None = None
     scope: Literal["dataset", "across"] = "dataset"
@@ -179,8 +177,5 @@ class Report:
         return tuple(i.name for i in self.inputs)
 
     def computation(self) -> Callable[[Any], Computed]:
-        """:attr:`compute`, a ``"module:function"`` name imported on first use."""
-        if callable(self.compute):
-            return self.compute
-        module, _, name = self.compute.partition(":")
-        return getattr(importlib.import_module(module), name)
+        """:attr:`compute` (kept as a method: the assets and tests call it)."""
+        return self.compute

@@ -46,9 +46,9 @@ from urllib.parse import quote
 
 import polars as pl
 
+from erag_dagster.core.paths import atomic_path
 from erag_dagster.labels.audit import identity_columns
 from erag_dagster.meta.per_query import System
-from erag_dagster.paths import atomic_path
 from erag_dagster.reports.catalog import BY_KEY, REPORTS
 from erag_dagster.reports.cross_leaderboard import (
     MEAN_OVER_DATASETS,

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.stats.significance import bootstrap_mean_ci, compare_paired

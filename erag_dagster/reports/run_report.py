@@ -34,8 +34,8 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.core.paths import atomic_path
 from erag_dagster.meta.fit import FitDiagnostics, fit_frame, format_fit
-from erag_dagster.paths import atomic_path
 from erag_dagster.reports.catalog import BY_KEY, REPORTS, dataset_reports_for, reports_across
 from erag_dagster.reports.dataset_reports import headline_metric
 from erag_dagster.reports.tables import format_table

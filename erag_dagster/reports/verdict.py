@@ -33,7 +33,7 @@ from itertools import combinations
 import numpy as np
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.per_query import check_erag_per_query
 from erag_dagster.stats.significance import bootstrap_mean_ci, compare_paired, holm
 

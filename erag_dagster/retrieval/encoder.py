@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from erag_dagster.devices import resolve_device, resolve_dtype
-from erag_dagster.errors import InputError
+from erag_dagster.core.devices import resolve_device, resolve_dtype
+from erag_dagster.core.errors import InputError
 
 if TYPE_CHECKING:
     import torch

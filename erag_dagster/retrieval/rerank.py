@@ -12,7 +12,7 @@ clock starts so model loading is not counted as latency):
   relevant to the question / does it contain the answer?"
   (:meth:`~erag_dagster.readers.transformers_reader.TransformersReader.yes_probability`),
   batched by the reader's ``batch_size``; built from the registry by
-  :func:`erag_dagster.retrievers.default_scorer`.
+  :func:`erag_dagster.evaluation.retrievers.default_scorer`.
 - :class:`CrossEncoderScorer` — any Hugging Face cross-encoder on disk
   (``AutoModelForSequenceClassification``, ``local_files_only=True``, remote code never
   trusted): ``sigmoid(logit)`` for one output, ``softmax[..., 1]`` for two.
@@ -30,7 +30,7 @@ exactly its rank order.
 Reproducibility: in bfloat16 the reader's ``P("yes")`` depends slightly on which prompts share
 a padded batch (up to ~0.03 for SmolLM2-135M on CPU, as large as its typical margin between an
 answering and an off-topic passage); float32 scores do not depend on batching. Pass
-``overrides={"dtype": "float32"}`` to :func:`erag_dagster.retrievers.default_scorer` when
+``overrides={"dtype": "float32"}`` to :func:`erag_dagster.evaluation.retrievers.default_scorer` when
 rankings must be reproducible.
 
 Cost: ``seconds_per_query`` = wall time of scoring + reordering / queries, ``docs_per_second``
@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.report import ListMetricReport
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
@@ -105,7 +105,7 @@ class CrossEncoderScorer:
         batch_size: int = 32,
         max_length: int = 512,
     ) -> None:
-        from erag_dagster.devices import resolve_device, resolve_dtype
+        from erag_dagster.core.devices import resolve_device, resolve_dtype
 
         if batch_size < 1:
             raise InputError(f"cross-encoder batch_size must be >= 1, got {batch_size}")

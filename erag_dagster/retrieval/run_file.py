@@ -9,9 +9,9 @@ order, so the run is evaluated, labelled and answered from exactly as trec_eval 
 
 Policies:
 
-- **Identity.** The registry hashes the file's bytes (:mod:`erag_dagster.registry`); a file that
-  changed after the registry was read is refused (its results would be stored under the old
-  content's partition).
+- **Identity.** The registry hashes the file's bytes (:mod:`erag_dagster.config.registry`); a
+  file that changed after the registry was read is refused (its results would be stored under
+  the old content's partition).
 - **Unknown ids.** A query or document id that is not in the dataset is an error naming the
   first one in file order, with ``file:line`` (TREC) or ``file (row N)`` (parquet, 1-based).
   Exception: when the dataset spec keeps a subset of the questions (``max_questions``,
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import regular_file, regular_file_sha256, text_lines
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import regular_file, regular_file_sha256, text_lines
 from erag_dagster.retrieval.runs import rank_by_score, read_trec_run, top_k, validate_run
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import text_lines
-from erag_dagster.input_numbers import parse_score
-from erag_dagster.paths import atomic_path
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import text_lines
+from erag_dagster.core.input_numbers import parse_score
+from erag_dagster.core.paths import atomic_path
 
 _SPLITS = r"[\s\x1c-\x1f]"  # what str.split() splits on: Unicode White_Space + \x1c-\x1f
 
@@ -99,9 +99,9 @@ def write_trec_run(
 
     An id a TREC run cannot hold is an :class:`InputError` (:func:`check_trec_ids`). With
     ``command``, the file is written as that command's ``--output``
-    (:func:`erag_dagster.output_guard.writing_output`: recorded, a failed write named).
+    (:func:`erag_dagster.core.output_guard.writing_output`: recorded, a failed write named).
     """
-    from erag_dagster.output_guard import writing_output
+    from erag_dagster.core.output_guard import writing_output
 
     path = Path(path)
     for column in ("query_id", "doc_id"):
@@ -129,8 +129,8 @@ def read_trec_run(path: Path | str) -> pl.DataFrame:
     Ranks are recomputed from the scores exactly as trec_eval orders documents (score
     descending, ties by doc_id descending), so a file whose rank column disagrees with its
     scores is read the way trec_eval would evaluate it. The file is read under the input rule
-    (:mod:`erag_dagster.input_files`: a regular file, bounded, a leading BOM stripped) and each
-    score by :func:`~erag_dagster.input_numbers.parse_score` (ASCII decimal only). Errors name
+    (:mod:`erag_dagster.core.input_files`: a regular file, bounded, a leading BOM stripped) and each
+    score by :func:`~erag_dagster.core.input_numbers.parse_score` (ASCII decimal only). Errors name
     ``file:line``.
     """
     path = Path(path)

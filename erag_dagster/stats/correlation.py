@@ -84,7 +84,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 Statistic = Callable[[NDArray[np.float64], NDArray[np.float64]], float]
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.stats.correlation import (
     check_bootstrap_args,
     percentile_interval,

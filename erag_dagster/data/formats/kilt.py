@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError, where
+from erag_dagster.core.input_files import regular_file
 from erag_dagster.data.formats.records import (
     Column,
     check_references,
@@ -16,8 +18,6 @@ from erag_dagster.data.formats.records import (
     unique_nonempty,
 )
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from erag_dagster.errors import InputError, where
-from erag_dagster.input_files import regular_file
 
 
 class KiltFiles(NamedTuple):

@@ -16,15 +16,15 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError, where
-from erag_dagster.input_files import (
+from erag_dagster.core.errors import InputError, where
+from erag_dagster.core.input_files import (
     parse_json,
     read_bytes,
     regular_file,
     starts_with_bom,
     text_lines,
 )
-from erag_dagster.input_numbers import is_grade
+from erag_dagster.core.input_numbers import is_grade
 
 
 def unique_nonempty(values: list[Any]) -> list[str]:
@@ -58,7 +58,7 @@ class Column:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_value)`` for every non-blank line (1-based numbers), read
-    under the input rule (:mod:`erag_dagster.input_files`: regular file, bounded, BOM stripped,
+    under the input rule (:mod:`erag_dagster.core.input_files`: regular file, bounded, BOM stripped,
     duplicate keys and over-deep nesting refused at ``file:line``)."""
     for number, line in text_lines(path):
         if line.strip():

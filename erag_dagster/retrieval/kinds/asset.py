@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.retrieval.kinds.base import RetrieverKind, Rule, RunRequest
 
 ASSET_KEY_PART = re.compile(r"^[A-Za-z0-9_]+$")

@@ -5,9 +5,9 @@ A kind is registered once (:mod:`erag_dagster.retrieval.kinds`): its name, the k
 with their value rules, the default of each optional key it reads, its checks against the other
 entries of the registry, the rewriting of its config as read (absolute paths, one spelling),
 what its partition hash covers, the retrievers it builds on and the function that runs it.
-:mod:`erag_dagster.registry` reads all but the defaults and the run (and must stay light: a
+:mod:`erag_dagster.config.registry` reads all but the defaults and the run (and must stay light: a
 kind module imports no engine at module level that loads faiss, torch or pyserini);
-:mod:`erag_dagster.retrievers` calls the run, which reads the defaults.
+:mod:`erag_dagster.evaluation.retrievers` calls the run, which reads the defaults.
 
 Defaults are read at the point of use through :meth:`RetrieverKind.setting` and are never
 written into the config, so a partition hash covers exactly the keys the entry states.
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from erag_dagster.callbacks import Log
-from erag_dagster.paths import storage_dir
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.paths import storage_dir
 
 if TYPE_CHECKING:
     import polars as pl
@@ -83,7 +83,7 @@ class RetrievalTiming:
 class RunRequest:
     """One run asked of a kind: the registry entry (``name``, its resolved ``config``), the
     dataset's ``corpus`` and ``queries``, the cut-off ``k`` (>= 1) and what the registry-aware
-    caller (:func:`erag_dagster.retrievers.run_retriever`) lends: ``run_other(name, k,
+    caller (:func:`erag_dagster.evaluation.retrievers.run_retriever`) lends: ``run_other(name, k,
     timing)`` runs another registry retriever, ``partition_key(name)`` names its partition,
     ``reader_scorer(name, overrides)`` scores with a registry reader, and ``asset_runs`` holds
     the upstream assets' values by retriever name (empty outside Dagster)."""
@@ -122,7 +122,7 @@ Identity = Callable[
     [Mapping[str, Any], Callable[[str], str], Callable[[str], str]], Mapping[str, Any]
 ]
 """``identity(config, digest_of, reader_digest)``: what the partition hash covers (module
-docstring of :mod:`erag_dagster.registry`); ``digest_of(name)`` is another retriever's hash,
+docstring of :mod:`erag_dagster.config.registry`); ``digest_of(name)`` is another retriever's hash,
 ``reader_digest(name)`` a reader's."""
 
 

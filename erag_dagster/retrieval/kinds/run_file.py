@@ -16,8 +16,8 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import regular_file_sha256
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import regular_file_sha256
 from erag_dagster.retrieval.kinds.base import RetrieverKind, Rule, RunRequest, is_text
 
 
