@@ -190,13 +190,21 @@ def test_dg_lists_the_component(tmp_path: Path) -> None:
 
 def test_packaged_defs_yaml_is_the_packaged_graph() -> None:
     """erag_dagster/defs/defs.yaml (the packaged project as a component instance) loads the
-    same graph as erag_dagster.orchestration.definitions:defs, which build_defs builds for both."""
-    loaded = dg.load_from_defs_folder(project_root=Path(__file__).resolve().parents[1])
+    same graph as erag_dagster.orchestration.definitions:defs, which build_defs builds for both:
+    the same assets, sensors and asset checks (the package's own README-figure check included:
+    this is the package's project)."""
+    loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).resolve().parents[1])
 
     def keys(defs: dg.Definitions) -> list[str]:
         return sorted(k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys())
 
+    def checks(defs: dg.Definitions) -> list[str]:
+        graph = defs.resolve_asset_graph()
+        return sorted(f"{k.asset_key.to_user_string()}:{k.name}" for k in graph.asset_check_keys)
+
     assert keys(loaded) == keys(packaged_defs)
+    assert checks(loaded) == checks(packaged_defs)
+    assert any(check.endswith(":readme_figures") for check in checks(loaded))
     assert sorted(s.name for s in loaded.sensors or []) == sorted(
         s.name for s in packaged_defs.sensors or []
     )

@@ -75,7 +75,7 @@ from erag_dagster.orchestration.component_schema import (
 
 COMPONENT_FILE = "defs.yaml"
 """The file that declares a component instance (``dg``'s convention)."""
-PACKAGE_DEFS = Path(__file__).resolve().parent / "defs"
+PACKAGE_DEFS = Path(__file__).resolve().parents[1] / "defs"
 """The folder of this package's own project (the packaged instance of the component)."""
 FREE_TEXT_KEYS = frozenset({"system_prompt", "prompt_template", "answer_prefix", "few_shot"})
 """Reader keys that hold prose for the model, not locations: not searched for secrets."""
