@@ -500,7 +500,7 @@ BAD_DEFS = {
     "refused reader key": (
         "      max_new_tokens: 16\n",
         "      max_new_tokens: 16\n      trust_remote_code: true\n",
-        r"defs\.yaml:\d+ - erag_dagster\.component\.ERagEvaluation attributes\.readers",
+        r"defs\.yaml:\d+ - erag_dagster\.ERagEvaluation attributes\.readers",
     ),
     "literal key": (
         "      max_new_tokens: 16\n",
