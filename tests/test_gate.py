@@ -296,6 +296,42 @@ def test_bad_refs_are_one_line(gate: Gate, storage_env, capsys, tmp_path: Path) 
         assert len(err.strip().splitlines()) == 1 and expected in err
 
 
+def test_unknown_candidate_queries_are_refused_or_named(
+    gate: Gate, reader, storage_env, tmp_path: Path, capsys
+) -> None:
+    """Rows of queries the dataset lacks (a typo, a look-alike with U+200B, one outside the
+    spec's 20 questions) are never scored silently: refused naming ``file:line`` and the
+    option; with ``--drop-unknown-queries`` left out and every one named (notes, JSON), the
+    rest compared as usual (all from the store)."""
+    from erag_dagster.data.loaders import load_dataset
+
+    same = gate.same.read_text()
+    first = same.split()[0]
+    outside = next(q for q in load_dataset("sample").queries["query_id"] if q not in same)
+    doc = same.split()[2]
+    extra = "".join(f"{q} Q0 {doc} 1 9.0 x\n" for q in ("zz-typo", first + "\u200b", outside))
+    candidate = tmp_path / "with-unknown.trec"
+    candidate.write_text(same + extra)
+    args = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", str(candidate))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--drop-unknown-queries" in err
+    assert f"with-unknown.trec:{same.count(chr(10)) + 1}: query_id 'zz-typo'" in err
+    assert main([*args, "--drop-unknown-queries", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    named = sorted(["zz-typo", first + "\u200b", outside])
+    assert data["candidate"]["left_out_queries"] == named
+    assert data["verdict"] == "indistinguishable" and data["candidate"]["judged_now"] == 0
+    (note,) = [n for n in data["notes"] if "--drop-unknown-queries" in n]
+    assert "names 3 queries that are not queries of" in note
+    assert all(repr(q) in note for q in named), note
+    result = compare(str(gate.baseline), str(candidate),
+                     gate.settings(drop_unknown_queries=True), reader=reader)  # fmt: skip
+    assert result.candidate.left_out == tuple(named)
+    assert "'zz-typo'" in to_text(result)
+    assert "\\'zz\\-typo\\'" in to_markdown(result)  # markdown: escaped as plain text
+
+
 def test_renamed_doc_ids_reuse_every_label(gate: Gate, reader, storage_env, tmp_path) -> None:
     """A copy of the sample with every doc id renamed, re-indexed and retrieved again: the
     reader answers nothing new and the store gains no row."""

@@ -126,8 +126,9 @@ def evaluate(
     names = [reg.retriever(r).name for r in retrievers] if retrievers else list(reg.retrievers)
     if not names:
         raise InputError("evaluate: no retriever given and none in the registry")
-    models = _readers(reader, reg)  # checked (and built, not loaded) before any work
+    specs = reader_specs(reader, reg)  # every reader's spec checked before any work
     ds = load_dataset_checked(spec)
+    models = _built(specs)  # built (not loaded) once the inputs are known good
     target = redact_url(resolve_store(store))
     with concerning(target):
         label_store = open_store(store)
@@ -202,7 +203,8 @@ def label(
     ``metric`` (default: the registry's ``evaluation.metric``; ``erag-dagster label``).
 
     ``dataset``: a spec or a loaded :class:`~erag_dagster.data.loaders.Dataset`; ``run``: a
-    TREC run file or a run table (``query_id, doc_id, rank, score``); ``reader``: a registry
+    run file (TREC, or ``.parquet``) or a run table (``query_id, doc_id, rank, score``; polars
+    or pandas) that a run file's rules accept (:func:`labelled_run`); ``reader``: a registry
     reader name or a reader config YAML (default: the first registry reader). Pairs already
     in the label store (same reader fingerprint, question, document text, golds and metric)
     are read, not generated. ``executor``/``ray_address`` override the registry's
@@ -222,25 +224,23 @@ def label(
         progress=progress,
     )  # fmt: skip
     from erag_dagster.labels.audit import evaluation_id
+    from erag_dagster.labels.labeller import labelling_rows
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.retrieval.runs import read_trec_run, top_k
 
     reg = load_registry_file(registry)
     api_args.check_reader_names(reader, reg)  # an unknown reader creates no store
-    ds = load_dataset_checked(dataset) if isinstance(dataset, str) else dataset
-    if isinstance(run, str | Path):
-        with concerning(run):
-            run = read_trec_run(run)
-    if k is not None:
-        run = top_k(run, _positive(k, "k"))
-    target = redact_url(resolve_store(store))
-    with concerning(target):
-        label_store = open_store(store)  # opened before the reader loads: a bad store fails fast
+    specs = reader_specs(reader, reg)  # the reader's keys checked (max_new_tokens ...)
+    downstream = evaluation_config(reg, "label", metric=metric).metric
     spec = reg.generation.replace(
         "--executor/--ray-address", executor=executor, address=ray_address
     )
-    ((_key, model),) = _readers(reader, reg)
-    downstream = evaluation_config(reg, "label", metric=metric).metric
+    ds = load_dataset_checked(dataset) if isinstance(dataset, str) else dataset
+    run = labelled_run(run, ds, _positive(k, "k"))  # file:line / row of a bad run, before work
+    labelling_rows(run, ds.queries, ds.corpus)  # gold answers, questions: before any store
+    ((_key, model),) = _built(specs)
+    target = redact_url(resolve_store(store))
+    with concerning(target):
+        label_store = open_store(store)  # opened before the reader loads: a bad store fails fast
     with concerning(target):
         producer = evaluation_id("api")
         return _label(run, ds, model, downstream, label_store, spec, log, producer, progress)
@@ -272,7 +272,8 @@ def score(
     (``erag-dagster score``).
 
     ``labels``: a labels parquet (the ``label`` output), a JSON file ``{query_id: [label, ...]}``
-    in rank order, a labels frame (``query_id, rank, label``) or such a mapping. Default mode
+    in rank order, a labels frame (``query_id, rank, label``; polars or pandas) or such a
+    mapping. Default mode
     scores a query with an empty list 0 on every metric (kept in the mean); ``compat="erag"``
     reproduces the reference erag 0.0.1 (such a query left out; JSON booleans taken as 1/0).
     Raises :class:`InputError` for a missing or malformed labels file (``file:line``), a
@@ -281,13 +282,15 @@ def score(
     api_args.check_score(labels, metrics, compat)
     import polars as pl
 
+    from erag_dagster.core.input_files import as_polars_frame
     from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 
     names = metric_list(metrics)
+    frame = as_polars_frame(labels)  # polars, or pandas turned into polars
     if isinstance(labels, str | Path):
         values = load_labels_file(str(labels), compat)
-    elif isinstance(labels, pl.DataFrame):
-        values = labels_from_frame(labels)
+    elif frame is not None:
+        values = labels_from_frame(frame, source="labels frame")
     else:
         values = {str(q): [float(v) for v in vs] for q, vs in labels.items()}
     report = evaluate_labels(values, names, compat=compat)
@@ -360,7 +363,8 @@ def load_labels_file(path: str, compat: str | None = None) -> dict[str, list[flo
     """
     import polars as pl
 
-    from erag_dagster.core.input_files import load_json, open_binary
+    from erag_dagster.core.errors import where
+    from erag_dagster.core.input_files import json_key_line, open_binary, parse_json, read_text
     from erag_dagster.metrics.list_metrics import labels_from_frame
 
     file = Path(path)
@@ -368,19 +372,22 @@ def load_labels_file(path: str, compat: str | None = None) -> dict[str, list[flo
         raise InputError(f"{path}: labels file not found")
     if file.suffix == ".parquet":
         with concerning(path), open_binary(file) as handle:
-            return labels_from_frame(pl.read_parquet(handle))
-    data = load_json(file)
+            frame = pl.read_parquet(handle)
+        return labels_from_frame(frame, source=path)
+    text = read_text(file)
+    data = parse_json(text, path)  # NaN/Infinity refused at file:line (the input rule)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object {{query_id: [label, ...]}}")
     out: dict[str, list[float]] = {}
     for qid, values in data.items():
+        at = where(path, json_key_line(text, qid))
         if not isinstance(values, list):
-            raise InputError(f"{path}: labels of query {qid!r} must be a list in rank order")
+            raise InputError(f"{at}: labels of query {qid!r} must be a list in rank order")
         for rank, value in enumerate(values, start=1):
             boolean = isinstance(value, bool) and compat != "erag"
             if boolean or not isinstance(value, int | float):
                 raise InputError(
-                    f"{path}: label at rank {rank} of query {qid!r} is {value!r}, not a number"
+                    f"{at}: label at rank {rank} of query {qid!r} is {value!r}, not a number"
                 )
         out[str(qid)] = [float(v) for v in values]
     return out
@@ -418,9 +425,10 @@ def _positive(value: int | None, name: str) -> int | None:
     return value
 
 
-def _reader_entry(value: str | None, registry: Registry) -> tuple[str, Any]:
-    """``(key, reader)``: the registry partition key (a YAML config: its name) and the reader."""
-    from erag_dagster.readers.factory import reader_from_config
+def _reader_spec(value: str | None, registry: Registry) -> tuple[str, Any]:
+    """``(key, spec)``: the registry partition key (a YAML config: its name) and the reader's
+    checked :class:`~erag_dagster.readers.spec.ReaderSpec` (nothing imported or built)."""
+    from erag_dagster.readers.spec import ReaderSpec
 
     if value and _is_config(value):
         from erag_dagster.core.input_files import load_yaml
@@ -429,20 +437,56 @@ def _reader_entry(value: str | None, registry: Registry) -> tuple[str, Any]:
         if not isinstance(cfg, dict):
             raise InputError(f"{value}: a reader config must be a YAML mapping")
         name = str(cfg.pop("name", Path(value).stem))
-        return name, reader_from_config(name, cfg)
+        try:
+            return name, ReaderSpec.from_dict(cfg, name=name)
+        except InputError as exc:
+            raise InputError(f"{value}: {exc}") from None
     if not value and not registry.readers:
         raise InputError("no reader given and none in the registry")
     entry = registry.reader(value) if value else next(iter(registry.readers.values()))
-    return entry.partition_key, reader_from_config(entry.name, entry.config)
+    return entry.partition_key, ReaderSpec.from_dict(entry.config, name=entry.name)
 
 
-def _readers(value: str | Sequence[str] | None, registry: Registry) -> list[tuple[str, Any]]:
-    """``(key, reader)`` of each reader asked for, in order; every name is checked first."""
+def reader_specs(value: str | Sequence[str] | None, registry: Registry) -> list[tuple[str, Any]]:
+    """``(key, spec)`` of each reader asked for, in order: every name looked up and every
+    spec checked (a bad key such as ``max_new_tokens`` named, with the config file) before any
+    reader is built, a store opened or a dataset read — the door every caller of a reader
+    goes through (:func:`evaluate`, :func:`label`, ``erag-dagster label``)."""
     values = [value] if value is None or isinstance(value, str) else list(value)
     for v in values:  # an unknown name fails before a model loads
         if v and not _is_config(v):
             registry.reader(v)
-    return [_reader_entry(v, registry) for v in values]
+    return [_reader_spec(v, registry) for v in values]
+
+
+def _built(specs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``(key, reader)`` for each checked spec (the backend's module imported; nothing
+    loaded until its first pair), its fingerprint computed: a model file or folder that does
+    not exist is refused here, before a store is opened or created."""
+    from erag_dagster.readers.factory import reader_for_spec
+
+    built = [(key, reader_for_spec(spec)) for key, spec in specs]
+    for _key, reader in built:
+        reader.fingerprint  # noqa: B018  (resolves the model: the reader's last check)
+    return built
+
+
+def labelled_run(run: Any, ds: Dataset, k: int | None) -> pl.DataFrame:
+    """The run :func:`label` labels: a run file (TREC, or ``.parquet``) read by the run-file
+    rules, or a run frame (polars or pandas, checked at the door by
+    :func:`~erag_dagster.retrieval.runs.check_run_frame`), then checked against ``ds`` as a
+    registry run file is (an unknown query or document named at ``file:line`` or the frame's
+    row; :func:`~erag_dagster.retrieval.run_file.run_against_dataset`) and cut to ``k``."""
+    from erag_dagster.core.input_files import as_polars_frame
+    from erag_dagster.retrieval.run_file import read_run_file, run_against_dataset
+    from erag_dagster.retrieval.runs import check_run_frame
+
+    if isinstance(run, str | Path):
+        with concerning(run):
+            frame = read_run_file(run)
+        return run_against_dataset(frame, ds.queries, ds.corpus, k, path=run).run
+    frame = check_run_frame(as_polars_frame(run))
+    return run_against_dataset(frame, ds.queries, ds.corpus, k, source="run frame").run
 
 
 def _is_config(value: str) -> bool:

@@ -20,8 +20,16 @@ store was created. The rules:
   string (``'10'``) is refused, and so is a boolean unless ``compat="erag"`` (the reference
   implementation takes ``True``/``False`` as 1/0 — in a file and here alike). A labels frame
   needs ``query_id, rank, label`` with a numeric (boolean only in compat mode) ``label``.
-* **Runs.** A run is a TREC file path or a frame with ``query_id``, ``doc_id`` and an integer
-  ``rank``, none of them null.
+* **Runs.** A run is a run file path (TREC, or ``.parquet``) or a frame (polars, or pandas:
+  :func:`erag_dagster.core.input_files.as_polars_frame`) that a run file's rules accept
+  (:func:`erag_dagster.retrieval.runs.check_run_frame`: ``query_id``, ``doc_id``, an integer
+  ``rank`` >= 1 once per query, a document once per query, a finite ``score`` if any, nothing
+  null, at least one row) — a frame with a repeated rank or a NaN score is refused here, as the
+  same rows in a file are, not labelled for minutes.
+* **Stores.** A label store path that exists must be a regular file, and the folder it goes in
+  a folder (:func:`erag_dagster.labels.store_url.check_store_location`): a folder given as
+  ``store`` is refused here, before the registry, the dataset or a reader is read.
+* **Frames.** Wherever a frame is taken (a run, labels), a pandas frame is taken too.
 
 The checks are of shape only; what a value means (a registry name, a metric's grammar, a file's
 content) is checked by the code that uses it, still before any long work.
@@ -46,7 +54,6 @@ __all__ = [
 
 MAX_SEED = 2**32 - 1
 """The largest seed (numpy's generators take seeds in ``[0, 2**32)``)."""
-_RUN_COLUMNS = ("query_id", "doc_id", "rank")
 
 
 def check_evaluate(
@@ -78,7 +85,7 @@ def check_evaluate(
     _count(k, "k")
     _count(label_k, "label_k")
     _path(registry, "registry")
-    _path(store, "store")
+    _store(store)
     _count(n_resamples, "n_resamples")
     _seed(seed)
     _callable(log, "log")
@@ -113,7 +120,7 @@ def check_label(
     _reader(reader, many=False)
     _name(metric, "metric", optional=True)
     _count(k, "k")
-    _path(store, "store")
+    _store(store)
     _path(registry, "registry")
     _name(executor, "executor", optional=True)
     _name(ray_address, "ray_address", optional=True)
@@ -128,18 +135,21 @@ def check_score(labels: Any, metrics: Any, compat: Any) -> None:
     if compat is not None and compat != "erag":
         raise InputError(f"compat must be None or 'erag', got {compat!r}")
     _metrics(metrics, "metrics", optional=False)
+    from erag_dagster.core.input_files import as_polars_frame
+
     booleans = compat == "erag"
+    frame = as_polars_frame(labels)
     if isinstance(labels, str | os.PathLike):
         _path(labels, "labels")
-    elif isinstance(labels, pl.DataFrame):
-        _labels_frame(labels, booleans)
+    elif isinstance(frame, pl.DataFrame):
+        _labels_frame(frame, booleans)
     elif isinstance(labels, Mapping):
         for qid, values in labels.items():
             _label_list(qid, values, booleans)
     else:
         raise InputError(
-            "labels must be a labels file path, a labels frame (query_id, rank, label) or a "
-            f"mapping {{query_id: [label, ...]}}, got {_kind(labels)}"
+            "labels must be a labels file path, a labels frame (query_id, rank, label; polars "
+            f"or pandas) or a mapping {{query_id: [label, ...]}}, got {_kind(labels)}"
         )
 
 
@@ -242,33 +252,35 @@ def _path(value: Any, name: str) -> None:
         raise InputError(f"{name} must be a non-empty path or URL string, got {_kind(value)}")
 
 
+def _store(value: Any) -> None:
+    """A store argument: a path or URL (:func:`_path`) whose location is a possible store
+    (module docstring), the default store's too when ``value`` is ``None``."""
+    from erag_dagster.labels.store import resolve_store
+    from erag_dagster.labels.store_url import check_store_location
+
+    _path(value, "store")
+    check_store_location(resolve_store(value, writable=False))
+
+
 def _callable(value: Any, name: str, takes: str = "one line (str)") -> None:
     if value is not None and not callable(value):
         raise InputError(f"{name} must be a callable taking {takes}, got {_kind(value)}")
 
 
 def _run(value: Any) -> None:
-    import polars as pl
+    from erag_dagster.core.input_files import as_polars_frame
+    from erag_dagster.retrieval.runs import check_run_frame
 
     if isinstance(value, str | os.PathLike):
         _path(value, "run")
         return
-    if not isinstance(value, pl.DataFrame):
+    frame = as_polars_frame(value)
+    if frame is None:
         raise InputError(
-            "run must be a TREC run file path or a run frame (query_id, doc_id, rank, score), "
-            f"got {_kind(value)}"
+            "run must be a run file path (TREC or .parquet) or a run frame (query_id, doc_id, "
+            f"rank, score; polars or pandas), got {_kind(value)}"
         )
-    missing = [c for c in _RUN_COLUMNS if c not in value.columns]
-    if missing:
-        raise InputError(
-            f"run frame lacks column(s) {', '.join(missing)} (a run frame has query_id, "
-            f"doc_id, rank, score; it has {', '.join(value.columns) or 'none'})"
-        )
-    if not value.schema["rank"].is_integer():
-        raise InputError(f"run frame: rank must be an integer column, got {value.schema['rank']}")
-    for column in _RUN_COLUMNS:
-        if value.get_column(column).null_count():
-            raise InputError(f"run frame: column {column} holds a null")
+    check_run_frame(frame)
 
 
 def _labels_frame(frame: Any, booleans: bool) -> None:

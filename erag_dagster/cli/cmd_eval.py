@@ -18,7 +18,7 @@ from erag_dagster.cli.common import (
     print_table,
     registry_inputs,
 )
-from erag_dagster.core.errors import InputError, concerning
+from erag_dagster.core.errors import concerning
 
 
 def _report_json(report) -> str:
@@ -35,6 +35,7 @@ def _report_frame(report, metrics: Sequence[str]):
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
+    from erag_dagster.core.callbacks import notes_to
     from erag_dagster.core.output_guard import guard_output
     from erag_dagster.data.spec import parse_spec
     from erag_dagster.evaluation.retrievers import run_retriever
@@ -50,9 +51,10 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     check_trec_ids(ds.corpus, "doc_id", args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
     subset = parse_spec(args.dataset).question_subset
-    run = run_retriever(
-        registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
-    )
+    with notes_to(lambda line: print(f"erag-dagster: note: {line}", file=sys.stderr)):
+        run = run_retriever(
+            registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
+        )
     write_trec_run(run, args.output, tag=entry.partition_key, command="retrieve")
     print(
         f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
@@ -64,19 +66,21 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
     from erag_dagster.metrics.human import evaluate_run
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run
 
     metrics = metrics_arg(args.metrics)
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
-    unknown = set(run.get_column("doc_id").to_list()) - set(ds.corpus.get_column("doc_id"))
-    if unknown:
-        raise InputError(
-            f"{args.run}: names {len(unknown)} document(s) not in {args.dataset}, "
-            f"e.g. {sorted(unknown)[0]!r}"
-        )
-    report = evaluate_run(ds.qrels, run, metrics, relevance_level=args.relevance_level)
+    # the run-file rule (unknown documents at file:line); a query the dataset lacks is left out
+    # as trec_eval leaves out an unjudged one — and named, never dropped without a word
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=True
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    report = evaluate_run(ds.qrels, loaded.run, metrics, relevance_level=args.relevance_level)
     if args.json:
         print(_report_json(report))
     else:
@@ -133,8 +137,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.core.output_guard import guard_output
+    from erag_dagster.data.spec import parse_spec
     from erag_dagster.evaluation.retrievers import default_scorer
     from erag_dagster.retrieval.rerank import CrossEncoderScorer, lift_report, rerank
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
 
     metrics = metrics_arg(args.metrics)
@@ -149,6 +155,13 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
+    subset = parse_spec(args.dataset).question_subset  # the registry run_file's rule
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=subset
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    run = loaded.run
     if args.cross_encoder:
         scorer = CrossEncoderScorer(args.cross_encoder, device=args.device or "auto")
         tag = f"rerank-{Path(args.cross_encoder).name}"

@@ -27,6 +27,7 @@ def _gate_settings(args: argparse.Namespace):
         k=args.k or 0,
         store=args.store or "",
         registry=args.registry or "",
+        drop_unknown_queries=bool(args.drop_unknown_queries),
     )
 
 
@@ -124,4 +125,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         f"{found.from_store} from the store)",
         file=sys.stderr,
     )
+    if found.left_out:
+        from erag_dagster.gate.compare import left_out_note
+
+        print(f"erag-dagster: note: {shown(left_out_note('run', found))}", file=sys.stderr)
     return 0

@@ -253,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--store", help=_STORE_HELP)
         p.add_argument("--registry")
         p.add_argument("--verbose", action="store_true", help="labelling progress on stderr")
+        p.add_argument(
+            "--drop-unknown-queries",
+            action="store_true",
+            help="leave out a run file's queries that the dataset does not have (each named in "
+            "the report) instead of refusing the run",
+        )
 
     p = sub.add_parser(
         "compare",

@@ -26,7 +26,7 @@ from typing import Any
 
 from erag_dagster.config.datasets import DatasetEntry, parse_datasets
 from erag_dagster.config.evaluation import DATASET_OVERRIDES, EvaluationConfig
-from erag_dagster.core.errors import InputError
+from erag_dagster.core.errors import InputError, where
 from erag_dagster.core.hashing import sha256_text
 from erag_dagster.core.input_files import load_yaml, yaml_key_lines
 from erag_dagster.labels.executor import ExecutorSpec
@@ -231,12 +231,11 @@ def parse_registry(
                 )
     reader_lines = yaml_key_lines(path, *section, "readers")
     for name, cfg in readers_raw.items():
-        at = f"{path}:{reader_lines[name]}" if name in reader_lines else path
-        refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{at}: reader {name!r}")
-        try:  # every key and value by the reader's own rules, now rather than at first use
-            ReaderSpec.from_dict(cfg, name=name)
+        refuse_secrets(cfg.get("base_url"), cfg.get("api_key_env"), f"{path}: reader {name!r}")
+        try:  # every reader's keys checked with the registry (max_new_tokens, device, ...):
+            ReaderSpec.from_dict(cfg, name=name)  # every door refuses a bad one before work
         except InputError as exc:
-            raise InputError(f"{at}: {exc}") from None
+            raise InputError(f"{where(path, reader_lines.get(name))}: {exc}") from None
     readers = {n: Entry(n, dict(c), content_hash(c)) for n, c in readers_raw.items()}
     retrievers = _retriever_entries(retrievers_raw, readers, path)
     evaluation = EvaluationConfig.from_mapping(

@@ -10,8 +10,9 @@
   logger and not a callback because the step's caller (a Dagster asset) is not the terminal's owner.
 """
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 Log = Callable[[str], None]
 #: ``progress(done, total)``: pairs generated so far of those to generate, called after each
@@ -21,3 +22,30 @@ OnBatch = Callable[[list[int], Sequence[str | None]], None]
 #: Lines for the terminal from inside a step (INFO records); see the module docstring. The
 #: name is the progress module's, whose relay is the one consumer.
 NOTES = logging.getLogger("erag_dagster.orchestration.progress")
+
+
+class _ToWrite(logging.Handler):
+    def __init__(self, write: Log) -> None:
+        super().__init__(logging.INFO)
+        self.write = write
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.write(record.getMessage())
+
+
+@contextlib.contextmanager
+def notes_to(write: Log) -> Iterator[None]:
+    """While the ``with`` block runs, every :data:`NOTES` record goes to ``write`` (a command
+    outside the main job's relay — ``erag-dagster retrieve`` — says what a step noted, such as
+    queries a run file had that were left out)."""
+    handler = _ToWrite(write)
+    level, propagate = NOTES.level, NOTES.propagate
+    NOTES.addHandler(handler)
+    NOTES.setLevel(logging.INFO)
+    NOTES.propagate = False
+    try:
+        yield
+    finally:
+        NOTES.removeHandler(handler)
+        NOTES.setLevel(level)
+        NOTES.propagate = propagate

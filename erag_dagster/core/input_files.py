@@ -22,6 +22,12 @@ Every reader of a user-supplied file goes through this module, so the rule holds
   expands exponentially); only safe YAML tags are accepted (``yaml.SafeLoader``).
 * **Nesting bounded.** JSON nested deeper than the parser's limit is one line, not a
   ``RecursionError`` traceback.
+* **JSON numbers are finite.** ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259),
+  though Python's parser reads them: refused at ``file:line`` naming the word, in every JSON
+  file and JSON-lines record (a label, a score or a time never becomes NaN on the way in).
+* **Frames.** A table handed over in memory (the Python API, a Dagster asset's value) is a
+  polars ``DataFrame`` or a pandas one, turned into polars (:func:`as_polars_frame`): the same
+  rules then read both.
 
 Everything refused is an :class:`~erag_dagster.core.errors.InputError` (exit status 2).
 """
@@ -29,6 +35,7 @@ Everything refused is an :class:`~erag_dagster.core.errors.InputError` (exit sta
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -213,6 +220,23 @@ class _DuplicateKey(Exception):
         self.key = key
 
 
+class _NotFinite(Exception):
+    def __init__(self, word: str) -> None:
+        super().__init__(word)
+        self.word = word
+
+
+def _refuse_constant(word: str) -> Any:
+    raise _NotFinite(word)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: Python's parser would read inf
+        raise _NotFinite(text)
+    return value
+
+
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -224,8 +248,20 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=_refuse_constant, parse_float=_finite_float
+)
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]', re.DOTALL)
+_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN|-?[0-9][0-9.eE+-]*', re.DOTALL)
+
+
+def _constant_offset(text: str, word: str) -> int:
+    """Offset of the first ``word`` (``NaN``, ``Infinity``, ``-Infinity``, a number literal)
+    outside a string."""
+    for token in _CONSTANT.finditer(text):
+        if token.group() == word:
+            return token.start()
+    return 0
 
 
 def _duplicate_offset(text: str) -> int:
@@ -258,13 +294,20 @@ def _duplicate_offset(text: str) -> int:
 def parse_json(text: str, label: str, line: int | None = None) -> Any:
     """Parse one JSON document (``line``: the 1-based line it sits on, for a JSON-lines
     record) or raise :class:`InputError` at ``label:line``: malformed JSON, a key repeated in
-    one object (named), or nesting deeper than the parser's limit."""
+    one object (named), ``NaN``/``Infinity`` (not JSON), or nesting deeper than the parser's
+    limit."""
     try:
         return _DECODER.decode(text)
     except _DuplicateKey as dup:
         at = line if line is not None else text.count("\n", 0, _duplicate_offset(text)) + 1
         raise InputError(
             f"{where(label, at)}: key {dup.key!r} appears twice in one JSON object; keep one"
+        ) from None
+    except _NotFinite as bad:
+        at = line if line is not None else text.count("\n", 0, _constant_offset(text, bad.word)) + 1
+        raise InputError(
+            f"{where(label, at)}: {bad.word} is not a finite number (JSON has no NaN or "
+            "Infinity); write a finite number, or leave the value out"
         ) from None
     except json.JSONDecodeError as exc:
         if line is not None:
@@ -275,6 +318,28 @@ def parse_json(text: str, label: str, line: int | None = None) -> Any:
             f"{where(label, line)}: JSON nested too deeply (more levels than the parser's "
             "limit of about 1000)"
         ) from None
+
+
+def json_key_line(text: str, key: str) -> int | None:
+    """The 1-based line on which the top-level object of the JSON ``text`` (already parsed:
+    keys are unique) gives ``key``; ``None`` when it does not. For error lines that name a
+    value of a JSON document by its key (``labels.json:3: label at rank 2 of query 'q1'``)."""
+    depth = 0
+    expecting_key = False
+    for token in _TOKEN.finditer(text):
+        tok = token.group()
+        if tok in "{[":
+            depth += 1
+            expecting_key = tok == "{" and depth == 1
+        elif tok in "}]":
+            depth -= 1
+        elif depth == 1 and tok == ",":
+            expecting_key = True
+        elif depth == 1 and tok == ":":
+            expecting_key = False
+        elif depth == 1 and expecting_key and json.loads(tok) == key:
+            return text.count("\n", 0, token.start()) + 1
+    return None
 
 
 def load_json(path: Path | str, limit: int | None = None) -> Any:
@@ -378,3 +443,27 @@ def yaml_key_lines(path: Path | str, *section: str) -> dict[str, int]:
     if not isinstance(node, yaml.MappingNode):
         return {}
     return {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+
+
+# ---------------------------------------------------------------------------------------------
+# Frames handed over in memory
+
+
+def as_polars_frame(value: Any) -> Any:
+    """``value`` as a polars ``DataFrame`` when it is a polars or a pandas one (converted with
+    ``polars.from_pandas``, its index dropped), else ``None``: the one place that decides what
+    counts as a table handed over in memory (the Python API, a Dagster asset's value)."""
+    import polars as pl
+
+    if isinstance(value, pl.DataFrame):
+        return value
+    kind = type(value)
+    if kind.__name__ == "DataFrame" and kind.__module__.split(".")[0] == "pandas":
+        try:
+            return pl.from_pandas(value)
+        except Exception as exc:  # a column polars cannot hold (mixed Python objects, ...)
+            raise InputError(
+                f"a pandas frame polars cannot read ({str(exc).splitlines()[0]}); give a "
+                "polars DataFrame"
+            ) from None
+    return None

@@ -53,3 +53,16 @@ def parse_score(text: str, at: str, what: str = "score") -> float:
     if not math.isfinite(value):
         raise InputError(f"{at}: {what} {text!r} is not finite")
     return value
+
+
+def format_given(value: float) -> str:
+    """A number a user gave (a margin, an alpha, a timeout), written so that it says what was
+    given: the shortest text that reads back as the same float (``0.9999999``, ``1e-07``; never
+    ``:g``'s six digits, which print ``--margin 0.9999999`` as ``1``), an integral value without
+    ``.0`` (``1``, ``60``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    number = float(value)
+    if number.is_integer() and abs(number) < 1e16:
+        return str(int(number))
+    return repr(number)

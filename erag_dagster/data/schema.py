@@ -99,6 +99,19 @@ def validate_queries(queries: pl.DataFrame, source: str) -> None:
     require_questions(queries, source)
 
 
+TREC_ID_SPLITS = r"[\s\x1c-\x1f]"
+"""What :meth:`str.split` splits a TREC line on (Unicode White_Space and ``\x1c``-``\x1f``): an
+id holding one (or an empty id) cannot stand in a TREC run or qrels file."""
+
+
+def ids_trec_cannot_hold(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """The rows of ``frame`` whose ``column`` id a TREC file cannot hold (null, empty, or
+    holding :data:`TREC_ID_SPLITS`): the one rule ``retrieve`` refuses by
+    (:func:`erag_dagster.retrieval.runs.check_trec_ids`) and ``check-dataset`` reports by."""
+    value = pl.col(column)
+    return frame.filter(value.is_null() | (value == "") | value.str.contains(TREC_ID_SPLITS))
+
+
 _INVISIBLE = r"[\s\x1c-\x1f\p{Cf}]"
 """What a question may not consist of only: whitespace (as :meth:`str.split` sees it) and format
 characters (Unicode category Cf: U+200B zero-width space, U+200C/D joiners, U+2060, U+FEFF)."""

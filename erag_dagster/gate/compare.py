@@ -9,7 +9,11 @@ A *ref* names what is evaluated, tried in this order:
    refused naming the option;
 2. any other existing file: a run file, TREC (``qid Q0 docid rank score tag``) or ``.parquet``
    (``query_id, doc_id, score``), read and checked as a registry ``run_file`` is
-   (:func:`~erag_dagster.retrieval.run_file.load_run_file`);
+   (:func:`~erag_dagster.retrieval.run_file.load_run_file`) — except that a query id the
+   dataset (as the spec keeps it) does not have is refused, naming ``file:line``, unless
+   :attr:`GateSettings.drop_unknown_queries` (``--drop-unknown-queries``) says to leave such
+   queries out; they are then named in the result's notes (every one in JSON), never dropped
+   without a word;
 3. otherwise a registry retriever (name or partition key), run on the dataset.
 
 Something that exists but is not a regular file (a folder, a FIFO, ``/dev/null``) is refused
@@ -79,6 +83,15 @@ class GateSettings:
     k: int = 0
     store: str = ""
     registry: str = ""
+    drop_unknown_queries: bool = False
+    """Leave out (and name) a run file's queries that the dataset lacks, instead of refusing."""
+
+
+DROP_HINT = (
+    "; a query the gate does not score is never dropped silently: fix the id, or pass "
+    "--drop-unknown-queries to leave such queries out (each is then named in the report)"
+)
+"""How the refusal of an unknown query id ends (the option that drops them instead)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,9 @@ class Evaluation:
     fit: Any = None
     """The labels' fit diagnostics (:class:`~erag_dagster.meta.fit.FitDiagnostics`; ``None``
     for a stored baseline, which keeps no answers, or a run without documents)."""
+    left_out: tuple[str, ...] = ()
+    """The run's query ids that are not queries of the dataset, left out with
+    ``--drop-unknown-queries`` (sorted; named in the notes)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,12 @@ class _Context:
         self.downstream = self.config.metric
         self.metrics = tuple(self.config.list_metrics)
         self.store_target = settings.store
+        self.drop_unknown_queries = settings.drop_unknown_queries
+        from erag_dagster.labels.store import resolve_store
+        from erag_dagster.labels.store_url import check_store_location
+
+        # the store's location before any work (a folder, a FIFO, a file that is not SQLite)
+        check_store_location(resolve_store(settings.store or None, writable=False))
         # one id for this baseline or comparison: every label row it writes records it (audit)
         self.evaluation_id = evaluation_id("gate")
         self._reader, self._reader_name = reader, settings.reader
@@ -266,21 +288,26 @@ def _is_baseline_file(ref: str) -> bool:
     return Path(ref).suffix == ".json" and Path(ref).is_file()
 
 
-def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
+Run = tuple[pl.DataFrame, RetrieverIdentity, tuple[str, ...]]
+"""A ref's run, its retriever and the query ids of the run left out (``--drop-unknown-queries``)."""
+
+
+def _run_of(ref: str, ctx: _Context) -> Run:
     """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
     from erag_dagster.core.input_files import regular_file_sha256
-    from erag_dagster.data.spec import parse_spec
     from erag_dagster.evaluation.systems import retrieve
-    from erag_dagster.retrieval.run_file import load_run_file
+    from erag_dagster.retrieval.run_file import load_run_file, run_format
 
-    ds, subset = ctx.dataset, parse_spec(ctx.spec).question_subset
+    ds = ctx.dataset
     path = Path(ref)
     if _ref_kind(ref, ctx) == "run_file":
         with concerning(path):
             digest = regular_file_sha256(path)
-            fmt = "parquet" if path.suffix == ".parquet" else "trec"
-            loaded = load_run_file(path, fmt, digest, ds.queries, ds.corpus, ctx.k, subset)
-        return loaded.run, RetrieverIdentity("run_file", str(ref), digest)
+            loaded = load_run_file(
+                path, run_format(path), digest, ds.queries, ds.corpus, ctx.k,
+                question_subset=ctx.drop_unknown_queries, unknown_query_hint=DROP_HINT,
+            )  # fmt: skip
+        return loaded.run, RetrieverIdentity("run_file", str(ref), digest), loaded.outside_ids
     try:
         entry = ctx.registry.retriever(ref)  # unknown: one line listing the known ones
     except InputError:
@@ -290,7 +317,7 @@ def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
             ) from None
         raise
     run = retrieve(ctx.registry, entry.name, ds.corpus, ds.queries, ctx.config, log=ctx.log)
-    return run, RetrieverIdentity("registry", entry.name, entry.digest)
+    return run, RetrieverIdentity("registry", entry.name, entry.digest), ()
 
 
 # -- scoring ------------------------------------------------------------------------------------
@@ -312,9 +339,7 @@ def _empty_labels() -> pl.DataFrame:
     return pl.DataFrame(schema=LABEL_SCHEMA)
 
 
-def evaluate(
-    ref: str, ctx: _Context, run: tuple[pl.DataFrame, RetrieverIdentity] | None = None
-) -> Evaluation:
+def evaluate(ref: str, ctx: _Context, run: Run | None = None) -> Evaluation:
     """One side of the gate (module docstring); ``run``: the ref's run, already read."""
     from erag_dagster.core.errors import StorageError
     from erag_dagster.evaluation.systems import label_system
@@ -323,7 +348,7 @@ def evaluate(
 
     if _ref_kind(ref, ctx) == "baseline":
         return _stored(ref, ctx)
-    run, retriever = run if run is not None else _run_of(ref, ctx)
+    run, retriever, left_out = run if run is not None else _run_of(ref, ctx)
     query_ids = sorted(ctx.dataset.queries.get_column("query_id").cast(pl.String).to_list())
     judged = stored = 0
     labels = _empty_labels()
@@ -353,7 +378,7 @@ def evaluate(
     per_query, aggregate = _scores(labels, query_ids, ctx.metrics)
     return Evaluation(
         ref, ctx.identity(), retriever, ctx.spec, str(ctx.reader.name), query_ids, labels,
-        per_query, aggregate, judged, stored, fit=fit,
+        per_query, aggregate, judged, stored, fit=fit, left_out=left_out,
     )  # fmt: skip
 
 
@@ -478,6 +503,21 @@ def gate_inputs(settings: GateSettings, refs: Sequence[str]) -> list[Input]:
     with contextlib.suppress(Exception):
         reads += store_files(resolve_store(settings.store or None, writable=False))
     return reads
+
+
+def left_out_note(role: str, side: Evaluation, shown_ids: int = 50) -> str:
+    """The note naming the queries of ``side``'s run that the gate did not score
+    (``--drop-unknown-queries``): every one up to ``shown_ids``, then a count (the JSON
+    report lists every one)."""
+    ids = side.left_out
+    more = (
+        f", … {len(ids) - shown_ids} more (--json lists every one)" if len(ids) > shown_ids else ""
+    )
+    return (
+        f"the {role} {shown(side.ref)} names {len(ids)} queries that are not queries of "
+        f"{shown(side.dataset)}; not scored (--drop-unknown-queries): "
+        f"{', '.join(repr(q) for q in ids[:shown_ids])}{more}"
+    )
 
 
 # -- the decision -------------------------------------------------------------------------------
@@ -629,7 +669,7 @@ def _compared(
 ) -> GateResult:
     """:func:`compare` once the stored sides are read and the context is made."""
     refs = {"baseline": baseline, "candidate": candidate}
-    runs: dict[str, tuple[pl.DataFrame, RetrieverIdentity]] = {}
+    runs: dict[str, Run] = {}
     for ref in refs.values():  # every ref checked, a run file read, before any work
         kind = "baseline" if ref in stored else _ref_kind(ref, ctx)
         if kind == "run_file" and ref not in runs:
@@ -667,7 +707,10 @@ def _compared(
     if base.query_ids != cand.query_ids:
         raise InputError(f"{shown(baseline)} and {shown(candidate)} hold different query sets")
     decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule)
-    notes = [n for n in (base.checked, cand.checked) if n] + decision.notes
+    notes = [n for n in (base.checked, cand.checked) if n]
+    notes += [left_out_note(role, side) for role, side in (("baseline", base), ("candidate", cand))
+              if side.left_out]  # fmt: skip
+    notes += decision.notes
     if base.retriever == cand.retriever:
         notes.append("baseline and candidate are the same retriever")
     return GateResult(base, cand, decision.metrics, decision.verdict, rule, notes, decision.power)

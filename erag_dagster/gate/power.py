@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from erag_dagster.core.input_numbers import format_given
+
 
 @dataclass(frozen=True)
 class Power:
@@ -60,11 +62,11 @@ class Power:
         )
         if not self.can_decide:
             return (
-                f"{head} >= alpha {self.alpha:g}: the gate cannot decide (no candidate can be "
-                f"called worse or better; use more queries or fewer metrics)"
+                f"{head} >= alpha {format_given(self.alpha)}: the gate cannot decide (no "
+                "candidate can be called worse or better; use more queries or fewer metrics)"
             )
         return (
-            f"{head} < alpha {self.alpha:g}; smallest detectable difference "
+            f"{head} < alpha {format_given(self.alpha)}; smallest detectable difference "
             f"{self.detectable:.4f} ({self.queries_needed} of {self.n} queries moving by 1)"
         )
 

@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.gate.compare import Evaluation, GateResult
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.power import Power
@@ -54,8 +55,8 @@ def _headline(result: GateResult, verdict: str, md: bool = False) -> str:
     return (
         f"candidate {shown(result.candidate.retriever.label, md)} vs baseline "
         f"{shown(result.baseline.retriever.label, md)}: {verdict} "
-        f"(margin {r.margin:g}, alpha {r.alpha:g} Holm-corrected over {len(result.metrics)} "
-        f"metrics, {n} queries)"
+        f"(margin {format_given(r.margin)}, alpha {format_given(r.alpha)} Holm-corrected over "
+        f"{len(result.metrics)} metrics, {n} queries)"
     )
 
 
@@ -115,9 +116,9 @@ def to_markdown(result: GateResult) -> str:
         f"{_power_line(result.power, md=True)}.",
         "",
         f"Rule: *worse* when the whole {r.confidence:.0%} paired-bootstrap interval of "
-        f"candidate − baseline lies below {-r.margin or 0.0:g} and the Holm-corrected "
-        f"randomisation p < {r.alpha:g}; *better* when it lies above {r.margin:g} with the "
-        "same p; else *indistinguishable*.",
+        f"candidate − baseline lies below {format_given(-r.margin or 0.0)} and the "
+        f"Holm-corrected randomisation p < {format_given(r.alpha)}; *better* when it lies above "
+        f"{format_given(r.margin)} with the same p; else *indistinguishable*.",
         "",
         f"Reader cost: baseline — {_cost(result.baseline)}; candidate — {_cost(result.candidate)}.",
         *(f"\nNote: {shown(n, markdown=True)}." for n in result.notes),
@@ -139,6 +140,7 @@ def _side(side: Evaluation) -> dict[str, Any]:
         "from_store": side.from_store,
         "stored": side.stored,
         "fit": side.fit.as_dict() if side.fit is not None else None,
+        "left_out_queries": list(side.left_out),
     }
 
 

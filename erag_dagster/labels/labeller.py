@@ -130,7 +130,7 @@ def label_run(
     say = log or (lambda _msg: None)
     measure = get_downstream_metric(metric)
     policy = commit or CommitPolicy.from_env()
-    rows = _joined(run, queries, corpus)
+    rows = labelling_rows(run, queries, corpus)
     # One subject per distinct (query, doc); similar lengths together keep padding small.
     pairs = (
         rows.unique(["query_id", "doc_id"], keep="first", maintain_order=True)
@@ -262,8 +262,10 @@ def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
 # -- steps ---------------------------------------------------------------------------------------
 
 
-def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
-    """Run rows with ``question, answers, passage`` (the text the reader sees), validated."""
+def labelling_rows(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
+    """Run rows with ``question, answers, passage`` (the text the reader sees), validated by
+    the module's input policy — cheap, no reader and no store: a caller that must refuse a bad
+    run before it opens a store (:func:`erag_dagster.api.label`) calls it first."""
     needed = [c for c in ("query_id", "doc_id", "rank") if c not in run.columns]
     if needed:
         raise InputError(f"run lacks column(s) {', '.join(needed)}")

@@ -35,6 +35,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from erag_dagster.core.errors import InputError, StorageError
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.labels.store_base import (
     LabelStoreBase,
     Row,
@@ -265,7 +266,7 @@ class _Writing:
         if isinstance(exc, _RETRYABLE):
             raise StoreLocked(
                 f"{store.location}: locked by another process for more than "
-                f"{store.busy_timeout_s:g} s"
+                f"{format_given(store.busy_timeout_s)} s"
             ) from None
         if isinstance(exc, psycopg.OperationalError):
             store._drop_broken()

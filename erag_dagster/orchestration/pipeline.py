@@ -31,7 +31,6 @@ from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.callbacks import Log
 from erag_dagster.core.errors import EnvironmentFault, InputError
-from erag_dagster.orchestration.definitions import build_defs
 from erag_dagster.orchestration.instance_settings import warn_once
 from erag_dagster.orchestration.progress import Progress
 from erag_dagster.orchestration.resources import EvalSettings
@@ -78,6 +77,10 @@ class Graph:
     def packaged(cls, settings: EvalSettings | None = None, registry_path: str = "") -> Graph:
         """The graph of a registry file (``settings.registry_path``, else ``registry_path``,
         else ``$ERAG_REGISTRY`` or the packaged one): :func:`build_defs`'s."""
+        # imported late: its module warns about the instance, which must come after every
+        # refusal of the settings (check_settings)
+        from erag_dagster.orchestration.definitions import build_defs
+
         settings = settings or EvalSettings(registry_path=registry_path)
         defs = build_defs(settings.registry_path or None, settings)
         bound = dict(defs.resources or {})["settings"]
@@ -418,6 +421,10 @@ def request_full_reevaluation(
     import urllib.request
 
     url = (url or os.environ.get("ERAG_DAGSTER_URL") or DEFAULT_WEBSERVER).rstrip("/")
+    # imported late: its module warns about the instance, which must come after
+    # every refusal of the settings (check_settings)
+    from erag_dagster.orchestration.definitions import build_defs
+
     defs = build_defs(registry_path)
     keys = sorted(
         {key for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) for key in a.keys},
@@ -465,6 +472,10 @@ def load_asset_value(
     it is created, so it is created with stderr redirected.
     """
     if graph is None:
+        # imported late: its module warns about the instance, which must come after
+        # every refusal of the settings (check_settings)
+        from erag_dagster.orchestration.definitions import build_defs
+
         defs, asset_key = build_defs(registry_path or None), dg.AssetKey.from_user_string(key)
     else:
         defs, asset_key = graph.defs, graph.key(key)

@@ -18,7 +18,7 @@ key                    meaning (default)
                        ``openai`` the model id the server serves (required)
 ``device``             ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N`` (``auto``: CUDA when available)
 ``batch_size``         prompts per forward pass (16)
-``max_new_tokens``     generated tokens per answer (16), greedy decoding
+``max_new_tokens``     generated tokens per answer (16; 1 to 32768), greedy decoding
 ``do_sample``          must be ``false`` (accepted so configs can state it; recorded as greedy)
 ``system_prompt``      the system turn
 ``prompt_template``    the user turn; must contain ``{question}`` and ``{passage}``
@@ -128,6 +128,14 @@ class FewShotExample:
     question: str
     passage: str
     answer: str
+
+
+MAX_NEW_TOKENS = 32_768
+"""The most tokens a reader may generate per answer (``max_new_tokens``): far above any
+answer eRAG or end-to-end RAG asks for, so a mistyped value (``10000000000000``) is refused
+with the reader's spec — before a store is opened or a model loaded — naming the key. A value
+under it that still leaves the prompt no room in a model's context is refused, naming the key
+too, when the model's context length is known (the transformers reader, at load)."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +262,12 @@ class ReaderSpec:
         for key, low in (("batch_size", 1), ("max_new_tokens", 1), ("num_threads", 1),
                          ("seed", 0)):  # fmt: skip
             check_int(where, key, getattr(self, key), low)
+        if self.max_new_tokens > MAX_NEW_TOKENS:  # checked with the spec: before any work
+            raise InputError(
+                f"{where}: max_new_tokens {self.max_new_tokens} is over {MAX_NEW_TOKENS} (an "
+                "answer's tokens, not a document's; the prompt must fit beside it in the "
+                "model's context); lower max_new_tokens"
+            )
         if self.max_input_tokens is not None and (
             not isinstance(self.max_input_tokens, int) or self.max_input_tokens < 16
         ):

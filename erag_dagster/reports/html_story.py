@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.reports.html_blocks import absent, esc, note, rows_table
 from erag_dagster.reports.html_chart import ci_chart_svg
 from erag_dagster.reports.html_examples import WorkedExample, marked_spans
@@ -55,7 +56,7 @@ def verdict_html(v: Verdict, names: Mapping[str, str]) -> str:
             parts.append(rows_table(headers, rows, [False, True, True, False, True], "pairs"))
     m = max((v.pairs.filter(pl.col("reader") == r).height for r in v.readers), default=0)
     if m:  # one retriever: no pair, no test to name
-        parts.append(note(FAMILIES["verdict"].format(m=m, alpha=v.alpha)))
+        parts.append(note(FAMILIES["verdict"].format(m=m, alpha=format_given(v.alpha))))
     return "\n".join(parts)
 
 

@@ -19,7 +19,7 @@ FAMILIES = {
     "verdict": (
         "Verdict p: paired randomisation test on the questions both retrievers answered, "
         "Holm-adjusted over this reader's {m} pairs of retrievers; a pair differs when "
-        "p < {alpha:g}. This is the p that decides the sentence above."
+        "p < {alpha}. This is the p that decides the sentence above."
     ),
     "leaderboard": (
         "Leaderboard p: the same paired randomisation test, but each retriever against the "

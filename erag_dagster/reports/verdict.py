@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.meta.per_query import check_erag_per_query
 from erag_dagster.stats.significance import bootstrap_mean_ci, compare_paired, holm
 
@@ -133,7 +134,8 @@ class Verdict:
         which test it is, since a leaderboard or a gate tests other families)."""
         return (
             "two-sided paired randomisation test of each pair of retrievers on the questions "
-            f"both answered, Holm-adjusted over that reader's pairs (alpha = {self.alpha:g})"
+            "both answered, Holm-adjusted over that reader's pairs (alpha = "
+            f"{format_given(self.alpha)})"
         )
 
     def to_dict(self) -> dict:
@@ -253,7 +255,7 @@ def _sentence(order: Sequence[str], pairs: Sequence[Sequence], alpha: float) -> 
         parts.append(f"{short_name(lower)} is worse than {_names(than)}")
     if not same:
         parts[0] += f" on {n} questions"
-    return "; ".join(parts) + f" (Holm-corrected p, alpha = {alpha:g})."
+    return "; ".join(parts) + f" (Holm-corrected p, alpha = {format_given(alpha)})."
 
 
 def _names(items: Sequence[str]) -> str:
