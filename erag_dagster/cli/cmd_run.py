@@ -34,6 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             label_k=args.label_k or 0,
             metric=args.metric or "",
         )
+        settings.resolve()  # a bad --k/--metric is one line before Dagster's instance is touched
         graphs = [Graph.packaged(settings)]
     for graph in graphs:
         _run_graph(graph, args, many=len(graphs) > 1)
