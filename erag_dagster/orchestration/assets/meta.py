@@ -15,6 +15,7 @@ from erag_dagster.meta.system_outputs import (
     baseline_label_set,
     end_to_end_at_depths,
 )
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
@@ -31,6 +32,7 @@ from erag_dagster.orchestration.assets.common import (
 )
 from erag_dagster.orchestration.assets.labels import GPU_OP_TAGS, GPU_POOL, RUN_BY_RETRIEVER
 from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.retrieval.encoder import encoder_from_config
 
 
@@ -113,7 +115,7 @@ def _baseline_labels(
 
 
 def build_meta_partitioned(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = UNPREFIXED
 ) -> list[dg.AssetsDefinition]:
     """``end_to_end`` and ``baseline_labels``, partitioned by reader x retriever; each one's
     ``code_version`` is derived from the versions of the code it runs under the metric and
@@ -132,6 +134,7 @@ def build_meta_partitioned(
         "deps": [READER_MODELS_BY_READER],
         "op_tags": GPU_OP_TAGS,
         "ins": {"retrieval_run": RUN_BY_RETRIEVER},
+        "io_manager_key": keys.io_manager,
     }
     return [
         dg.asset(
@@ -139,11 +142,11 @@ def build_meta_partitioned(
             partitions_def=reader_retriever_partitions(registry),
             code_version=e2e_version,
             **common,
-        )(_end_to_end),
+        )(adapt(_end_to_end, keys)),
         dg.asset(
             name="baseline_labels",
             partitions_def=reader_retriever_partitions(registry),
             code_version=baseline_version,
             **common,
-        )(_baseline_labels),
+        )(adapt(_baseline_labels, keys)),
     ]

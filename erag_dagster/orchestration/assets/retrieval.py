@@ -16,6 +16,7 @@ from erag_dagster.evaluation.retrievers import (
     encoder_from_config,
 )
 from erag_dagster.orchestration.assets import checks as asset_checks
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import (
     CODE_VERSION,
@@ -26,13 +27,25 @@ from erag_dagster.orchestration.assets.common import (
     table_md,
 )
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.retrieval.ann import approximate_index, parse_index
 from erag_dagster.retrieval.rerank import LIFT_SCHEMA, lift_report
 
 
-@dg.asset(
-    group_name="indexes", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
+def build_indexes(keys: ResourceKeys = UNPREFIXED) -> list[dg.AssetsDefinition]:
+    """``bm25_index`` and ``dense_index`` (resources under ``keys``)."""
+    return [
+        dg.asset(
+            name=body.__name__,
+            group_name="indexes",
+            code_version=CODE_VERSION,
+            automation_condition=RECOMPUTE_WHEN_STALE,
+            io_manager_key=keys.io_manager,
+        )(adapt(body, keys))
+        for body in (bm25_index, dense_index)
+    ]
+
+
 def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Output[dict]:
     """Lucene index of the corpus (title + text as one field), under the storage dir."""
     started = time.perf_counter()
@@ -46,9 +59,6 @@ def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Ou
     )
 
 
-@dg.asset(
-    group_name="indexes", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
 def dense_index(
     context: dg.AssetExecutionContext, settings: EvalSettings, corpus: pl.DataFrame
 ) -> dg.Output[dict]:
@@ -145,7 +155,7 @@ def asset_run_inputs(registry: Registry) -> dict[str, dg.AssetIn]:
     return {asset_input_name(list(k)): dg.AssetIn(key=dg.AssetKey(list(k))) for k in sorted(keys)}
 
 
-def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
+def build_retrieval_run(registry: Registry, keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
     """``retrieval_run`` partitioned by the registry's retriever configs; the assets its
     ``kind: asset`` retrievers read are its inputs (:func:`asset_run_inputs`)."""
     partitions = retriever_partitions(registry)
@@ -155,10 +165,11 @@ def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
         partitions_def=partitions,
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
-        deps=[bm25_index, dense_index],
+        deps=[dg.AssetKey("bm25_index"), dg.AssetKey("dense_index")],
         ins=asset_run_inputs(registry) or None,
         check_specs=asset_checks.run_check_specs("retrieval_run", partitions),
-    )(_retrieval_run)
+        io_manager_key=keys.io_manager,
+    )(adapt(_retrieval_run, keys))
 
 
 def _rerank_lift(
@@ -204,7 +215,9 @@ def _latest_run_metadata(context: dg.AssetExecutionContext, partition: str) -> d
     return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
 
 
-def build_rerank_lift(registry: Registry) -> dg.AssetsDefinition | None:
+def build_rerank_lift(
+    registry: Registry, keys: ResourceKeys = UNPREFIXED
+) -> dg.AssetsDefinition | None:
     """``rerank_lift``, one partition per ``kind: rerank`` retriever, reading that retriever's
     run and its first stage's (None when the registry has no rerank retriever)."""
     reranks = [e for e in registry.retrievers.values() if e.config["kind"] == "rerank"]
@@ -224,4 +237,5 @@ def build_rerank_lift(registry: Registry) -> dg.AssetsDefinition | None:
         ins={
             "retrieval_run": dg.AssetIn(partition_mapping=dg.StaticPartitionMapping(upstream)),
         },
-    )(_rerank_lift)
+        io_manager_key=keys.io_manager,
+    )(adapt(_rerank_lift, keys))

@@ -10,14 +10,24 @@ same ranking, intervals and p-values (the evaluation session's ``decide`` step,
 import dagster as dg
 import polars as pl
 
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import CODE_VERSION, dataset_of, session_of
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 
-@dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
+def build_verdict(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
+    """The ``verdict`` asset (resources under ``keys``)."""
+    return dg.asset(
+        name="verdict",
+        group_name="reports",
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        io_manager_key=keys.io_manager,
+    )(adapt(verdict, keys))
+
+
 def verdict(
     context: dg.AssetExecutionContext, settings: EvalSettings, erag_per_query: pl.DataFrame
 ) -> dg.Output[dict]:
