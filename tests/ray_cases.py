@@ -274,7 +274,7 @@ def test_end_to_end_and_baseline_labels_on_ray_equal_in_process(ray_cluster, sam
         baselines = baseline_label_set(
             run, queries, corpus, pl.DataFrame(schema=QRELS), encoder, reader,
             store=LabelStore(folder / "baselines.sqlite"), log=messages.append, metric="f1",
-            methods=("likelihood", "signed"), executor=executor,
+            relevance_level=1, methods=("likelihood", "signed"), executor=executor,
         )  # fmt: skip
         return e2e, baselines
 

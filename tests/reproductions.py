@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 import polars as pl
 import yaml
 
+from tests.stats_fixture import STATS
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPRODUCTIONS_DIR = REPO_ROOT / "reproductions"
 README = REPO_ROOT / "README.md"
@@ -289,7 +291,7 @@ class Conditions:
         def table() -> pl.DataFrame:
             labels = pl.read_parquet(folder / "labels.parquet")
             e2e = pl.read_parquet(folder / "end_to_end.parquet")
-            return label_methods_table(labels, e2e, k, entry.dataset)
+            return label_methods_table(labels, e2e, k, entry.dataset, STATS)
 
         frame = self._cached(("label_table1", str(folder), k), table)
         row = frame.filter(

@@ -304,8 +304,8 @@ def test_audit_shows_the_evaluation_id_of_labels_made_by_evaluate_and_the_gate(
     # the gate's labels record their own id: a baseline of the same pairs scored with em (the
     # answers are read from the store; the em scores are new rows, made by this baseline)
     settings = GateSettings(
-        dataset="sample?spread_questions=6", reader="gemma3-270m", downstream_metric="em",
-        metrics=("nDCG@2",), k=2, store=str(store),
+        dataset="sample?spread_questions=6", reader="gemma3-270m", metric="em",
+        list_metrics=["nDCG@2"], label_k=2, store=str(store),
     )  # fmt: skip
     gated = make_baseline("bm25", storage / "baseline.json", settings)
     assert gated.judged_now == 0  # every answer from the store

@@ -66,7 +66,7 @@ def test_end_to_end_batched_equals_one_by_one_and_k1_is_the_erag_prompt(small, r
 
 @pytest.mark.slow
 def test_baseline_labels(small, run, reader, tmp_path: Path) -> None:
-    prov = provenance_labels(run, small.qrels)
+    prov = provenance_labels(run, small.qrels, relevance_level=1)
     judged = run.join(small.qrels, on=["query_id", "doc_id"], how="semi")
     assert prov.get_column("label").sum() == judged.height
     contains = containment_labels(run, small.queries, small.corpus)

@@ -216,8 +216,9 @@ def test_p_yes_without_logprobs_is_one_line_and_the_baseline_is_skipped(
     qrels = pl.DataFrame({"query_id": ["q-fr"], "doc_id": ["fr"], "relevance": [1]})
     encoder = TextEncoder(dtype="float32", batch_size=8, num_threads=1)
     labels = baseline_label_set(
-        RUN.head(2), QUERIES, CORPUS, qrels, encoder, reader, log=lines.append
-    )
+        RUN.head(2), QUERIES, CORPUS, qrels, encoder, reader, log=lines.append, metric="em",
+        relevance_level=1,
+    )  # fmt: skip
     assert "llm_annotation" not in set(labels["method"])
     assert {"provenance", "containment"} <= set(labels["method"])
     assert lines == [f"LLM annotation baseline skipped: {reason}"]

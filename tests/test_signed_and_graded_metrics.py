@@ -113,8 +113,13 @@ def test_judged_runs_refuse_label_list_only_metrics() -> None:
     run = pl.DataFrame({"query_id": ["q"], "doc_id": ["d"], "rank": [1], "score": [1.0]})
     for name in ("nDCG(ideal=max)@3", "UDCG@3"):
         with pytest.raises(InputError, match="label lists only"):
-            evaluate_run(qrels, run, [name])
-    assert evaluate_run(qrels, run, ["nDCG(ideal=list)@3"]).aggregate["nDCG(ideal=list)@3"] == 1.0
+            evaluate_run(qrels, run, [name], relevance_level=1)
+    assert (
+        evaluate_run(qrels, run, ["nDCG(ideal=list)@3"], relevance_level=1).aggregate[
+            "nDCG(ideal=list)@3"
+        ]
+        == 1.0
+    )
 
 
 def test_signed_label_frames() -> None:

@@ -29,6 +29,7 @@ from erag_dagster.meta.label_methods import (
 )
 from erag_dagster.readers.factory import reader_from_config
 from tests.conftest import load_script
+from tests.stats_fixture import STATS
 
 LABELS = ("yes", "no", "maybe")
 
@@ -147,7 +148,7 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     queries = pl.DataFrame(
         {"query_id": ["a", "b", "c", "d"], "answers": [["yes"], ["yes"], ["maybe"], ["yes"]]}
     )
-    fit = fit_diagnostics(labels, queries, metric="accuracy")
+    fit = fit_diagnostics(labels, queries, metric="accuracy", relevance_level=1, stats=STATS)
     # d has one document; of a, b, c two answer one label on every document
     assert (fit.same_label_queries, fit.multi_doc_queries) == (2, 3)
     assert fit.same_label_share > SAME_LABEL_SHARE
@@ -157,8 +158,13 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     assert "likelihood_gain" in fit.warnings()[0]
     assert fit_from_dict(fit.as_dict()) == fit
     # free-text metrics are not read this way
-    other = fit_diagnostics(labels, queries, metric="f1")
+    other = fit_diagnostics(labels, queries, metric="f1", relevance_level=1, stats=STATS)
     assert other.same_label_queries is None and "same_label" not in dict(other.findings())
     # answers that follow the documents raise nothing
     mixed = labels.with_columns(answer=pl.Series(["yes", "no", "yes", "no", "yes"] * 2)[:8])
-    assert fit_diagnostics(mixed, queries, metric="accuracy").findings() == []
+    assert (
+        fit_diagnostics(
+            mixed, queries, metric="accuracy", relevance_level=1, stats=STATS
+        ).findings()
+        == []
+    )

@@ -24,7 +24,7 @@ configuration every front door reads (:func:`evaluation_config`), as for the mai
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,17 +110,10 @@ def evaluate(
         k=k, label_k=label_k, registry=registry, store=store, n_resamples=n_resamples,
         seed=seed, log=log, progress=progress, reference=reference,
     )  # fmt: skip
-    import polars as pl
-
-    from erag_dagster.evaluation import steps, systems
-    from erag_dagster.evaluation.references import make_references
+    from erag_dagster.evaluation.session import EvaluationSession
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
-    from erag_dagster.meta.fit import FitDiagnostics, fit_frame
-    from erag_dagster.reports.leaderboard import leaderboard
-    from erag_dagster.reports.run_report import RunReport, Section
 
-    say = log or (lambda _message: None)
     reg = load_registry_file(registry)
     api_args.check_reader_names(reader, reg)  # before retrieval; an unknown reader creates nothing
     config = evaluation_config(
@@ -129,89 +122,28 @@ def evaluate(
         bootstrap_resamples=n_resamples, seed=seed, reference=reference,
     )  # fmt: skip
     reg.check_reference(config, "evaluate")  # a reference naming an unknown reader: now
-    human_metrics = list(config.human_metrics)
-    n_resamples, seed = config.bootstrap_resamples, config.seed
-    spec = config.dataset
     names = [reg.retriever(r).name for r in retrievers] if retrievers else list(reg.retrievers)
     if not names:
         raise InputError("evaluate: no retriever given and none in the registry")
     specs = reader_specs(reader, reg)  # every reader's spec checked before any work
-    ds = load_dataset_checked(spec)
+    ds = load_dataset_checked(config.dataset)
     models = _built(specs)  # built (not loaded) once the inputs are known good
     target = redact_url(resolve_store(store))
     with concerning(target):
         label_store = open_store(store)
-    runs = {}
-    for name in names:
-        key = reg.retriever(name).partition_key
-        say(f"retrieve {key}")
-        runs[key] = systems.retrieve(reg, name, ds.corpus, ds.queries, config, log=log)
-    labels: dict[tuple[str, str], pl.DataFrame] = {}
-    fits: list[FitDiagnostics] = []
-    producer = evaluation_id("api")  # what `erag-dagster audit` shows for this call's labels
+    session = EvaluationSession(
+        config, reg, ds, label_store,
+        producer=evaluation_id("api"),  # what `erag-dagster audit` shows for this call's labels
+        log=log, progress=progress, store_name=target,
+    )  # fmt: skip
     teachers: dict[str, Any] = {}
 
-    def teacher(name: str) -> Any:
+    def teacher(name: str) -> Any:  # a reader evaluation.reference names, built once
         if name not in teachers:
             teachers[name] = _built(reader_specs(name, reg))[0][1]
         return teachers[name]
 
-    for reader_key, model in models:  # each model loads on its first pair, stays loaded
-        references = make_references(
-            config,
-            reg,
-            ds.queries,
-            ds.corpus,
-            model,
-            runs,
-            label_store,
-            reader_for=teacher,
-            executor=reg.generation,
-            producer=producer,
-            log=log,
-            store_name=target,
-        )  # fmt: skip  (None: scored against the gold answers)
-        for key, run in runs.items():
-            say(f"label {key} with {reader_key}")
-            system = systems.label_system(
-                run, ds, model, config, label_store, executor=reg.generation,
-                producer=producer, reader_name=reader_key, retriever=key, log=log,
-                progress=progress, store_name=target, references=references,
-            )  # fmt: skip
-            labels[(reader_key, key)] = system.labels
-            fits.append(system.fit)  # docs/label-methods.md, "Fit diagnostics"
-    per_query = steps.score(labels, config)
-    board = pl.DataFrame()
-    if ds.qrels.height:
-        board = leaderboard(
-            ds.qrels, runs, human_metrics, n_resamples=n_resamples, seed=seed,
-            relevance_level=config.relevance_level,
-        )  # fmt: skip
-    erag_report = steps.summarise(per_query, config)
-    found = steps.decide(per_query, config)
-    doc_labels = pl.concat(
-        [f.select(pl.lit(r).alias("reader"), pl.lit(t).alias("retriever"), pl.all())
-         for (r, t), f in labels.items()]
-    )  # fmt: skip
-    run_table = pl.concat(
-        [r.select(pl.lit(t).alias("retriever"), pl.all()) for t, r in runs.items()]
-    )
-    return RunReport(
-        sections=[
-            Section("retrieval_report", None, board),
-            Section("erag_report", None, erag_report),
-        ],
-        verdicts=[found] if found is not None else [],
-        frames={
-            "retrieval_report": board,
-            "erag_report": erag_report,
-            "erag_per_query": per_query,
-            "doc_labels": doc_labels,
-            "retrieval_run": run_table,
-            "fit": fit_frame(fits),
-        },
-        fits=fits,
-    )
+    return session.evaluate(names, models, reader_for=teacher)
 
 
 def label(
@@ -259,7 +191,7 @@ def label(
     )  # fmt: skip
     import polars as pl
 
-    from erag_dagster.evaluation.references import make_references
+    from erag_dagster.evaluation.session import EvaluationSession
     from erag_dagster.labels.audit import evaluation_id
     from erag_dagster.labels.labeller import labelling_rows
     from erag_dagster.labels.store import open_store, redact_url, resolve_store
@@ -267,41 +199,48 @@ def label(
     reg = load_registry_file(registry)
     api_args.check_reader_names(reader, reg)  # an unknown reader creates no store
     specs = reader_specs(reader, reg)  # the reader's keys checked (max_new_tokens ...)
-    config = evaluation_config(reg, "label", metric=metric, reference=reference)
+    _positive(k, "k")
+    # ``k``: the depth labelled (the config's label_k; its retrieval depth at least as deep)
+    config = evaluation_config(
+        reg,
+        "label",
+        metric=metric,
+        label_k=k,
+        k=max(k, reg.evaluation.k) if k else None,
+        reference=reference,
+    )
     reg.check_reference(config, "label")
     spec = reg.generation.replace(
         "--executor/--ray-address", executor=executor, address=ray_address
     )
     ds = load_dataset_checked(dataset) if isinstance(dataset, str) else dataset
-    run = labelled_run(run, ds, _positive(k, "k"))  # file:line / row of a bad run, before work
-    # gold answers (unless scored against a reference), questions: before any store
-    labelling_rows(run, ds.queries, ds.corpus, needs_gold=config.reference == "gold")
+    run = labelled_run(run, ds, None)  # file:line / row of a bad run, before work (uncut)
+    if k is None:  # no depth asked: every row of the run (``label`` labels what it is given)
+        depth = int(run.get_column("rank").max() or 1) if run.height else 1
+        config = config.with_overrides("label", k=max(depth, config.k), label_k=depth)
+    session = EvaluationSession(
+        config, reg, ds, producer=evaluation_id("api"), executor=spec, log=log,
+        progress=progress,
+    )  # fmt: skip
+    # gold answers (unless scored against a reference), questions of the rows labelled (the
+    # session's label_k cut): before any store
+    labelling_rows(
+        session.labelled_run(run), ds.queries, ds.corpus, needs_gold=config.reference == "gold"
+    )
     ((_key, model),) = _built(specs)
     target = redact_url(resolve_store(store))
     with concerning(target):
         label_store = open_store(store)  # opened before the reader loads: a bad store fails fast
-    producer = evaluation_id("api")
-    asked = ds.queries.join(  # the run's queries: a reference for each, none for the others
-        run.select(pl.col("query_id").cast(pl.String)).unique(), on="query_id", how="semi"
-    )
-    references = make_references(
-        config,
-        reg,
-        asked,
-        ds.corpus,
-        model,
-        {"run": run},
-        label_store,
-        reader_for=lambda name: _built(reader_specs(name, reg))[0][1],
-        executor=spec,
-        producer=producer,
-        log=log,
-        store_name=target,
-    )  # fmt: skip  (None: scored against the gold answers)
-    with concerning(target):
-        return _label(
-            run, ds, model, config.metric, label_store, spec, log, producer, progress, references
+    labelling = replace(session, store=label_store, store_name=target)
+    if config.reference != "gold":
+        asked = ds.queries.join(  # the run's queries: a reference for each, none for the others
+            run.select(pl.col("query_id").cast(pl.String)).unique(), on="query_id", how="semi"
         )
+        references = labelling.make_references(
+            {"run": run}, model, lambda name: _built(reader_specs(name, reg))[0][1], asked
+        )
+        labelling = replace(labelling, references=references)
+    return labelling.label(run, model)
 
 
 @dataclass(frozen=True)
@@ -551,18 +490,3 @@ def _is_config(value: str) -> bool:
     """A reader argument naming a file (a config YAML, read through the input rules: a FIFO
     or device is refused, not read) rather than a registry name."""
     return Path(value).exists() and not Path(value).is_dir()
-
-
-def _label(
-    run, ds, model, metric: str, store, executor, log: Log | None, producer: str,
-    progress: Progress | None = None, references: Any = None,
-) -> LabelResult:  # fmt: skip
-    """:func:`label_run`, recording ``producer`` (an :func:`evaluation_id`) with every row;
-    ``references``: the reference answers to score against instead of gold, or ``None``."""
-    from erag_dagster.labels.labeller import label_run
-
-    return label_run(
-        run, ds.queries, ds.corpus, model, metric, store, run_id=producer, log=log,
-        executor=executor, progress=progress,
-        references=None if references is None else references.frame,
-    )  # fmt: skip

@@ -35,26 +35,26 @@ def _report_frame(report, metrics: Sequence[str]):
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
+    """``retrieve``: the evaluation session's retrieve step (the one the assets, the API and
+    the gate run), its run written as TREC to ``--output``."""
     from erag_dagster.core.callbacks import notes_to
     from erag_dagster.core.output_guard import guard_output
-    from erag_dagster.data.spec import parse_spec
-    from erag_dagster.evaluation.retrievers import run_retriever
+    from erag_dagster.evaluation.session import EvaluationSession
     from erag_dagster.retrieval.runs import check_trec_ids, write_trec_run
 
     registry = load_registry(args.registry)
     entry = registry.retriever(args.retriever)
-    k = registry.evaluation.with_overrides("--k", k=args.k).k
+    config = registry.evaluation.with_overrides("--k", k=args.k)
+    k = config.k
     reads = [*registry_inputs(registry), *dataset_inputs(args.dataset)]
     guard_output(args.output, "retrieve", reads, force=args.force)
     ds = load_dataset(args.dataset)
     check_trec_ids(ds.queries, "query_id", args.dataset)
     check_trec_ids(ds.corpus, "doc_id", args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
-    subset = parse_spec(args.dataset).question_subset
+    config = config.with_overrides("--dataset", dataset=args.dataset)  # its question subset
     with notes_to(lambda line: print(f"erag-dagster: note: {line}", file=sys.stderr)):
-        run = run_retriever(
-            registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
-        )
+        run = EvaluationSession(config, registry, ds, log=log).retrieve(entry.name)
     write_trec_run(run, args.output, tag=entry.partition_key, command="retrieve")
     print(
         f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
@@ -69,7 +69,10 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run
 
-    metrics = metrics_arg(args.metrics)
+    config = load_registry(args.registry).evaluation.with_overrides(
+        "evaluate-run", human_metrics=args.metrics, relevance_level=args.relevance_level
+    )
+    metrics = list(config.human_metrics)
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
@@ -80,7 +83,7 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     )
     if loaded.outside_ids:
         print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
-    report = evaluate_run(ds.qrels, loaded.run, metrics, relevance_level=args.relevance_level)
+    report = evaluate_run(ds.qrels, loaded.run, metrics, relevance_level=config.relevance_level)
     if args.json:
         print(_report_json(report))
     else:
@@ -143,10 +146,13 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
 
-    metrics = metrics_arg(args.metrics)
-    registry = None if args.cross_encoder else load_registry(args.registry)
+    registry = load_registry(args.registry)
+    config = registry.evaluation.with_overrides(
+        "rerank", human_metrics=args.metrics, relevance_level=args.relevance_level
+    )
+    metrics = list(config.human_metrics)
     reads = [
-        *(registry_inputs(registry) if registry else []),
+        *(registry_inputs(registry) if not args.cross_encoder else []),
         *dataset_inputs(args.dataset),
         ("the run file", args.run),
         ("the cross-encoder", args.cross_encoder),
@@ -180,8 +186,9 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     )
     if ds.qrels.height and not args.no_report:
         report = lift_report(
-            ds.qrels, run, result, metrics=metrics, relevance_level=args.relevance_level
-        )
+            ds.qrels, run, result, metrics, config.statistics,
+            relevance_level=config.relevance_level,
+        )  # fmt: skip
         print_table(
             report.select("metric", "depth", "before", "after", "difference", "p_perm", "p_t")
         )
@@ -200,12 +207,13 @@ def cmd_correlate(args: argparse.Namespace) -> int:
     if args.reader:
         registry.reader(args.reader)
     path = _narrowed_registry(registry, wanted, args.reader)
+    # --k: the depth labelled and given end-to-end (the config's label_k; retrieval at least as
+    # deep); the end-to-end depths follow it by the configuration's own rule
     settings = EvalSettings(
         dataset=args.dataset,
         registry_path=str(path),
-        k=max(args.k, registry.evaluation.k),
+        k=max(args.k, registry.evaluation.k) if args.k else None,
         label_k=args.k,
-        e2e_ks=sorted({1, args.k} | ({3} if args.k > 3 else set())),
     )
     with relaying_notes() as progress:  # + each doc_labels partition's estimate (issue #11)
         materialize_all(

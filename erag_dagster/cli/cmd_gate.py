@@ -13,18 +13,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from erag_dagster.cli.common import metrics_arg
-
 
 def _gate_settings(args: argparse.Namespace):
     from erag_dagster.gate import GateSettings
 
     return GateSettings(
-        dataset=args.dataset or "",
+        dataset=args.dataset,
+        metric=args.metric,
+        list_metrics=args.metrics,
+        label_k=args.k,
         reader=args.reader or "",
-        downstream_metric=args.metric or "",
-        metrics=tuple(metrics_arg(args.metrics)) if args.metrics else (),
-        k=args.k or 0,
         store=args.store or "",
         registry=args.registry or "",
         reference=args.reference or "",

@@ -218,12 +218,11 @@ def parse_registry(
     raw: Any, path: str, section: tuple[str, ...] = (), asset_retrievers: bool = False
 ) -> Registry:
     """Validate a registry mapping read from the YAML file ``path`` (errors name it, with the
-    line of an ``evaluation`` key; relative paths resolve against its folder). ``section``: the
-    keys leading from the file's top to the mapping (``("attributes",)`` for the eRAG Dagster
-    component's ``defs.yaml``: :mod:`erag_dagster.orchestration.component`). ``asset_retrievers``:
-    allow
-    ``kind: asset`` retrievers (an upstream asset of the Dagster project holding the registry,
-    so only the component allows them; a registry file is refused with one line)."""
+    line of an ``evaluation`` key; relative paths resolve against its folder). ``section``: the keys
+    leading from the file's top to the mapping (``("attributes",)`` for the eRAG Dagster component's
+    ``defs.yaml``: :mod:`erag_dagster.orchestration.component`). ``asset_retrievers``: allow ``kind:
+    asset`` retrievers (an upstream asset of the Dagster project holding the registry, so only the
+    component allows them; a registry file is refused with one line)."""
     if not isinstance(raw, dict):
         raise InputError(f"{path}: the registry must be a mapping with 'retrievers' and 'readers'")
     unknown = set(raw) - set(TOP_LEVEL_KEYS)

@@ -31,6 +31,7 @@ __all__ = [
     "KEY_PREFIXES",
     "MASK",
     "SECRET_PARAMETERS",
+    "has_credentials",
     "looks_like_key",
     "mask_credentials",
     "mask_in",
@@ -107,6 +108,13 @@ def mask_credentials(text: str) -> str:
     return _KEY_TOKEN.sub(MASK, text)
 
 
+def has_credentials(text: str) -> bool:
+    """Whether ``text`` holds something :func:`mask_credentials` would mask: the one test of a
+    literal secret where only a reference belongs (a component attribute, a resource's
+    config), so what is refused and what is masked are the same thing."""
+    return isinstance(text, str) and mask_credentials(text) != text
+
+
 def mask_in(value: Any) -> Any:
     """:func:`mask_credentials` applied to every string inside ``value`` (mappings, lists and
     tuples walked; mapping keys kept; other values returned as they are)."""
@@ -121,8 +129,10 @@ def mask_in(value: Any) -> Any:
 
 def url_credentials(url: str) -> list[str]:
     """What secrets ``url`` carries, in words (``"a password"``, ``"a user name"``,
-    ``"the query parameter 'api_key'"``); empty when none. An unparsable URL carries none
-    (its parser's error is reported elsewhere)."""
+    ``"the query parameter 'api_key'"``, ``"the fragment parameter 'token'"``); empty when
+    none. A fragment (``#token=…``) is never sent to a server, but it is a place a token gets
+    pasted into and printed from, so its secret parameters count as the query's do. An
+    unparsable URL carries none (its parser's error is reported elsewhere)."""
     try:
         parts = urlsplit(url.strip())
         password, user = parts.password, parts.username
@@ -133,10 +143,11 @@ def url_credentials(url: str) -> list[str]:
         found.append("a password")
     elif user:
         found.append("a user name")
-    for piece in parts.query.split("&"):
-        name, eq, value = piece.partition("=")
-        if eq and value and _secret_name(name):
-            found.append(f"the query parameter {name!r}")
+    for where, text in (("query", parts.query), ("fragment", parts.fragment)):
+        for piece in text.split("&"):
+            name, eq, value = piece.partition("=")
+            if eq and value and _secret_name(name):
+                found.append(f"the {where} parameter {name!r}")
     return found
 
 

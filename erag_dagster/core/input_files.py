@@ -388,10 +388,16 @@ class _StrictLoader(yaml.SafeLoader):
 
 def parse_yaml(text: str, label: str) -> Any:
     """Parse YAML text (rule above); errors name ``label:line``."""
+    return _parse_yaml(text, label, lambda loader: loader.get_single_data())
+
+
+def _parse_yaml(text: str, label: str, read: Any) -> Any:
+    """``read(loader)`` over a :class:`_StrictLoader` of ``text``; a YAML error is one
+    :class:`InputError` naming ``label:line``."""
     loader = _StrictLoader(text)
     loader.label = label
     try:
-        return loader.get_single_data()
+        return read(loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = mark.line + 1 if mark is not None else None
@@ -401,6 +407,19 @@ def parse_yaml(text: str, label: str) -> Any:
         raise InputError(f"{label}: YAML nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def load_yaml_documents(path: Path | str, limit: int = MAX_CONFIG_BYTES) -> list[Any]:
+    """Every document of a YAML file (``---`` between them: a Dagster ``defs.yaml`` may
+    declare several components), each by the rule of :func:`load_yaml`."""
+
+    def documents(loader: _StrictLoader) -> list[Any]:
+        found = []
+        while loader.check_data():
+            found.append(loader.get_data())
+        return found
+
+    return _parse_yaml(read_text(path, limit), str(path), documents)
 
 
 def load_yaml(path: Path | str, limit: int = MAX_CONFIG_BYTES) -> Any:

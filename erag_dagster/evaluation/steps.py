@@ -6,13 +6,15 @@ through these functions, with the settings of one
 :class:`~erag_dagster.config.evaluation.EvaluationConfig` — so the same labels give the same
 metric set, means and verdict (p-values included) whichever door asked:
 
-- :func:`score`: per-query list metrics of every (reader, retriever) system, and
-  :func:`summarise`: their means per system — the eRAG report tables' own steps, defined with
-  them in :mod:`erag_dagster.reports.erag_tables` (below this layer) and named here;
+- :func:`score`: per-query list metrics of every (reader, retriever) system on every question
+  of the evaluated set (a question a system has no labelled document for scores 0;
+  :func:`missing_notes` names them: docs/metrics.md), and :func:`summarise`: their means per
+  system — the eRAG report tables' own steps, defined with them in
+  :mod:`erag_dagster.reports.erag_tables` (below this layer) and named here;
 - :func:`decide`: the verdict on the *headline* metric, the first of ``list_metrics`` — the
-  bootstrap CIs with ``bootstrap_resamples`` resamples, the randomisation tests and the Holm
-  correction at ``alpha``, every draw seeded with ``seed``
-  (:func:`erag_dagster.reports.verdict.verdict`). In Dagster it is computed once per run, by
+  bootstrap CIs, the randomisation tests and the Holm correction with ``config.statistics``
+  (resamples, seed, alpha, confidence, permutations;
+  :func:`erag_dagster.reports.verdict.verdict`). In Dagster it is computed once per run, by
   the ``verdict`` asset; every view renders that object (:meth:`Verdict.from_dict`).
 
 Edge cases: no labels → an empty per-query table and no verdict (:func:`decide` returns
@@ -25,10 +27,10 @@ import polars as pl
 
 from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.core.errors import InputError
-from erag_dagster.reports.erag_tables import score, summarise
+from erag_dagster.reports.erag_tables import missing_notes, score, summarise
 from erag_dagster.reports.verdict import Verdict, verdict
 
-__all__ = ["decide", "headline_metric", "score", "summarise"]
+__all__ = ["decide", "headline_metric", "missing_notes", "score", "summarise"]
 
 
 def headline_metric(per_query: pl.DataFrame, config: EvaluationConfig) -> str:
@@ -47,11 +49,4 @@ def decide(
     is nothing to decide (no labelled query)."""
     if per_query.height == 0:
         return None
-    return verdict(
-        per_query,
-        headline_metric(per_query, config),
-        dataset,
-        alpha=config.alpha,
-        n_resamples=config.bootstrap_resamples,
-        seed=config.seed,
-    )
+    return verdict(per_query, headline_metric(per_query, config), config.statistics, dataset)

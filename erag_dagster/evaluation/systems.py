@@ -3,9 +3,10 @@
 A *system* is one (reader, retriever) pair. These plain functions turn a registry retriever
 into its run and a run into the reader's eRAG labels and their fit diagnostics, each with the
 settings of one :class:`~erag_dagster.config.evaluation.EvaluationConfig` (no loose depth,
-metric, resamples or seed arguments), so the Python API (:func:`erag_dagster.evaluate`), the
-regression gate (``erag-dagster baseline``/``compare``) and the Dagster assets (``doc_labels``,
-``fit``) retrieve, cut, label and diagnose the same way:
+metric, resamples or seed arguments). They are the steps of the evaluation session
+(:class:`~erag_dagster.evaluation.session.EvaluationSession`), which every front door — the
+Python API, the regression gate, the command line and the Dagster assets — calls instead, so
+each retrieves, cuts, labels and diagnoses the same way:
 
 - :func:`retrieve`: the top ``config.k`` run of a registry retriever
   (:func:`erag_dagster.evaluation.retrievers.run_retriever`); a dataset that keeps a subset of its
@@ -17,7 +18,7 @@ regression gate (``erag-dagster baseline``/``compare``) and the Dagster assets (
   scored against the gold answers, or, when ``config.reference`` is not ``gold``, against the
   reference answers the door made first (:mod:`erag_dagster.evaluation.references`);
 - :func:`fit`: whether those labels fit the data (:func:`erag_dagster.meta.fit.reader_fit`,
-  with ``config.relevance_level``, ``bootstrap_resamples`` and ``seed``);
+  with ``config.relevance_level`` and ``config.statistics``);
 - :func:`label_system`: :func:`label` then :func:`fit`, as one :class:`SystemLabels` (the API
   and the gate; in Dagster the two are separate assets — ``doc_labels`` per partition, ``fit``
   once over all of them — which call :func:`label` and :func:`fit`).
@@ -155,13 +156,12 @@ def fit(
     """The fit diagnostics of one system's ``labels`` (docs/label-methods.md, "Fit
     diagnostics"): answers cut at the reader's ``max_new_tokens``, answer vs gold length, and
     the label-vs-judgment AUC with its bootstrap CI (``config.relevance_level``,
-    ``bootstrap_resamples``, ``seed``; no AUC without ``qrels``). The metric named is the one
+    ``config.statistics``; no AUC without ``qrels``). The metric named is the one
     the labels record (their ``metric`` column; ``""`` when there are no labels)."""
     return reader_fit(
         labels, queries, qrels, reader, reader_name=reader_name, retriever=retriever,
         metric=str(labels["metric"][0]) if labels.height else "",
-        relevance_level=config.relevance_level, n_resamples=config.bootstrap_resamples,
-        seed=config.seed,
+        relevance_level=config.relevance_level, stats=config.statistics,
     )  # fmt: skip
 
 

@@ -20,14 +20,16 @@ Something that exists but is not a regular file (a folder, a FIFO, ``/dev/null``
 saying what it is (:func:`erag_dagster.core.input_files.regular_file`). Every ref is checked, and
 the power the query count allows computed (:mod:`.power`), before any retrieval or reader call.
 
-A run is cut to ``k`` per query and labelled with eRAG, with its fit diagnostics, by the step
-the Python API calls too (:func:`~erag_dagster.evaluation.systems.label_system`; a registry
-retriever is run by :func:`~erag_dagster.evaluation.systems.retrieve`, at depth ``k``: the
-gate's config has ``k`` = ``label_k``) through the label store, so only (query,
-document text) pairs the store lacks cost reader calls. A dataset query the run has no
-document for is an empty list (0 on every metric), never dropped. The list metrics
-(:func:`~erag_dagster.metrics.list_metrics.evaluate_labels`) of each query are then compared
-(:mod:`.verdict`). Both sides must share every field of
+Both sides are evaluated by the evaluation session every front door runs
+(:class:`~erag_dagster.evaluation.session.EvaluationSession`): a registry retriever is run by
+its ``retrieve`` step (at depth ``k``: the gate's config has ``k`` = ``label_k``), a run is cut
+to ``k`` per query and labelled with eRAG, with its fit diagnostics, by its ``label_system``
+step through the label store, so only (query, document text) pairs the store lacks cost reader
+calls; and scored by its missing-query rule (:func:`~erag_dagster.meta.per_query.
+scored_queries`, docs/metrics.md): a dataset query the run has no document for is an empty list
+(0 on every metric), never dropped, and named in a note. The list metrics of each query are
+then compared (:mod:`.verdict`) with the registry's statistics (``--alpha`` may replace its
+alpha). Both sides must share every field of
 :class:`~erag_dagster.gate.identity.EvalIdentity`; otherwise :func:`compare` refuses in one
 line naming what differs.
 
@@ -43,13 +45,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.core.callbacks import Log
 from erag_dagster.core.errors import InputError, concerning
 from erag_dagster.core.output_guard import Input
@@ -69,32 +70,93 @@ from erag_dagster.gate.verdict import (
     metric_verdicts,
     overall_verdict,
 )
+from erag_dagster.meta.per_query import missing_queries_note, scored_queries, unlabelled_queries
+from erag_dagster.stats.settings import Statistics
 
 LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
                 "label": pl.Float64, "answer_key": pl.String}  # fmt: skip
 """The columns of an :class:`Evaluation`'s ``labels``."""
 
 
-@dataclass(frozen=True)
 class GateSettings:
-    """How both sides are evaluated. Empty values take the registry's ``evaluation`` defaults
-    (``dataset``, ``label_k`` as ``k``, ``metric``, ``list_metrics``) and its first reader;
-    ``store`` empty: the default label store (:func:`~erag_dagster.labels.store.resolve_store`).
-    """
+    """How both sides are evaluated: evaluation settings by their own names — any field of
+    :class:`~erag_dagster.config.evaluation.EvaluationConfig` (``dataset``, ``label_k``: the
+    depth labelled and compared, ``metric``, ``list_metrics``, ``alpha``, ...), not re-declared
+    here: checked by the configuration's rules when the gate starts — over the registry's
+    ``evaluation`` section, whose values the ones left out take (a stored baseline's, when a
+    ref is one); ``reader``: a registry reader (empty: its first); ``store``: the label store
+    (empty: the default, :func:`~erag_dagster.labels.store.resolve_store`); ``registry``: the
+    registry file (empty: packaged or ``$ERAG_REGISTRY``). Frozen; :meth:`replace` copies.
 
-    dataset: str = ""
-    reader: str = ""
-    downstream_metric: str = ""
-    metrics: tuple[str, ...] = ()
-    k: int = 0
-    store: str = ""
-    registry: str = ""
-    reference: str = ""
-    """``evaluation.reference`` (empty: the registry's): with a reference answer per question
-    instead of gold, both sides are labelled against the same references, made once from
-    both sides' runs (``@union``) or the named retriever's (module docstring)."""
-    drop_unknown_queries: bool = False
-    """Leave out (and name) a run file's queries that the dataset lacks, instead of refusing."""
+    ``reference`` (an evaluation setting like the others): with a reference answer per
+    question instead of gold, both sides are labelled against the same references, made once
+    from both sides' runs (``@union``) or the named retriever's (module docstring).
+
+    ``drop_unknown_queries``: leave out (and name) a run file's queries that the dataset
+    lacks, instead of refusing (``--drop-unknown-queries``).
+
+    A name that is not an evaluation setting is refused at once (:class:`InputError`)."""
+
+    __slots__ = ("drop_unknown_queries", "evaluation", "reader", "registry", "store")
+
+    evaluation: dict[str, Any]
+    reader: str
+    store: str
+    registry: str
+    drop_unknown_queries: bool
+
+    def __init__(
+        self,
+        *,
+        reader: str = "",
+        store: str = "",
+        registry: str = "",
+        drop_unknown_queries: bool = False,
+        **evaluation: Any,
+    ) -> None:
+        from erag_dagster.config.evaluation import FIELDS
+
+        unknown = sorted(set(evaluation) - set(FIELDS))
+        if unknown:
+            raise InputError(
+                f"GateSettings: {', '.join(unknown)} is not an evaluation setting; known: "
+                f"{', '.join(FIELDS)}"
+            )
+        given = {k: v for k, v in evaluation.items() if v is not None}
+        own = {"evaluation": given, "reader": reader, "store": store, "registry": registry,
+               "drop_unknown_queries": drop_unknown_queries}  # fmt: skip
+        for name, value in own.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GateSettings is frozen; use replace()")
+
+    def __getattr__(self, name: str) -> Any:
+        """An evaluation setting given (``None`` when it was left to the registry)."""
+        from erag_dagster.config.evaluation import FIELDS
+
+        if name in FIELDS:
+            return self.evaluation.get(name)
+        raise AttributeError(name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GateSettings) and all(
+            getattr(self, n) == getattr(other, n) for n in self.__slots__
+        )
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.evaluation.items())
+        return (
+            f"GateSettings({given}{', ' if given else ''}reader={self.reader!r}, "
+            f"store={self.store!r}, registry={self.registry!r}, "
+            f"drop_unknown_queries={self.drop_unknown_queries!r})"
+        )
+
+    def replace(self, **changes: Any) -> GateSettings:
+        """A copy with ``changes`` (evaluation settings or ``reader``/``store``/``registry``)."""
+        values = {"reader": self.reader, "store": self.store, "registry": self.registry,
+                  "drop_unknown_queries": self.drop_unknown_queries}  # fmt: skip
+        return GateSettings(**{**values, **self.evaluation, **changes})
 
 
 DROP_HINT = (
@@ -135,13 +197,14 @@ class Evaluation:
 @dataclass(frozen=True)
 class GateResult:
     """:func:`compare`'s answer: both sides, the per-metric verdicts, the overall verdict and
-    the rule they were reached with."""
+    the rule and statistics they were reached with."""
 
     baseline: Evaluation
     candidate: Evaluation
     metrics: list[MetricVerdict]
     verdict: str
     rule: GateRule
+    statistics: Statistics
     notes: list[str] = field(default_factory=list)
     power: Power | None = None
 
@@ -159,15 +222,11 @@ class _Context:
         # The registry's EvaluationConfig with the gate's flags applied, checked by the same
         # rules before any work: the gate evaluates at the labelled depth, so it retrieves
         # label_k documents per query (its config's k is its label_k) and labels them all.
-        config = self.registry.evaluation.with_overrides(
-            "compare",
-            dataset=settings.dataset or None,
-            k=max(settings.k, self.registry.evaluation.k) if settings.k else None,
-            label_k=settings.k or None,
-            metric=settings.downstream_metric or None,
-            list_metrics=list(settings.metrics) or None,
-            reference=settings.reference or None,
-        )
+        depth = settings.label_k
+        given = {**settings.evaluation}
+        if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0:
+            given.setdefault("k", max(depth, self.registry.evaluation.k))
+        config = self.registry.evaluation.with_overrides("compare", **given)
         self.registry.check_reference(config, "compare")
         self.config = config.with_overrides("compare", k=config.label_k)
         self.references = None
@@ -244,6 +303,17 @@ class _Context:
                 self._read_store = False
         return self._read_store or None
 
+    def session(self, store: Any = None, store_name: str | None = None):
+        """The evaluation session of this gate (:class:`~erag_dagster.evaluation.session.
+        EvaluationSession`): its config, registry and dataset, ``store`` (``None``: one that
+        does not label) and this gate's evaluation id as the producer of every new row."""
+        from erag_dagster.evaluation.session import EvaluationSession
+
+        return EvaluationSession(
+            self.config, self.registry, self.dataset, store, producer=self.evaluation_id,
+            log=self.log, store_name=store_name, references=self.references,
+        )  # fmt: skip
+
     def close(self) -> None:
         """Close the stores this context opened (their files can then be unmounted)."""
         for store in (self._store, self._read_store):
@@ -313,7 +383,6 @@ Run = tuple[pl.DataFrame, RetrieverIdentity, tuple[str, ...]]
 def _run_of(ref: str, ctx: _Context) -> Run:
     """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
     from erag_dagster.core.input_files import regular_file_sha256
-    from erag_dagster.evaluation.systems import retrieve
     from erag_dagster.retrieval.run_file import load_run_file, run_format
 
     ds = ctx.dataset
@@ -334,23 +403,8 @@ def _run_of(ref: str, ctx: _Context) -> Run:
                 f"{shown(ref)}: no such file (a ref is a baseline, a run file or a retriever)"
             ) from None
         raise
-    run = retrieve(ctx.registry, entry.name, ds.corpus, ds.queries, ctx.config, log=ctx.log)
+    run = ctx.session().retrieve(entry.name)
     return run, RetrieverIdentity("registry", entry.name, entry.digest), ()
-
-
-# -- scoring ------------------------------------------------------------------------------------
-
-
-def _scores(
-    labels: pl.DataFrame, query_ids: Sequence[str], metrics: Sequence[str]
-) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Per-query metric values and means; a query without a labelled row scores an empty list."""
-    from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
-
-    lists = labels_from_frame(labels) if labels.height else {}
-    lists = {q: lists.get(q, []) for q in query_ids}
-    report = evaluate_labels(lists, list(metrics))
-    return report.per_query, report.aggregate
 
 
 def _empty_labels() -> pl.DataFrame:
@@ -360,7 +414,6 @@ def _empty_labels() -> pl.DataFrame:
 def evaluate(ref: str, ctx: _Context, run: Run | None = None) -> Evaluation:
     """One side of the gate (module docstring); ``run``: the ref's run, already read."""
     from erag_dagster.core.errors import StorageError
-    from erag_dagster.evaluation.systems import label_system
     from erag_dagster.gate.verify import answer_keys
     from erag_dagster.labels.store import redact_url, resolve_store
 
@@ -376,12 +429,9 @@ def evaluate(ref: str, ctx: _Context, run: Run | None = None) -> Evaluation:
         try:
             with concerning(where):
                 store = ctx.store
-            result = label_system(
-                run, ctx.dataset, ctx.reader, ctx.config, store,
-                executor=ctx.registry.generation, producer=ctx.evaluation_id,
-                reader_name=str(ctx.reader.name), retriever=shown(ref), log=ctx.log,
-                store_name=where, references=ctx.references,
-            )  # fmt: skip
+            result = ctx.session(store, where).label_system(
+                run, ctx.reader, reader_name=str(ctx.reader.name), retriever=shown(ref)
+            )
         except StorageError as exc:
             if ctx.store.read_only:
                 raise StorageError(
@@ -393,7 +443,8 @@ def evaluate(ref: str, ctx: _Context, run: Run | None = None) -> Evaluation:
         keys = answer_keys(found.to_dicts(), ctx.reader.fingerprint, ctx.dataset)
         labels = found.with_columns(pl.Series("answer_key", keys, dtype=pl.String))
         judged, stored, fit = result.judged_now, result.from_store, result.fit
-    per_query, aggregate = _scores(labels, query_ids, ctx.metrics)
+    scored = ctx.session().score_system(labels)  # the one missing-query rule
+    per_query, aggregate = scored.per_query, scored.aggregate
     return Evaluation(
         ref, ctx.identity(), retriever, ctx.spec, str(ctx.reader.name), query_ids, labels,
         per_query, aggregate, judged, stored, fit=fit, left_out=left_out,
@@ -432,7 +483,8 @@ def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Eval
     labels = pl.DataFrame(rows, schema=LABEL_SCHEMA) if rows else _empty_labels()
     query_ids = list(data["query_ids"])
     try:
-        per_query, aggregate = _scores(labels, query_ids, identity.metrics)
+        scored = scored_queries(labels, identity.metrics, query_ids)
+        per_query, aggregate = scored.per_query, scored.aggregate
     except InputError as exc:
         raise InputError(f"{shown(ref)}: {exc}") from None
     return Evaluation(
@@ -441,8 +493,9 @@ def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Eval
     )  # fmt: skip
 
 
-_OPTIONS = (("--k", "k"), ("--metrics", "metrics"), ("--metric", "downstream_metric"),
+_OPTIONS = (("--k", "label_k"), ("--metrics", "list_metrics"), ("--metric", "metric"),
             ("--dataset", "dataset"))  # fmt: skip
+"""The gate's options a stored baseline settles, and the evaluation setting each one sets."""
 
 
 def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateSettings:
@@ -452,42 +505,42 @@ def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateS
     from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.metrics.downstream import get_downstream_metric
 
-    given_settings = settings
+    asked = settings
+    shown_as = {
+        "label_k": "k",
+        "list_metrics": "metrics",
+        "metric": "downstream_metric",
+        "dataset": "dataset",
+    }  # the identity's names, as the messages always said
     for ref, data in stored.items():
         ident: EvalIdentity = data["identity"]
         found = {
-            "k": ident.k,
-            "metrics": ident.metrics,
-            "downstream_metric": ident.downstream_metric,
+            "label_k": ident.k,
+            "list_metrics": tuple(ident.metrics),
+            "metric": ident.downstream_metric,
             "dataset": ident.dataset_digest,
         }
-        asked = given_settings
         given = {
-            "k": asked.k or None,
-            "metrics": tuple(asked.metrics) or None,
-            "downstream_metric": (
-                get_downstream_metric(asked.downstream_metric).tag
-                if asked.downstream_metric
-                else None
-            ),
+            "label_k": asked.label_k,
+            "list_metrics": tuple(asked.list_metrics) if asked.list_metrics else None,
+            "metric": get_downstream_metric(asked.metric).tag if asked.metric else None,
             "dataset": dataset_digest(asked.dataset) if asked.dataset else None,
         }
         for option, name in _OPTIONS:
             if given[name] is not None and given[name] != found[name]:
                 mine = getattr(asked, name)
                 theirs = found[name] if name != "dataset" else data["dataset"]
-                show = ",".join(x) if isinstance((x := mine), tuple) else str(mine)
+                show = ",".join(mine) if isinstance(mine, list | tuple) else str(mine)
                 was = ",".join(theirs) if isinstance(theirs, tuple) else str(theirs)
                 raise InputError(
                     f"{option} {shown(show)} contradicts the stored baseline {shown(ref)} "
-                    f"({name} {shown(was)}); leave {option} out (a stored baseline's settings "
-                    "are used) or write the baseline again"
+                    f"({shown_as[name]} {shown(was)}); leave {option} out (a stored baseline's "
+                    "settings are used) or write the baseline again"
                 )
-        settings = replace(
-            settings,
-            k=settings.k or ident.k,
-            metrics=tuple(settings.metrics) or ident.metrics,
-            downstream_metric=settings.downstream_metric or ident.downstream_metric.split("/")[0],
+        settings = settings.replace(
+            label_k=settings.label_k or ident.k,
+            list_metrics=list(settings.list_metrics or ident.metrics),
+            metric=settings.metric or ident.downstream_metric.split("/")[0],
             dataset=settings.dataset or data["dataset"],
         )
     return settings
@@ -552,40 +605,34 @@ class Decision:
     notes: list[str]
 
 
-def _uncovered(labels: pl.DataFrame, query_ids: Sequence[str]) -> int:
-    covered = set(labels.get_column("query_id").to_list()) if labels.height else set()
-    return sum(1 for q in query_ids if q not in covered)
-
-
 def decide(
     baseline_labels: pl.DataFrame,
     candidate_labels: pl.DataFrame,
     query_ids: Sequence[str],
     metrics: Sequence[str],
     rule: GateRule,
+    stats: Statistics,
 ) -> Decision:
     """The gate's decision on two label tables (``query_id, doc_id, rank, label``) over the same
-    ``query_ids`` — what :func:`compare` (and so ``erag-dagster compare``) decides with.
+    ``query_ids`` — what :func:`compare` (and so ``erag-dagster compare``) decides with, under
+    ``rule``'s margin and ``stats`` (the registry's statistics, :meth:`GateRule.statistics`).
 
-    A query a side has no labelled row for scores 0 on every metric (an empty list) and is
-    counted in a note: a candidate without documents, or covering 1 of 6 queries, is scored as
+    The missing-query rule of every door (:func:`~erag_dagster.meta.per_query.scored_queries`):
+    a query a side has no labelled row for scores 0 on every metric (an empty list) and is
+    named in a note: a candidate without documents, or covering 1 of 6 queries, is scored as
     retrieving nothing for the rest, never compared on the queries it kept. Power before
     verdict: :func:`~erag_dagster.gate.power.gate_power` of ``len(query_ids)``.
     """
     n = len(query_ids)
-    rule = rule.with_settings(EvaluationConfig())  # unset alpha/resamples/seed: the defaults
-    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
-    base, _ = _scores(baseline_labels, query_ids, metrics)
-    cand, _ = _scores(candidate_labels, query_ids, metrics)
-    verdicts = metric_verdicts(base, cand, metrics, rule)
+    power = gate_power(n, len(metrics), rule.margin, stats)
+    base = scored_queries(baseline_labels, metrics, query_ids).per_query
+    cand = scored_queries(candidate_labels, metrics, query_ids).per_query
+    verdicts = metric_verdicts(base, cand, metrics, rule, stats)
     notes = []
     for side, labels in (("baseline", baseline_labels), ("candidate", candidate_labels)):
-        missing = _uncovered(labels, query_ids)
-        if missing:
-            notes.append(
-                f"the {side} has no document for {missing} of {n} queries (each scored 0 on "
-                "every metric)"
-            )
+        note = missing_queries_note(f"the {side}", unlabelled_queries(labels, query_ids), n)
+        if note:
+            notes.append(note)
     if not power.can_decide:
         notes.append(power.summary())
     return Decision(verdicts, overall_verdict(verdicts), power, notes)
@@ -673,9 +720,10 @@ def compare(
     stored = _stored_refs([baseline, candidate])
     settings = _settled(settings or GateSettings(), stored)
     ctx = _Context(settings, reader, log)
-    rule = (rule or GateRule()).with_settings(ctx.config)  # alpha, resamples, seed: the config's
+    rule = rule or GateRule()
+    stats = rule.statistics(ctx.config)  # the registry's statistics; --alpha replaces its alpha
     try:
-        return _compared(baseline, candidate, stored, ctx, rule, require_power)
+        return _compared(baseline, candidate, stored, ctx, rule, stats, require_power)
     finally:
         ctx.close()
 
@@ -724,6 +772,7 @@ def _compared(
     stored: dict[str, dict[str, Any]],
     ctx: _Context,
     rule: GateRule,
+    stats: Statistics,
     require_power: bool,
 ) -> GateResult:
     """:func:`compare` once the stored sides are read and the context is made."""
@@ -755,7 +804,7 @@ def _compared(
         )
     n = len(next(iter(sides.values())).query_ids) if sides else ctx.dataset.queries.height
     metrics = next(iter(sides.values())).identity.metrics if sides else ctx.metrics
-    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
+    power = gate_power(n, len(metrics), rule.margin, stats)
     if not power.can_decide:
         if require_power:
             raise GateCannotDecide(power)
@@ -768,11 +817,13 @@ def _compared(
     refuse_other_identity(base.identity, cand.identity, baseline, candidate)
     if base.query_ids != cand.query_ids:
         raise InputError(f"{shown(baseline)} and {shown(candidate)} hold different query sets")
-    decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule)
+    decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule, stats)
     notes = [n for n in (base.checked, cand.checked) if n]
     notes += [left_out_note(role, side) for role, side in (("baseline", base), ("candidate", cand))
               if side.left_out]  # fmt: skip
     notes += decision.notes
     if base.retriever == cand.retriever:
         notes.append("baseline and candidate are the same retriever")
-    return GateResult(base, cand, decision.metrics, decision.verdict, rule, notes, decision.power)
+    return GateResult(
+        base, cand, decision.metrics, decision.verdict, rule, stats, notes, decision.power
+    )

@@ -37,10 +37,9 @@ def _with_text(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -
     ).sort("query_id", "rank")
 
 
-def provenance_labels(
-    run: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int = 1
-) -> pl.DataFrame:
-    """Binary labels from human/provenance judgments (unjudged → 0)."""
+def provenance_labels(run: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int) -> pl.DataFrame:
+    """Binary labels from human/provenance judgments: 1 when judged ``>= relevance_level``
+    (the configuration's, trec_eval ``-l``), else 0 (unjudged → 0)."""
     return (
         run.select("query_id", "doc_id", "rank")
         .join(

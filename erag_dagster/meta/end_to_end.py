@@ -31,7 +31,7 @@ from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers import prompts
-from erag_dagster.readers.passages import run_with_passages
+from erag_dagster.readers.passages import check_run_queries, run_with_passages
 
 __all__ = [
     "END_TO_END",
@@ -97,9 +97,12 @@ def evaluate_end_to_end(
     generations under :func:`end_to_end_fingerprint` (the "document" of a generation is the
     ranked list of the top-``k`` doc ids and its text hash covers every passage), so a re-run
     of the same lists with the same reader generates nothing. ``executor``: where the reader
-    runs (:mod:`erag_dagster.labels.reader_calls`; default in this process).
+    runs (:mod:`erag_dagster.labels.reader_calls`; default in this process). A run naming a
+    query that ``queries`` lacks (one retrieved for another subset of the dataset) is an
+    :class:`InputError` naming the query, never a score over the queries both happen to share.
     """
     score_fn = get_downstream_metric(metric)
+    check_run_queries(run, queries)  # a run of other questions (a stale one) is an error, not 0/0
     run_queries = queries.join(run.select("query_id").unique(), on="query_id", how="semi")
     require_answers(run_queries, "end-to-end evaluation")
     contexts = context_lists(run, run_queries, corpus, k)

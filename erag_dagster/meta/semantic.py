@@ -329,7 +329,7 @@ def _similarities(
 
 
 def agreement(
-    labels: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int = 1
+    labels: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int
 ) -> dict[str, float | int]:
     """Agreement of binary ``labels`` (``query_id, doc_id, label``) with human judgments.
 

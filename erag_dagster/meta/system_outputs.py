@@ -84,20 +84,22 @@ def baseline_label_set(
     store=None,
     run_id: str | None = None,
     log: Log | None = None,
-    metric: str = "em",
+    *,
+    metric: str,
+    relevance_level: int,
     methods: Sequence[str] = (),
     executor: ExecutorSpec | None = None,
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
-    provenance (the judgments), containment, semantic similarity to the answer and to the
-    question (``encoder``), and LLM annotation (``reader``, answers kept in ``store``; left
-    out, with one logged line, when the reader cannot give P("yes"): a server without
-    ``logprobs``); plus the extra labellings ``methods``
+    provenance (the judgments, relevant at ``relevance_level``), containment, semantic similarity to
+    the answer and to the question (``encoder``), and LLM annotation (``reader``, answers kept in
+    ``store``; left out, with one logged line, when the reader cannot give P("yes"): a server
+    without ``logprobs``); plus the extra labellings ``methods``
     (:mod:`erag_dagster.meta.label_methods`, scored with the downstream ``metric``; signed ones
     have labels in [-1, 1]). ``executor``: where the reader runs
     (:mod:`erag_dagster.labels.reader_calls`; its tasks share one Ray pool)."""
     parts = {
-        "provenance": provenance_labels(run, qrels),
+        "provenance": provenance_labels(run, qrels, relevance_level),
         "containment": containment_labels(run, queries, corpus),
         "semantic_answer": semantic_labels(run, queries, corpus, encoder, against="answer"),
         "semantic_question": semantic_labels(run, queries, corpus, encoder, against="question"),

@@ -230,7 +230,7 @@ def evaluate_run(
     qrels: pl.DataFrame,
     run: pl.DataFrame,
     metrics: Sequence[str],
-    relevance_level: int = 1,
+    relevance_level: int,
     judged_only: bool = True,
 ) -> ListMetricReport:
     """trec_eval's values of ``metrics`` for ``run`` judged by ``qrels`` (see the module doc).

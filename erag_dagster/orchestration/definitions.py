@@ -35,19 +35,28 @@ from erag_dagster.orchestration.deployment import step_executor
 from erag_dagster.orchestration.instance_settings import warn_once
 from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource, ReaderResource
 from erag_dagster.orchestration.resources.io import PolarsJsonIOManagerFactory
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 
-def source_assets(registry: Registry, key_prefix: Sequence[str] = ()) -> list[dg.SourceAsset]:
+def source_assets(
+    registry: Registry, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
+) -> list[dg.SourceAsset]:
     """The observed external inputs: each dataset's ``dataset_files`` and ``reader_models``
     (one partition per registry reader, shared by every dataset), under ``key_prefix``."""
     return [
-        *(automation.build_dataset_files(name, key_prefix) for name in registry.dataset_names),
-        automation.build_reader_models(registry, key_prefix),
+        *(
+            automation.build_dataset_files(name, key_prefix, keys)
+            for name in registry.dataset_names
+        ),
+        automation.build_reader_models(registry, key_prefix, keys),
     ]
 
 
 def dataset_assets(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry,
+    settings: EvalSettings | None = None,
+    keys: ResourceKeys = UNPREFIXED,
+    package_checks: bool = True,
 ) -> list[dg.AssetsDefinition]:
     """The materialisable assets of one dataset, partitioned by ``registry`` (the dataset's
     view: :meth:`Registry.for_dataset`), unprefixed. A dataset without ``reader_labels`` gets
@@ -58,29 +67,32 @@ def dataset_assets(
     assets' ``code_version`` follows the metric and label methods of ``settings`` (default: the
     registry's; :mod:`erag_dagster.core.code_versions`). The report tables come from their
     declarations (:mod:`erag_dagster.reports.catalog`), each placed right after the last asset
-    it reads (:func:`with_reports`).
+    it reads (:func:`with_reports`). Every asset binds its resources under ``keys``.
 
     The order is the order of the main job
     (:func:`erag_dagster.orchestration.pipeline.materialize_all`) among assets that do not depend on
     each other.
     """
     stages = [
-        data.dataset_tables,
-        retrieval.bm25_index,
-        retrieval.dense_index,
-        retrieval.build_retrieval_run(registry),
-        *filter(None, [retrieval.build_rerank_lift(registry)]),
+        data.build_dataset_tables(keys),
+        *retrieval.build_indexes(keys),
+        retrieval.build_retrieval_run(registry, keys),
+        *filter(None, [retrieval.build_rerank_lift(registry, keys)]),
     ]
     if registry.reader_labels:
         stages += [
-            *([labels.build_reference_answers(registry)] if registry.has_reference else []),
-            labels.build_doc_labels(registry, settings),
-            verdict.verdict,
-            fit.fit,
+            *([labels.build_reference_answers(registry, keys)] if registry.has_reference else []),
+            labels.build_doc_labels(registry, settings, keys),
+            verdict.build_verdict(keys),
+            fit.build_fit(keys),
             # scored against gold answers: none with a reference (evaluation.reference)
-            *([] if registry.has_reference else meta.build_meta_partitioned(registry, settings)),
+            *(
+                []
+                if registry.has_reference
+                else meta.build_meta_partitioned(registry, settings, keys)
+            ),
         ]
-    return with_reports(stages, reports.build_report_assets(registry))
+    return with_reports(stages, reports.build_report_assets(registry, keys, package_checks))
 
 
 def with_reports(
@@ -100,21 +112,27 @@ def with_reports(
 
 
 def build_assets(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry,
+    settings: EvalSettings | None = None,
+    keys: ResourceKeys = UNPREFIXED,
+    package_checks: bool = True,
 ) -> list[dg.AssetsDefinition]:
     """Every materialisable asset: :func:`dataset_assets` once per registry dataset, its keys
-    prefixed by the dataset's name (none without a ``datasets`` section), then the reports
-    across datasets (:mod:`erag_dagster.orchestration.assets.reports`; two or more datasets) and the
-    run's HTML page (:mod:`erag_dagster.orchestration.assets.html_report`)."""
+    prefixed by the dataset's name (none without a ``datasets`` section), then the reports across
+    datasets (:mod:`erag_dagster.orchestration.assets.reports`; two or more datasets) and the run's
+    HTML page (:mod:`erag_dagster.orchestration.assets.html_report`); resources under ``keys``;
+    ``package_checks`` as :func:`build_defs`'s."""
     per_dataset = [
         asset
         for name in registry.dataset_names
-        for asset in prefixed(dataset_assets(registry.for_dataset(name), settings), name)
+        for asset in prefixed(
+            dataset_assets(registry.for_dataset(name), settings, keys, package_checks), name
+        )
     ]
     return [
         *per_dataset,
-        *reports.build_across_assets(registry),
-        html_report.build_html_report(registry),
+        *reports.build_across_assets(registry, keys),
+        html_report.build_html_report(registry, keys),
     ]
 
 
@@ -122,8 +140,9 @@ def build_resources(
     registry: Registry, settings: EvalSettings | None = None, deployment: str | None = None
 ) -> dict[str, object]:
     """The resources of ``deployment`` (default
-    :func:`erag_dagster.orchestration.deployment.deployment`); every value is overridable
-    through run config.
+    :func:`erag_dagster.orchestration.deployment.deployment`), by their names
+    (:data:`~erag_dagster.orchestration.resources.keys.RESOURCE_NAMES`; :func:`build_defs` binds
+    them under the graph's keys); every value is overridable through run config.
 
     ``local``: single-machine defaults (store and assets under the storage root). ``production``:
     the label store and the IO manager base path from environment variables read at run time
@@ -155,40 +174,45 @@ def build_defs(
     key_prefix: Sequence[str] = (),
     resources: Mapping[str, object] | None = None,
     deployment: str | None = None,
+    package_checks: bool = True,
 ) -> dg.Definitions:
     """The Definitions for a registry file (default: ``$ERAG_REGISTRY`` or the packaged one),
     or for an already parsed ``registry`` (the eRAG component's:
     :mod:`erag_dagster.orchestration.component`).
 
-    ``key_prefix``: every asset key (and the op names, jobs, schedule and sensors) under it,
-    applied as the assets are built
-    (:func:`~erag_dagster.orchestration.assets.common.with_key_prefix`); the automation sensor
-    then targets these assets only. ``resources``: values replacing those of
-    :func:`build_resources` (``None`` as a value drops that key); ``deployment``: as there.
+    ``key_prefix``: every asset key (and the op names, jobs, schedule and sensors) under it, applied
+    as the assets are built (:func:`~erag_dagster.orchestration.assets.common.with_key_prefix`); the
+    automation sensor then targets these assets only, and the resources are bound under keys of the
+    prefix too (:class:`~erag_dagster.orchestration.resources.keys.ResourceKeys`: ``erag__settings``
+    for ``[erag]``), so several graphs share one code location. ``resources``: values replacing
+    those of :func:`build_resources`, by name (``None`` as a value drops that resource; a dropped
+    ``io_manager`` means the graph stores through the code location's own ``io_manager``);
+    ``deployment``: as there. ``package_checks``: the checks that hold only for this package's own
+    default run (``readme_figures``), off in a team's project.
     """
     if registry is None:
         registry = load_registry(registry_path or (settings.registry_path if settings else None))
     prefix = list(key_prefix)
+    named = {**build_resources(registry, settings, deployment), **(resources or {})}
+    keys = ResourceKeys(tuple(prefix), shared_io_manager=named.get("io_manager") is None)
     observe = automation.build_observe_inputs_job(registry, prefix)
-    assets = build_assets(registry, settings)
+    assets = build_assets(registry, settings, keys, package_checks)
     inputs = [automation.dataset_files_key(n) for n in registry.dataset_names]
     own = {key for a in assets for key in a.keys} | {*inputs, automation.READER_MODELS}
-    bound = {**build_resources(registry, settings, deployment), **(resources or {})}
     return dg.Definitions(
-        assets=[*source_assets(registry, prefix), *with_key_prefix(assets, prefix, own)],
+        assets=[*source_assets(registry, prefix, keys), *with_key_prefix(assets, prefix, own)],
         jobs=[observe],
-        schedules=[automation.build_reevaluation_schedule(registry, observe, prefix)],
+        schedules=[automation.build_reevaluation_schedule(registry, observe, prefix, keys)],
         sensors=[
             automation.build_automation_sensor(prefix),
-            automation.build_input_change_sensor(observe, prefix),
+            automation.build_input_change_sensor(observe, prefix, keys),
         ],
-        resources={k: v for k, v in bound.items() if v is not None},
+        resources={keys.key(k): v for k, v in named.items() if v is not None},
         executor=step_executor(deployment),  # production: a Kubernetes job per step (deploy/)
     )
 
 
-# A code server (or run worker) whose $DAGSTER_HOME lacks the gpu pool's or the run queue's
-# limit: one line saying what to add, once per process
-# (erag_dagster/orchestration/instance_settings.py).
+# A code server (or run worker) whose $DAGSTER_HOME lacks the gpu pool's or the run queue's limit:
+# one line saying what to add, once per process (erag_dagster/orchestration/instance_settings.py).
 warn_once()
 defs = build_defs()

@@ -28,11 +28,13 @@ import dagster as dg
 # isort: on
 
 from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.config.registry import Registry
 from erag_dagster.core.callbacks import Log
 from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.orchestration.instance_settings import warn_once
 from erag_dagster.orchestration.progress import Progress
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import prefixed_name
 from erag_dagster.orchestration.run_slots import (
     process_tags,
     release_dead_runs,
@@ -58,6 +60,51 @@ def stage_selection(stages: Sequence[str] | None = None) -> dg.AssetSelection:
         if stages is not None and name not in stages:
             selection = selection - stage
     return selection
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One eRAG graph to build: the Definitions it is part of (the packaged project's, or a
+    team's whole code location), and the registry, key prefix and settings of its eRAG assets
+    (an eRAG component instance's: :mod:`erag_dagster.orchestration.project`)."""
+
+    defs: dg.Definitions
+    registry: Registry
+    settings: EvalSettings
+    key_prefix: tuple[str, ...] = ()
+
+    @classmethod
+    def packaged(cls, settings: EvalSettings | None = None, registry_path: str = "") -> Graph:
+        """The graph of a registry file (``settings.registry_path``, else ``registry_path``,
+        else ``$ERAG_REGISTRY`` or the packaged one): :func:`build_defs`'s."""
+        # imported late: its module warns about the instance, which must come after every
+        # refusal of the settings (check_settings)
+        from erag_dagster.orchestration.definitions import build_defs
+
+        settings = settings or EvalSettings(registry_path=registry_path)
+        defs = build_defs(settings.registry_path or None, settings)
+        bound = dict(defs.resources or {})["settings"]
+        return cls(defs, bound.registry(), bound)
+
+    def key(self, user_string: str) -> dg.AssetKey:
+        """The key of an eRAG asset named as the registry sees it (``erag_report``,
+        ``scifact/verdict``), under this graph's key prefix."""
+        return dg.AssetKey([*self.key_prefix, *dg.AssetKey.from_user_string(user_string).path])
+
+    def selection(self, stages: Sequence[str] | None = None) -> dg.AssetSelection:
+        """This graph's assets of ``stages`` (:func:`stage_selection`) and the assets of the
+        project they read (a ``kind: asset`` retriever's run)."""
+        own = stage_selection(stages)
+        if self.key_prefix:
+            own = own & dg.AssetSelection.key_prefixes(list(self.key_prefix))
+        return own.upstream()
+
+    @property
+    def page(self) -> Path:
+        """Where its ``html_report`` writes the page."""
+        from erag_dagster.orchestration.assets.html_report import page_path
+
+        return page_path(self.key_prefix)
 
 
 @dataclass(frozen=True)
@@ -113,10 +160,10 @@ def plan(defs: dg.Definitions, selection: dg.AssetSelection | None = None) -> li
 
 def _instance(log: Log = print) -> dg.DagsterInstance:
     """The ``$DAGSTER_HOME`` instance, or an ephemeral one when it is unset. A ``DAGSTER_HOME``
-    that is relative or not an existing folder is an :class:`InputError` (one line), not
-    Dagster's traceback; one lacking the instance settings the project relies on gets one line
-    through ``log`` saying what to add (:mod:`erag_dagster.orchestration.instance_settings`), in
-    place of Dagster's own warnings."""
+    that is relative or not an existing folder is an :class:`InputError` (one line), not Dagster's
+    traceback; one lacking the instance settings the project relies on gets one line through ``log``
+    saying what to add (:mod:`erag_dagster.orchestration.instance_settings`), in place of Dagster's
+    own warnings."""
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         return dg.DagsterInstance.ephemeral()
@@ -188,6 +235,21 @@ def check_settings(
     return checked
 
 
+def check_readers_available(registry: Registry) -> None:
+    """Every reader of ``registry`` can be loaded here, decided without loading it
+    (:func:`erag_dagster.readers.availability.check_readers_available`), each error naming the
+    registry file. A registry none of whose datasets gets the reader stages (BEIR judgments
+    only) runs no reader: nothing to check."""
+    from erag_dagster.readers.availability import check_readers_available as check
+
+    if not any(registry.for_dataset(name).reader_labels for name in registry.dataset_names):
+        return
+    check(
+        {e.name: e.config for e in registry.readers.values()},
+        {name: registry.path for name in registry.readers},
+    )
+
+
 def _run_config(verbose: bool) -> dict:
     """Dagster's console logger: its default level with ``verbose``, else silent (CRITICAL).
 
@@ -237,38 +299,43 @@ def materialize_all(
     progress: Callable[[list], Progress] | None = None,
     load_dataset: Callable[[str], object] | None = None,
     launched_by: str = "erag_dagster.orchestration.pipeline.materialize_all",
+    graph: Graph | None = None,
 ) -> None:
     """Check the settings, observe the inputs, then materialise the graph step by step
     (:func:`plan`), each step a run of the job :data:`EVALUATION_JOB` (:func:`step_job`)
     tagged ``erag/launched_by: <launched_by>`` (``erag-dagster run`` names itself).
 
-    Partitioned assets are materialised one partition per run (as a user would from the UI);
-    the reports read every partition of their upstream. ``stages`` keeps only the named
-    optional stages (:data:`STAGES`); ``None`` runs everything. Nothing runs when
-    :func:`check_settings` refuses the settings. Dagster's console log is silent unless
-    ``verbose`` (the runs' event logs keep it); the terminal gets one progress line per run
-    (``progress``: a :class:`~erag_dagster.orchestration.progress.Progress` factory over the planned
-    steps,
-    default lines through ``log``). A failed run raises :class:`StepFailed` (or the
-    :class:`InputError` raised in it) naming the asset, the partition and the run id.
+    Partitioned assets are materialised one partition per run (as a user would from the UI); the
+    reports read every partition of their upstream. ``stages`` keeps only the named optional stages
+    (:data:`STAGES`); ``None`` runs everything. Nothing runs when :func:`check_settings` refuses the
+    settings. Dagster's console log is silent unless ``verbose`` (the runs' event logs keep it); the
+    terminal gets one progress line per run (``progress``: a
+    :class:`~erag_dagster.orchestration.progress.Progress` factory over the planned steps, default
+    lines through ``log``). A failed run raises :class:`StepFailed` (or the :class:`InputError`
+    raised in it) naming the asset, the partition and the run id. A reader that cannot be loaded
+    here (its libraries, packaged wheel or model file missing) is one :class:`InputError` line
+    naming it and the install command, after the settings are checked and before anything runs
+    (:func:`check_readers_available`; nothing is loaded).
+
+    ``graph``: the graph to build (default: :meth:`Graph.packaged` of ``settings``), e.g. an
+    eRAG component instance's in a team's project (``erag-dagster run --defs``), with the
+    project's assets it reads, under its key prefix.
     """
-    settings = settings or EvalSettings()
+    settings = graph.settings if graph is not None else settings or EvalSettings()
     check_settings(settings, load_dataset)
+    check_readers_available(settings.registry())
     owned = instance is None
     instance = instance or _instance(log)
     # An instance opened here is entered (Dagster's public context manager): the Definitions
     # load with its definitions-state storage, and it is closed at the end. A caller's instance
     # is the caller's to enter (``with dg.instance_for_test() as instance``, as tests do).
     with instance if owned else contextlib.nullcontext(instance):
-        # imported late: its module warns about the instance, which must come after
-        # every refusal of the settings (check_settings)
-        from erag_dagster.orchestration.definitions import build_defs
-
-        defs = build_defs(settings.registry_path or None, settings)
+        graph = graph or Graph.packaged(settings)
+        defs = graph.defs
         run_config = _run_config(verbose)
         runs = [
             (step, partition_key)
-            for step in plan(defs, stage_selection(stages))
+            for step in plan(defs, graph.selection(stages))
             for partition_key in step.partition_keys()
         ]
         tracker = (progress or (lambda planned: Progress(planned, log)))(
@@ -276,11 +343,12 @@ def materialize_all(
         )
         tracker.started("observe dataset_files, reader_models")
         tags = {**process_tags(), LAUNCHED_BY_TAG: launched_by}
-        observed = defs.resolve_job_def("observe_inputs").execute_in_process(
+        observe = prefixed_name("observe_inputs", graph.key_prefix)
+        observed = defs.resolve_job_def(observe).execute_in_process(
             instance=instance, run_config=run_config, raise_on_error=False, tags=tags
         )
         if not observed.success:
-            raise _failure(observed, "observe_inputs")
+            raise _failure(observed, observe)
         tracker.finished("observe dataset_files, reader_models")
         assets = list(defs.assets or [])
         resources = dict(defs.resources or {})
@@ -393,21 +461,27 @@ def load_asset_value(
     instance: dg.DagsterInstance | None = None,
     registry_path: str = "",
     verbose: bool = False,
+    graph: Graph | None = None,
 ):
-    """Read a materialised unpartitioned asset's value through the IO manager.
+    """Read a materialised unpartitioned asset's value through the IO manager (``key`` as the
+    registry names it; ``graph``: whose asset, default :meth:`Graph.packaged` of
+    ``registry_path``).
 
     Dagster's console log of the load (the IO manager's "Loading file from ...") is dropped
     unless ``verbose``: the loader's console logger writes to the ``sys.stderr`` of the moment
     it is created, so it is created with stderr redirected.
     """
-    # imported late: its module warns about the instance, which must come after
-    # every refusal of the settings (check_settings)
-    from erag_dagster.orchestration.definitions import build_defs
+    if graph is None:
+        # imported late: its module warns about the instance, which must come after
+        # every refusal of the settings (check_settings)
+        from erag_dagster.orchestration.definitions import build_defs
 
-    defs = build_defs(registry_path or None)
+        defs, asset_key = build_defs(registry_path or None), dg.AssetKey.from_user_string(key)
+    else:
+        defs, asset_key = graph.defs, graph.key(key)
     quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
     with quiet, defs.get_asset_value_loader(instance=instance or _instance()) as loader:
-        return loader.load_asset_value(dg.AssetKey.from_user_string(key))
+        return loader.load_asset_value(asset_key)
 
 
 def load_run_report(
@@ -415,16 +489,19 @@ def load_run_report(
     registry_path: str = "",
     only: Sequence[str] | None = None,
     verbose: bool = False,
+    graph: Graph | None = None,
 ):
     """The materialised reports as a :class:`~erag_dagster.reports.run_report.RunReport`:
     every report in ``only`` (default: all) that exists, and where ``erag_report`` is wanted
     each dataset's verdict (the ``verdict`` asset: computed once per run). A report not
-    materialised yet is a section "not available", not an error."""
+    materialised yet is a section "not available", not an error. ``graph``: whose reports
+    (default: the graph of ``registry_path``), whose settings' statistics the tables' stars and
+    legends follow."""
     from erag_dagster.config.registry import load_registry
     from erag_dagster.reports.run_report import RunReport, Section, sections_order
     from erag_dagster.reports.verdict import Verdict
 
-    registry = load_registry(registry_path or None)
+    registry = graph.registry if graph is not None else load_registry(registry_path or None)
     names = registry.dataset_names
     readers = {name: bool(registry.for_dataset(name).reader_labels) for name in names}
     gold = {name: not registry.for_dataset(name).has_reference for name in names}
@@ -434,12 +511,13 @@ def load_run_report(
         for name, key in sections_order(names, readers, many, gold)
         if only is None or key in only
     ]
-    report = RunReport(sections=[])
+    settings = graph.settings if graph is not None else EvalSettings(registry_path=registry_path)
+    report = RunReport(sections=[], statistics=settings.resolve().statistics)
 
     def load(name: str | None, key: str) -> Section:
         try:
             frame = load_asset_value(
-                f"{name}/{key}" if name else key, instance, registry_path, verbose
+                f"{name}/{key}" if name else key, instance, registry_path, verbose, graph
             )
         except Exception as exc:  # a report not materialised yet is not an error here
             return Section(key, name, None, type(exc).__name__)
@@ -451,16 +529,40 @@ def load_run_report(
         report.sections.append(load(name, key))
         if key == "erag_report" and report.sections[-1].frame is not None:
             load(name, "erag_per_query")
+            report.notes += per_query_notes(name, instance, graph)
             try:  # the verdict asset's value: computed once, rendered here
                 found = load_asset_value(
-                    f"{name}/verdict" if name else "verdict", instance, registry_path, verbose
-                )
+                    f"{name}/verdict" if name else "verdict",
+                    instance, registry_path, verbose, graph,
+                )  # fmt: skip
             except Exception:  # not materialised (yet): no verdict lines
                 found = None
             if found:
                 report.verdicts.append(Verdict.from_dict(found))
-            report.fits += load_fits(name, instance, registry_path, verbose)
+            report.fits += load_fits(name, instance, registry_path, verbose, graph)
     return report
+
+
+def per_query_notes(
+    name: str | None, instance: dg.DagsterInstance | None = None, graph: Graph | None = None
+) -> list[str]:
+    """The notes the latest ``erag_per_query`` of dataset ``name`` (in ``graph``, default the
+    unprefixed one) recorded: the questions a system has no document for, each scored 0
+    (:mod:`erag_dagster.meta.per_query`'s rule; the metadata key
+    ``queries_scored_0_without_labels``); ``[]`` when none or not materialised."""
+    from erag_dagster.reports.erag_tables import NOTES_KEY
+
+    user_string = f"{name}/erag_per_query" if name else "erag_per_query"
+    key = graph.key(user_string) if graph is not None else dg.AssetKey.from_user_string(user_string)
+    try:
+        records = (instance or _instance()).fetch_materializations(key, limit=1).records
+    except Exception:  # no instance history: no notes, as a report not materialised yet
+        return []
+    if not records or records[0].asset_materialization is None:
+        return []
+    entry = records[0].asset_materialization.metadata.get(NOTES_KEY)
+    text = str(entry.value) if entry is not None else ""
+    return [] if text in ("", "none") else text.split("; ")
 
 
 def load_fits(
@@ -468,13 +570,16 @@ def load_fits(
     instance: dg.DagsterInstance | None = None,
     registry_path: str = "",
     verbose: bool = False,
+    graph: Graph | None = None,
 ) -> list:
     """The fit diagnostics of dataset ``name``: the ``fit`` asset's value (computed once per
     run, :mod:`erag_dagster.orchestration.assets.fit`); ``[]`` when it is not materialised."""
     from erag_dagster.meta.fit import fit_from_dict
 
     try:
-        rows = load_asset_value(f"{name}/fit" if name else "fit", instance, registry_path, verbose)
+        rows = load_asset_value(
+            f"{name}/fit" if name else "fit", instance, registry_path, verbose, graph
+        )
     except Exception:  # not materialised (yet): no diagnostics
         return []
     return [fit_from_dict(row) for row in rows or []]
@@ -487,12 +592,13 @@ def print_reports(
     verbose: bool = False,
     full: bool = True,
     tables_dir: Path | None = None,
+    graph: Graph | None = None,
 ) -> None:
     """Print the report assets that exist (:func:`load_run_report`): the verdict first, then
     each table, compact unless ``full`` (``verbose``: with Dagster's console log of the loads,
     see :func:`load_asset_value`). With ``tables_dir`` every frame is first written there in
     full as CSV and parquet, and the text ends saying where."""
-    report = load_run_report(instance, registry_path, only, verbose)
+    report = load_run_report(instance, registry_path, only, verbose, graph)
     if tables_dir is not None:
         report.write_tables(tables_dir)
     print(report.text(full=full))

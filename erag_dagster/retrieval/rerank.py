@@ -55,6 +55,7 @@ from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.report import ListMetricReport
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score, top_k
+from erag_dagster.stats.settings import Statistics
 from erag_dagster.stats.significance import compare_paired
 
 if TYPE_CHECKING:
@@ -275,12 +276,11 @@ def lift_report(
     qrels: pl.DataFrame,
     before: pl.DataFrame,
     after: pl.DataFrame | RerankResult,
-    metrics: Sequence[str] = ("nDCG@10", "AP", "R@10"),
-    relevance_level: int = 1,
+    metrics: Sequence[str],
+    stats: Statistics,
+    *,
+    relevance_level: int,
     depth: int | None = None,
-    n_permutations: int = 10_000,
-    n_resamples: int = 1000,
-    seed: int = 0,
 ) -> pl.DataFrame:
     """Quality/cost trade-off of a second stage: one row per metric.
 
@@ -293,7 +293,8 @@ def lift_report(
 
     Columns: ``metric, before, after, difference (= after - before), ci_low, ci_high``
     (bootstrap CI of the difference), ``p_perm`` (paired randomisation test), ``p_t`` (paired
-    t-test), ``queries`` (scored by both), ``depth``, and when ``after`` is a
+    t-test) — every draw with the evaluation's ``stats`` (resamples, permutations, confidence,
+    seed) —, ``queries`` (scored by both), ``depth``, and when ``after`` is a
     :class:`RerankResult` its ``added_seconds_per_query`` and ``docs_per_second`` (else null).
     """
     result = after if isinstance(after, RerankResult) else None
@@ -316,13 +317,7 @@ def lift_report(
         scores = {
             name: {q: v[m] for q, v in report.per_query.items()} for name, report in reports.items()
         }
-        cmp = compare_paired(
-            scores["after"],
-            scores["before"],
-            n_permutations=n_permutations,
-            n_resamples=n_resamples,
-            seed=seed,
-        )
+        cmp = compare_paired(scores["after"], scores["before"], stats)
         rows.append(
             {
                 "metric": m,

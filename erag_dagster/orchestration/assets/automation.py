@@ -5,8 +5,11 @@
   changed partitions definition resets the sensor's memory of what was missing), when an
   upstream *data version* changed (a re-materialisation that yields identical data changes
   nothing downstream), or when the asset's own ``code_version`` changed — and never while an
-  input is missing or in progress. The automation condition sensor runs by default. The
-  efficiency report (a benchmark) is not automated.
+  input is missing, in progress, or itself due to be recomputed (:data:`DUE`): after an edit
+  of the dataset, ``queries`` changes first; ``retrieval_run`` and ``doc_labels`` both read it,
+  and ``doc_labels`` waits until ``retrieval_run`` has been recomputed from the new questions,
+  instead of labelling the stale run (issue 42). The automation condition sensor runs by
+  default. The efficiency report (a benchmark) is not automated.
 * ``dataset_files`` and ``reader_models`` are observable source assets whose data versions are
   content hashes of the dataset files and the readers' fingerprints; ``reader_models`` has one
   partition per registry reader, mapped to the reader dimension of the reader x retriever
@@ -33,7 +36,9 @@ from erag_dagster.config.inputs import dataset_digest
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.errors import InputError
 from erag_dagster.core.hashing import sha256_text
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys, prefixed_name
 
 AC = dg.AutomationCondition
 
@@ -42,10 +47,20 @@ ANY_DEP_DATA_CHANGED = AC.any_deps_match(
     AC.data_version_changed() & ~AC.executed_with_root_target()
 ).with_label("any_dep_data_version_changed")
 
+DUE = (
+    (AC.missing() | ANY_DEP_DATA_CHANGED | AC.code_version_changed())
+    .since_last_handled()
+    .with_label("due")
+)
+"""An asset partition is *due*: missing, an input's data version changed or its own code
+version changed since it was last requested or updated. A due partition that is not requested
+yet (it waits for its own inputs) is stale; what reads it waits for it."""
+
 RECOMPUTE_WHEN_STALE = (
-    (AC.missing() | ANY_DEP_DATA_CHANGED | AC.code_version_changed()).since_last_handled()
+    DUE
     & ~AC.any_deps_missing()
     & ~AC.any_deps_in_progress()
+    & ~AC.any_deps_match(DUE).with_label("any_dep_due")
     & ~AC.in_progress()
 ).with_label("eager_on_data_version_or_code_change")
 
@@ -96,34 +111,32 @@ def current_input_versions(
     return versions
 
 
-def build_dataset_files(dataset: str | None, key_prefix: Sequence[str] = ()) -> dg.SourceAsset:
+def build_dataset_files(
+    dataset: str | None, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
+) -> dg.SourceAsset:
     """``dataset_files`` of one registry dataset (``None``: the only one, unprefixed), under
-    ``key_prefix``."""
+    ``key_prefix``, its ``settings`` resource under ``keys``."""
 
-    @dg.observable_source_asset(
-        name="dataset_files",
-        key_prefix=[*key_prefix, *([dataset] if dataset else [])] or None,
-        group_name="inputs",
-    )
     def dataset_files(settings: EvalSettings) -> dg.DataVersion:
         """The dataset's files (content hash); the embedded sample's file for ``sample``."""
         return dg.DataVersion(dataset_digest(settings.resolve(dataset).dataset))
 
-    return dataset_files
+    return dg.observable_source_asset(
+        name="dataset_files",
+        key_prefix=[*key_prefix, *([dataset] if dataset else [])] or None,
+        group_name="inputs",
+    )(adapt(dataset_files, keys))
 
 
-def build_reader_models(registry: Registry, key_prefix: Sequence[str] = ()) -> dg.SourceAsset:
+def build_reader_models(
+    registry: Registry, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
+) -> dg.SourceAsset:
     """``reader_models``, partitioned by registry reader: each partition's data version is that
     reader's fingerprint (model files, libraries, dtype, prompt, decoding), so one reader's
     change is one partition's new version and reaches only that reader's partitions downstream.
+    Its ``settings`` resource is under ``keys``.
     """
 
-    @dg.observable_source_asset(
-        name="reader_models",
-        key_prefix=list(key_prefix) or None,
-        group_name="inputs",
-        partitions_def=dg.StaticPartitionsDefinition(registry.reader_partitions),
-    )
     def reader_models(settings: EvalSettings) -> dg.DataVersionsByPartition:
         """Every registry reader's model file(s) and config (its fingerprint), per reader."""
         return dg.DataVersionsByPartition(
@@ -133,7 +146,12 @@ def build_reader_models(registry: Registry, key_prefix: Sequence[str] = ()) -> d
             }
         )
 
-    return reader_models
+    return dg.observable_source_asset(
+        name="reader_models",
+        key_prefix=list(key_prefix) or None,
+        group_name="inputs",
+        partitions_def=dg.StaticPartitionsDefinition(registry.reader_partitions),
+    )(adapt(reader_models, keys))
 
 
 def reader_lineage_tags(
@@ -172,7 +190,7 @@ AssetJob: TypeAlias = Any
 def named(name: str, key_prefix: Sequence[str] = ()) -> str:
     """A job, schedule or sensor name under the component's key prefix (``team__erag__name``
     for ``[team, erag]``), so it cannot clash with one of the user's project."""
-    return "__".join([*key_prefix, name])
+    return prefixed_name(name, key_prefix)
 
 
 def build_observe_inputs_job(registry: Registry, key_prefix: Sequence[str] = ()) -> AssetJob:
@@ -244,10 +262,13 @@ def _observation_request(
 
 
 def build_reevaluation_schedule(
-    registry: Registry, job: AssetJob, key_prefix: Sequence[str] = ()
+    registry: Registry,
+    job: AssetJob,
+    key_prefix: Sequence[str] = (),
+    keys: ResourceKeys = UNPREFIXED,
 ) -> dg.ScheduleDefinition:
     """``reevaluation_schedule`` on the cron of ``registry`` (see :func:`schedule_cron`),
-    running ``job`` (:func:`build_observe_inputs_job`)."""
+    running ``job`` (:func:`build_observe_inputs_job`); its ``settings`` under ``keys``."""
 
     def reevaluation(context: dg.ScheduleEvaluationContext, settings: EvalSettings):
         """Observe the inputs when one changed; request nothing when all are unchanged."""
@@ -258,7 +279,7 @@ def build_reevaluation_schedule(
         cron_schedule=schedule_cron(registry),
         job=job,
         default_status=dg.DefaultScheduleStatus.RUNNING,
-    )(reevaluation)
+    )(adapt(reevaluation, keys))
 
 
 def sensor_interval_s(default: int) -> int:
@@ -271,7 +292,9 @@ def sensor_interval_s(default: int) -> int:
     return int(raw)
 
 
-def build_input_change_sensor(job: AssetJob, key_prefix: Sequence[str] = ()) -> dg.SensorDefinition:
+def build_input_change_sensor(
+    job: AssetJob, key_prefix: Sequence[str] = (), keys: ResourceKeys = UNPREFIXED
+) -> dg.SensorDefinition:
     """``input_change_sensor`` (running by default, every 60 s): requests an observation of the
     inputs when one differs from its last observation, or was never observed — so a fresh
     deployment observes its inputs on the first tick and then builds the graph, and a changed
@@ -279,16 +302,16 @@ def build_input_change_sensor(job: AssetJob, key_prefix: Sequence[str] = ()) -> 
     is reloaded) is observed within a minute. Hashes are cached by (path, size, mtime)
     (:func:`erag_dagster.config.inputs.file_digest`), so an unchanged tick reads no file content."""
 
-    @dg.sensor(
+    def input_change_sensor(context: dg.SensorEvaluationContext, settings: EvalSettings):
+        """Observe the inputs when one changed (or was never observed); else skip."""
+        return _observation_request(context.instance, settings, "sensor", key_prefix)
+
+    return dg.sensor(
         name=named("input_change_sensor", key_prefix),
         job=job,
         minimum_interval_seconds=sensor_interval_s(60),
         default_status=dg.DefaultSensorStatus.RUNNING,
-    )
-    def input_change_sensor(context: dg.SensorEvaluationContext, settings: EvalSettings):
-        return _observation_request(context.instance, settings, "sensor", key_prefix)
-
-    return input_change_sensor
+    )(adapt(input_change_sensor, keys))
 
 
 def build_automation_sensor(

@@ -1,7 +1,7 @@
 """Helpers shared by the asset modules: partitions from the registry, data versions, metadata."""
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -35,11 +35,21 @@ def dataset_of(context: dg.AssetExecutionContext) -> str | None:
     return context.assets_def.tags_by_key.get(key, {}).get(DATASET_TAG)
 
 
-def report_folder(dataset: str | None) -> Path:
-    """The folder of a dataset's report side files (Figure 1's png, Table 1 as parquet):
-    ``reports/`` under the storage root, ``reports/<dataset>/`` for a registry dataset (two
-    datasets' figures must not overwrite each other). Created if missing."""
-    return storage_dir("reports", dataset) if dataset else storage_dir("reports")
+def key_prefix_of(context: dg.AssetExecutionContext) -> list[str]:
+    """The eRAG component's ``key_prefix`` of the running asset (``[]`` in the packaged
+    project): its key less its own name and its dataset (``[team, erag]`` for
+    ``team/erag/scifact/corpus``)."""
+    key = next(iter(context.assets_def.keys))
+    return list(key.path[: -2 if dataset_of(context) else -1])
+
+
+def report_folder(dataset: str | None, key_prefix: Sequence[str] = ()) -> Path:
+    """The folder of a dataset's report side files (Figure 1's png, Table 1 as parquet) and of
+    the HTML page: ``reports/`` under the storage root, ``reports/<dataset>/`` for a registry
+    dataset (two datasets' figures must not overwrite each other), both under the component's
+    ``key_prefix`` (``reports/team/erag/…``: two instances' pages neither). Created if
+    missing."""
+    return storage_dir("reports", *key_prefix, *([dataset] if dataset else []))
 
 
 def prefixed(assets: list[dg.AssetsDefinition], dataset: str | None) -> list[dg.AssetsDefinition]:
@@ -104,6 +114,31 @@ def evaluation_of(registry: Registry, settings: EvalSettings | None = None) -> E
     ``settings`` (default: the registry's own) resolved against it. Their downstream metric and
     label methods decide the derived ``code_version`` of the label assets."""
     return (settings or EvalSettings()).bound_to(registry).resolve()
+
+
+def session_of(
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    *,
+    corpus: pl.DataFrame | None = None,
+    queries: pl.DataFrame | None = None,
+    qrels: pl.DataFrame | None = None,
+    store: object = None,
+    executor: object = None,
+):  # -> EvaluationSession
+    """The evaluation session of the running asset (its partition's step is one of the
+    session's: :class:`~erag_dagster.evaluation.session.EvaluationSession`): the settings in
+    force for its dataset, that dataset's view of the registry, the tables the asset holds,
+    the label store (when it labels) and the Dagster run as the producer of every new row."""
+    from erag_dagster.evaluation.session import EvaluationSession, partial_dataset
+
+    dataset = dataset_of(context)
+    config = settings.resolve(dataset)
+    return EvaluationSession(
+        config, settings.registry(dataset),
+        partial_dataset(config.dataset, corpus=corpus, queries=queries, qrels=qrels),
+        store, producer=context.run.run_id, executor=executor, log=context.log.info,
+    )  # fmt: skip
 
 
 def retriever_partitions(registry: Registry) -> dg.StaticPartitionsDefinition:

@@ -4,6 +4,7 @@ import dagster as dg
 import polars as pl
 
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import DATASET_FILES, RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import (
     CODE_VERSION,
@@ -12,30 +13,32 @@ from erag_dagster.orchestration.assets.common import (
     table_md,
 )
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
+
+_TABLES = {
+    "corpus": "doc_id, title, text",
+    "queries": "query_id, question, answers",
+    "qrels": "query_id, doc_id, relevance",
+}
 
 
-@dg.multi_asset(
-    outs={
-        "corpus": dg.AssetOut(
+def build_dataset_tables(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
+    """``corpus``, ``queries`` and ``qrels`` of one dataset (resources under ``keys``)."""
+    outs = {
+        name: dg.AssetOut(
             code_version=CODE_VERSION,
-            description="doc_id, title, text",
+            description=description,
             automation_condition=RECOMPUTE_WHEN_STALE,
-        ),
-        "queries": dg.AssetOut(
-            code_version=CODE_VERSION,
-            description="query_id, question, answers",
-            automation_condition=RECOMPUTE_WHEN_STALE,
-        ),
-        "qrels": dg.AssetOut(
-            code_version=CODE_VERSION,
-            description="query_id, doc_id, relevance",
-            automation_condition=RECOMPUTE_WHEN_STALE,
-        ),
-    },
-    group_name="dataset",
-    can_subset=False,
-    deps=[DATASET_FILES],
-)
+            io_manager_key=keys.io_manager,
+        )
+        for name, description in _TABLES.items()
+    }
+    return dg.multi_asset(
+        name="dataset_tables", outs=outs, group_name="dataset", can_subset=False,
+        deps=[DATASET_FILES],
+    )(adapt(dataset_tables, keys))  # fmt: skip
+
+
 def dataset_tables(context: dg.AssetExecutionContext, settings: EvalSettings):
     """Load and validate the dataset (``settings.dataset``; default ``sample``)."""
     spec = settings.resolve(dataset_of(context)).dataset

@@ -11,16 +11,30 @@ warnings beside it (:func:`~erag_dagster.meta.fit.fit_from_dict`).
 import dagster as dg
 import polars as pl
 
-from erag_dagster.evaluation import systems
 from erag_dagster.meta.fit import fit_lines
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
-from erag_dagster.orchestration.assets.common import CODE_VERSION, by_system, dataset_of
-from erag_dagster.orchestration.resources import EvalSettings, ReaderResource
-
-
-@dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
+from erag_dagster.orchestration.assets.common import (
+    CODE_VERSION,
+    by_system,
+    dataset_of,
+    session_of,
 )
+from erag_dagster.orchestration.resources import EvalSettings, ReaderResource
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
+
+
+def build_fit(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
+    """The ``fit`` asset (resources under ``keys``)."""
+    return dg.asset(
+        name="fit",
+        group_name="reports",
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        io_manager_key=keys.io_manager,
+    )(adapt(fit, keys))
+
+
 def fit(
     context: dg.AssetExecutionContext,
     settings: EvalSettings,
@@ -30,17 +44,15 @@ def fit(
     qrels: pl.DataFrame,
 ) -> dg.Output[list]:
     """The fit diagnostics of every eRAG-labelled run (module docstring): the step the API
-    and the gate run right after labelling (:func:`erag_dagster.evaluation.systems.fit`),
-    here once over every ``doc_labels`` partition."""
-    config = settings.resolve(dataset_of(context))
+    and the gate run right after labelling (the evaluation session's ``fit`` step,
+    :meth:`erag_dagster.evaluation.session.EvaluationSession.fit`), here once over every
+    ``doc_labels`` partition."""
+    session = session_of(context, settings, queries=queries, qrels=qrels)
     registry = settings.registry(dataset_of(context))
     fits = [
-        systems.fit(
+        session.fit(
             labels,
-            queries,
-            qrels,
             reader.get(registry, reader_key),
-            config,
             reader_name=reader_key,
             retriever=retriever_key,
         )

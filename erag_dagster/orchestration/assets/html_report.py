@@ -16,7 +16,7 @@ Verdict: the page opens with each dataset's ``verdict`` asset (computed once per
 :func:`erag_dagster.evaluation.steps.decide`: the same object ``erag-dagster run`` prints first).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,8 +26,14 @@ import polars as pl
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.hashing import sha256_text
 from erag_dagster.meta.fit import fit_from_dict, fit_lines
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
-from erag_dagster.orchestration.assets.common import CODE_VERSION, by_system, report_folder
+from erag_dagster.orchestration.assets.common import (
+    CODE_VERSION,
+    by_system,
+    key_prefix_of,
+    report_folder,
+)
 from erag_dagster.orchestration.assets.html_inputs import (
     dataset_facts,
     label_cost,
@@ -38,6 +44,7 @@ from erag_dagster.orchestration.assets.html_inputs import (
 from erag_dagster.orchestration.assets.reports import build_across_assets
 from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource
 from erag_dagster.orchestration.resources.io import PolarsJsonIOManager, local_path
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.reports.catalog import BY_KEY, dataset_reports_for
 from erag_dagster.reports.html import (
     DatasetSection,
@@ -58,9 +65,10 @@ PAGE_NAME = "report.html"
 STORY_INPUTS = ("erag_per_query", "verdict", "fit", "doc_labels")
 
 
-def page_path() -> Path:
-    """Where the page is written: ``reports/report.html`` under the storage root."""
-    return report_folder(None) / PAGE_NAME
+def page_path(key_prefix: Sequence[str] = ()) -> Path:
+    """Where the page is written: ``reports/report.html`` under the storage root (under the
+    eRAG component's ``key_prefix``: ``reports/<prefix parts>/report.html``)."""
+    return report_folder(None, key_prefix) / PAGE_NAME
 
 
 def _input_name(dataset: str | None, asset: str) -> str:
@@ -109,14 +117,17 @@ def _section(
 ) -> DatasetSection:
     """One dataset's part of the page from its inputs (absent ones stay ``None``) and what the
     run recorded beside them (:mod:`.html_inputs`; ``base``: the IO manager's local folder,
-    ``None`` on an object store). ``fit_warnings``: the fit diagnostics' lines, if any."""
+    ``None`` on an object store). ``fit_warnings``: the fit diagnostics' lines, if any. The
+    recorded facts are read under the keys the dataset's assets have in this graph (the eRAG
+    component's ``key_prefix``, then the dataset's name)."""
     registry, params = settings.registry(name), settings.resolve(name)
-    prefix = [name] if name else []
+    key_prefix = key_prefix_of(context)
+    prefix = [*key_prefix, *([name] if name else [])]
     value = {asset: inputs.get(_input_name(name, asset)) for asset in STORY_INPUTS}
     tables = {
         key: inputs.get(_input_name(name, key)) for key in _page_reports(settings.registry(), name)
     }
-    folder = report_folder(name)
+    folder = report_folder(name, key_prefix)
     side_files = {  # the files the reports' page blocks show (Figure 1's png)
         file: (folder / file).read_bytes()
         for key in tables
@@ -137,8 +148,8 @@ def _section(
         board = dataset_erag_leaderboard(
             per_query,
             [m for m in params.list_metrics if m in per_query.columns],
+            params.statistics,
             registry.retriever_partitions[0],
-            n_resamples=params.bootstrap_resamples,
         )
         queries = question_texts(base, prefix)
     if value["doc_labels"] is not None:
@@ -191,7 +202,8 @@ def _html_report(
     **inputs: object,
 ) -> dg.MaterializeResult:
     """Render and write the page (module docstring); metadata: its path and ``file://`` URL."""
-    page = page_path()
+    key_prefix = key_prefix_of(context)
+    page = page_path(key_prefix)
     base = local_path(io_manager.base_path)
     stored = sorted(base.rglob("*.parquet")) if base is not None and base.is_dir() else []
     store = label_store.open()
@@ -200,8 +212,10 @@ def _html_report(
         if base is None:  # an object store: named, not linked
             links = [(f"{io_manager.base_path} (not on this disk: not linked)", None)]
         else:
-            own = [f for f in stored if name is None or f.is_relative_to(base / name)]
-            links = file_links([*own, *sorted(report_folder(name).glob("*.parquet"))], page.parent)
+            mine = base.joinpath(*key_prefix, *([name] if name else []))
+            own = [f for f in stored if f.is_relative_to(mine)]
+            tables = sorted(report_folder(name, key_prefix).glob("*.parquet"))
+            links = file_links([*own, *tables], page.parent)
         sections.append(
             _section(context, settings, name, inputs, store.reader_identity, links, base)
         )
@@ -211,8 +225,9 @@ def _html_report(
         if report.scope == "across" and isinstance(frame := inputs.get(key), pl.DataFrame)
     }
     html = render_html_report(
-        sections, run_id=context.run.run_id, written=datetime.now(UTC), across=across
-    )
+        sections, statistics=settings.resolve().statistics, run_id=context.run.run_id,
+        written=datetime.now(UTC), across=across,
+    )  # fmt: skip
     write_html_report(html, page)
     return dg.MaterializeResult(
         data_version=dg.DataVersion(sha256_text(html)[:16]),
@@ -225,12 +240,14 @@ def _html_report(
     )
 
 
-def build_html_report(registry: Registry) -> dg.AssetsDefinition:
-    """The ``html_report`` asset over ``registry``'s datasets (module docstring)."""
+def build_html_report(registry: Registry, keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
+    """The ``html_report`` asset over ``registry``'s datasets (module docstring), resources
+    under ``keys``."""
     return dg.asset(
         name="html_report",
         group_name="reports",
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
         ins=_inputs(registry),
-    )(_html_report)
+        io_manager_key=keys.io_manager,
+    )(adapt(_html_report, keys))

@@ -9,11 +9,12 @@ import polars as pl
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.code_versions import asset_code_version
 from erag_dagster.core.credentials import mask_in
-from erag_dagster.evaluation import checks, systems
+from erag_dagster.evaluation import checks
 from erag_dagster.evaluation.references import make_references
 from erag_dagster.labels.labeller import erag_code_versions
 from erag_dagster.labels.reference import REFERENCE_TASK, References
 from erag_dagster.orchestration.assets import checks as asset_checks
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import (
     READER_MODELS,
     READER_MODELS_BY_READER,
@@ -26,17 +27,19 @@ from erag_dagster.orchestration.assets.common import (
     evaluation_of,
     frame_version,
     reader_retriever_partitions,
+    session_of,
     system_of,
     table_md,
 )
 from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 GPU_POOL = "gpu"
 """Reader-bound steps share this pool: its limit is the number of accelerators (op-level
 concurrency; ``concurrency.pools`` in the instance's ``dagster.yaml``)."""
 #: On Kubernetes (deploy/production) each step is a pod built from its op tags by
-#: ``k8s_job_executor`` (:mod:`erag_dagster.orchestration.deployment`): reader-bound steps ask
-#: for one GPU.
+#: ``k8s_job_executor`` (:mod:`erag_dagster.orchestration.deployment`): reader-bound steps ask for
+#: one GPU.
 GPU_OP_TAGS = {
     "dagster-k8s/config": {
         "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
@@ -54,8 +57,9 @@ def _doc_labels(
     queries: pl.DataFrame,
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """Per-document eRAG labels for the top ``label_k`` of one run, judged by one reader: the
-    label step the API and the gate call (:func:`erag_dagster.evaluation.systems.label`); its
-    fit diagnostics are the ``fit`` asset's, computed once over every partition.
+    evaluation session's label step, which the API and the gate call too
+    (:meth:`erag_dagster.evaluation.session.EvaluationSession.label`); its fit diagnostics are
+    the ``fit`` asset's, computed once over every partition.
 
     Pairs already in the label store (same reader fingerprint, question, document text, gold
     answers and metric) are taken from it; only unseen pairs run the reader.
@@ -95,14 +99,16 @@ def _labelled(
 ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
     """The body of both ``doc_labels`` variants (gold answers, or ``references``)."""
     reader_key, retriever_key = system_of(context.partition_key)
-    params = settings.resolve(dataset_of(context))
-    model = reader.get(settings.registry(dataset_of(context)), reader_key)
-    top_run = systems.labelled_run(retrieval_run, params)
-    result = systems.label(
-        retrieval_run, queries, corpus, model, params, label_store.open(),
-        executor=reader.executor_spec(settings.registry(dataset_of(context))),
-        producer=context.run.run_id, log=context.log.info, references=references,
+    registry = settings.registry(dataset_of(context))
+    session = session_of(
+        context, settings, corpus=corpus, queries=queries, store=label_store.open(),
+        executor=reader.executor_spec(registry),
+        references=references,
     )  # fmt: skip
+    params = session.config
+    model = reader.get(registry, reader_key)
+    top_run = session.labelled_run(retrieval_run)
+    result = session.label(retrieval_run, model)
     labels = result.labels
     distribution = (
         labels.group_by(pl.col("label").round(2)).len().sort("label").rename({"len": "count"})
@@ -154,7 +160,7 @@ REFERENCE_BY_READER = dg.AssetIn(
 
 
 def build_doc_labels(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = UNPREFIXED
 ) -> dg.AssetsDefinition:
     """``doc_labels`` partitioned by reader x retriever (registry configs); its
     ``code_version`` is derived from the versions of the metric in force (``settings``,
@@ -180,7 +186,8 @@ def build_doc_labels(
         op_tags=GPU_OP_TAGS,
         ins=ins,
         check_specs=asset_checks.labels_check_specs("doc_labels", partitions),
-    )(_doc_labels_against_reference if against else _doc_labels)
+        io_manager_key=keys.io_manager,
+    )(adapt(_doc_labels_against_reference if against else _doc_labels, keys))
 
 
 def _reference_answers(
@@ -225,7 +232,9 @@ def _reference_answers(
     )
 
 
-def build_reference_answers(registry: Registry) -> dg.AssetsDefinition:
+def build_reference_answers(
+    registry: Registry, keys: ResourceKeys = UNPREFIXED
+) -> dg.AssetsDefinition:
     """``reference_answers``: one partition per registry reader (the reader whose labels
     score against them), reading every partition of ``retrieval_run`` (the union, or the
     reference retriever's); only in a graph whose ``evaluation.reference`` is not ``gold``."""
@@ -240,4 +249,5 @@ def build_reference_answers(registry: Registry) -> dg.AssetsDefinition:
         deps=[READER_MODELS],
         op_tags=GPU_OP_TAGS,
         ins={"retrieval_run": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
-    )(_reference_answers)
+        io_manager_key=keys.io_manager,
+    )(adapt(_reference_answers, keys))

@@ -15,6 +15,7 @@ from erag_dagster.meta.system_outputs import (
     baseline_label_set,
     end_to_end_at_depths,
 )
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import (
     READER_MODELS_BY_READER,
     RECOMPUTE_WHEN_STALE,
@@ -26,12 +27,13 @@ from erag_dagster.orchestration.assets.common import (
     evaluation_of,
     frame_version,
     reader_retriever_partitions,
+    session_of,
     table_md,
 )
 from erag_dagster.orchestration.assets.labels import GPU_OP_TAGS, GPU_POOL, RUN_BY_RETRIEVER
 from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource, ReaderResource
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.retrieval.encoder import encoder_from_config
-from erag_dagster.retrieval.runs import top_k
 
 
 def _end_to_end(
@@ -83,13 +85,15 @@ def _baseline_labels(
 ) -> dg.Output[pl.DataFrame]:
     """Provenance, containment, semantic and LLM-annotation labels for the same top-k lists."""
     registry = settings.registry(dataset_of(context))
-    params = settings.resolve(dataset_of(context))
+    session = session_of(context, settings)
+    params = session.config
     labels = baseline_label_set(
-        top_k(retrieval_run, params.label_k), queries, corpus, qrels,
+        session.labelled_run(retrieval_run), queries, corpus, qrels,  # the eRAG labels' cut
         encoder_from_config(registry.first_config("dense")),
         reader.get(registry, context.partition_key.keys_by_dimension["reader"]),
         store=label_store.open(), run_id=context.run.run_id, log=context.log.info,
-        metric=params.metric, methods=params.label_methods,
+        metric=params.metric, relevance_level=params.relevance_level,
+        methods=params.label_methods,
         executor=reader.executor_spec(registry),
     )  # fmt: skip
     summary = (
@@ -111,7 +115,7 @@ def _baseline_labels(
 
 
 def build_meta_partitioned(
-    registry: Registry, settings: EvalSettings | None = None
+    registry: Registry, settings: EvalSettings | None = None, keys: ResourceKeys = UNPREFIXED
 ) -> list[dg.AssetsDefinition]:
     """``end_to_end`` and ``baseline_labels``, partitioned by reader x retriever; each one's
     ``code_version`` is derived from the versions of the code it runs under the metric and
@@ -130,6 +134,7 @@ def build_meta_partitioned(
         "deps": [READER_MODELS_BY_READER],
         "op_tags": GPU_OP_TAGS,
         "ins": {"retrieval_run": RUN_BY_RETRIEVER},
+        "io_manager_key": keys.io_manager,
     }
     return [
         dg.asset(
@@ -137,11 +142,11 @@ def build_meta_partitioned(
             partitions_def=reader_retriever_partitions(registry),
             code_version=e2e_version,
             **common,
-        )(_end_to_end),
+        )(adapt(_end_to_end, keys)),
         dg.asset(
             name="baseline_labels",
             partitions_def=reader_retriever_partitions(registry),
             code_version=baseline_version,
             **common,
-        )(_baseline_labels),
+        )(adapt(_baseline_labels, keys)),
     ]

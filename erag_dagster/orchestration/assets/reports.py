@@ -17,16 +17,19 @@ import polars as pl
 
 from erag_dagster.config.registry import Registry
 from erag_dagster.orchestration.assets import checks as asset_checks
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import READER_MODELS, RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import (
     CODE_VERSION,
     by_system,
     dataset_of,
     frame_version,
+    key_prefix_of,
     report_folder,
 )
 from erag_dagster.orchestration.assets.labels import GPU_OP_TAGS, GPU_POOL
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.reports.catalog import dataset_reports_for, reports_across
 from erag_dagster.reports.declaration import (
     AcrossInputs,
@@ -89,27 +92,35 @@ def _output(
     yield from asset_checks.checked(output, results)
 
 
-def _asset_options(report: Report) -> dict[str, Any]:
-    """The decorator arguments a report's declaration decides."""
+def _asset_options(
+    report: Report, keys: ResourceKeys, package_checks: bool = True
+) -> dict[str, Any]:
+    """The decorator arguments a report's declaration decides (resources under ``keys``; the
+    README-figure check only with ``package_checks``: this package's own project)."""
     options: dict[str, Any] = {
         "name": report.key,
         "group_name": report.group,
         "code_version": CODE_VERSION,
         "description": report.description or None,
+        "io_manager_key": keys.io_manager,
     }
     if report.automatic:
         options["automation_condition"] = RECOMPUTE_WHEN_STALE
     if report.checks:
         options["check_specs"] = asset_checks.report_check_specs(
-            report.key, figures=report.figures, regression=report.regression
+            report.key, figures=report.figures and package_checks, regression=report.regression
         )
     if report.runs_reader:
         options |= {"pool": GPU_POOL, "deps": [READER_MODELS], "op_tags": GPU_OP_TAGS}
     return options
 
 
-def build_dataset_report(report: Report) -> dg.AssetsDefinition:
-    """The asset of one dataset report (unprefixed; module docstring)."""
+def build_dataset_report(
+    report: Report, keys: ResourceKeys = UNPREFIXED, package_checks: bool = True
+) -> dg.AssetsDefinition:
+    """The asset of one dataset report (unprefixed; module docstring); ``package_checks``: with
+    the README-figure check where the report asks for it (this package's own project)."""
+    figures = report.figures and package_checks
 
     def body(
         context: dg.AssetExecutionContext, settings: EvalSettings, **inputs: object
@@ -123,20 +134,23 @@ def build_dataset_report(report: Report) -> dg.AssetsDefinition:
             retrievers=registry.retriever_partitions,
             readers=registry.reader_partitions,
             reader_configs=[(e.name, e.config) for e in registry.readers.values()],
-            folder=report_folder(dataset),
+            folder=report_folder(dataset, key_prefix_of(context)),
         )
         computed = report.computation()(given)
-        yield from _output(context, report, computed, (registry, config))
+        yield from _output(context, report, computed, (registry, config) if figures else None)
 
     ins = {i.name: dg.AssetIn(key=dg.AssetKey([i.name])) for i in report.inputs}
-    return dg.asset(ins=ins, **_asset_options(report))(body)
+    options = _asset_options(report, keys, package_checks)
+    return dg.asset(ins=ins, **options)(adapt(body, keys))
 
 
 def _across_name(dataset: str, asset: str) -> str:
     return f"{dataset}__{asset}"
 
 
-def build_across_report(report: Report, datasets: list[str]) -> dg.AssetsDefinition:
+def build_across_report(
+    report: Report, datasets: list[str], keys: ResourceKeys = UNPREFIXED
+) -> dg.AssetsDefinition:
     """The asset of one report across ``datasets`` (those that have its inputs)."""
 
     def body(
@@ -166,18 +180,22 @@ def build_across_report(report: Report, datasets: list[str]) -> dg.AssetsDefinit
         for name in datasets
         for i in report.inputs
     }
-    return dg.asset(ins=ins, **_asset_options(report))(body)
+    return dg.asset(ins=ins, **_asset_options(report, keys))(adapt(body, keys))
 
 
-def build_report_assets(registry: Registry) -> list[dg.AssetsDefinition]:
+def build_report_assets(
+    registry: Registry, keys: ResourceKeys = UNPREFIXED, package_checks: bool = True
+) -> list[dg.AssetsDefinition]:
     """The report assets of one dataset's view of the registry (:meth:`Registry.for_dataset`)."""
     return [
-        build_dataset_report(r)
+        build_dataset_report(r, keys, package_checks)
         for r in dataset_reports_for(bool(registry.reader_labels), not registry.has_reference)
     ]
 
 
-def build_across_assets(registry: Registry) -> list[dg.AssetsDefinition]:
+def build_across_assets(
+    registry: Registry, keys: ResourceKeys = UNPREFIXED
+) -> list[dg.AssetsDefinition]:
     """The reports across datasets that two or more datasets can feed."""
     views = {name: registry.for_dataset(name) for name in registry.datasets}
     built = []
@@ -189,5 +207,5 @@ def build_across_assets(registry: Registry) -> list[dg.AssetsDefinition]:
             and (not v.has_reference or not report.needs_gold)
         ]
         if len(datasets) >= 2:
-            built.append(build_across_report(report, datasets))
+            built.append(build_across_report(report, datasets, keys))
     return built

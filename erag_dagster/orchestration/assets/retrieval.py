@@ -8,7 +8,7 @@ import polars as pl
 
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.credentials import mask_in
-from erag_dagster.evaluation import checks, systems
+from erag_dagster.evaluation import checks
 from erag_dagster.evaluation.retrievers import (
     RetrievalTiming,
     bm25_index_for,
@@ -16,22 +16,36 @@ from erag_dagster.evaluation.retrievers import (
     encoder_from_config,
 )
 from erag_dagster.orchestration.assets import checks as asset_checks
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import (
     CODE_VERSION,
     dataset_of,
     frame_version,
     retriever_partitions,
+    session_of,
     table_md,
 )
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 from erag_dagster.retrieval.ann import approximate_index, parse_index
 from erag_dagster.retrieval.rerank import LIFT_SCHEMA, lift_report
 
 
-@dg.asset(
-    group_name="indexes", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
+def build_indexes(keys: ResourceKeys = UNPREFIXED) -> list[dg.AssetsDefinition]:
+    """``bm25_index`` and ``dense_index`` (resources under ``keys``)."""
+    return [
+        dg.asset(
+            name=body.__name__,
+            group_name="indexes",
+            code_version=CODE_VERSION,
+            automation_condition=RECOMPUTE_WHEN_STALE,
+            io_manager_key=keys.io_manager,
+        )(adapt(body, keys))
+        for body in (bm25_index, dense_index)
+    ]
+
+
 def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Output[dict]:
     """Lucene index of the corpus (title + text as one field), under the storage dir."""
     started = time.perf_counter()
@@ -45,9 +59,6 @@ def bm25_index(context: dg.AssetExecutionContext, corpus: pl.DataFrame) -> dg.Ou
     )
 
 
-@dg.asset(
-    group_name="indexes", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
 def dense_index(
     context: dg.AssetExecutionContext, settings: EvalSettings, corpus: pl.DataFrame
 ) -> dg.Output[dict]:
@@ -97,8 +108,9 @@ def _retrieval_run(
     k = params.k
     entry = registry.retriever(context.partition_key)
     timing = RetrievalTiming()
-    run = systems.retrieve(  # the retrieve step the API and the gate call
-        registry, entry.name, corpus, queries, params, context.log.info, timing=timing,
+    session = session_of(context, settings, corpus=corpus, queries=queries)
+    run = session.retrieve(  # the retrieve step the API and the gate call
+        entry.name, timing=timing,
         asset_runs={
             e.name: upstream[asset_input_name(e.config["asset_key"])]
             for e in registry.retrievers.values() if e.config["kind"] == "asset"
@@ -143,7 +155,7 @@ def asset_run_inputs(registry: Registry) -> dict[str, dg.AssetIn]:
     return {asset_input_name(list(k)): dg.AssetIn(key=dg.AssetKey(list(k))) for k in sorted(keys)}
 
 
-def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
+def build_retrieval_run(registry: Registry, keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
     """``retrieval_run`` partitioned by the registry's retriever configs; the assets its
     ``kind: asset`` retrievers read are its inputs (:func:`asset_run_inputs`)."""
     partitions = retriever_partitions(registry)
@@ -153,10 +165,11 @@ def build_retrieval_run(registry: Registry) -> dg.AssetsDefinition:
         partitions_def=partitions,
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
-        deps=[bm25_index, dense_index],
+        deps=[dg.AssetKey("bm25_index"), dg.AssetKey("dense_index")],
         ins=asset_run_inputs(registry) or None,
         check_specs=asset_checks.run_check_specs("retrieval_run", partitions),
-    )(_retrieval_run)
+        io_manager_key=keys.io_manager,
+    )(adapt(_retrieval_run, keys))
 
 
 def _rerank_lift(
@@ -180,7 +193,7 @@ def _rerank_lift(
         return dg.Output(pl.DataFrame(schema=LIFT_SCHEMA), metadata=meta)
     report = lift_report(
         qrels, retrieval_run[first], retrieval_run[entry.partition_key], params.human_metrics,
-        n_resamples=params.bootstrap_resamples, relevance_level=params.relevance_level,
+        params.statistics, relevance_level=params.relevance_level,
     ).with_columns(
         added_seconds_per_query=pl.lit(cost.get("rerank_seconds_per_query"), pl.Float64),
         docs_per_second=pl.lit(cost.get("rerank_docs_per_second"), pl.Float64),
@@ -202,7 +215,9 @@ def _latest_run_metadata(context: dg.AssetExecutionContext, partition: str) -> d
     return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
 
 
-def build_rerank_lift(registry: Registry) -> dg.AssetsDefinition | None:
+def build_rerank_lift(
+    registry: Registry, keys: ResourceKeys = UNPREFIXED
+) -> dg.AssetsDefinition | None:
     """``rerank_lift``, one partition per ``kind: rerank`` retriever, reading that retriever's
     run and its first stage's (None when the registry has no rerank retriever)."""
     reranks = [e for e in registry.retrievers.values() if e.config["kind"] == "rerank"]
@@ -222,4 +237,5 @@ def build_rerank_lift(registry: Registry) -> dg.AssetsDefinition | None:
         ins={
             "retrieval_run": dg.AssetIn(partition_mapping=dg.StaticPartitionMapping(upstream)),
         },
-    )(_rerank_lift)
+        io_manager_key=keys.io_manager,
+    )(adapt(_rerank_lift, keys))

@@ -3,28 +3,38 @@
 Its value is :meth:`erag_dagster.reports.verdict.Verdict.to_dict` (``{}`` without eRAG labels);
 the terminal report (``erag-dagster run``), the HTML page and the asset's own metadata render
 that object (:meth:`~erag_dagster.reports.verdict.Verdict.from_dict`), so every view shows the
-same ranking, intervals and p-values (:func:`erag_dagster.evaluation.steps.decide`).
+same ranking, intervals and p-values (the evaluation session's ``decide`` step,
+:meth:`erag_dagster.evaluation.session.EvaluationSession.decide`).
 """
 
 import dagster as dg
 import polars as pl
 
-from erag_dagster.evaluation.steps import decide
+from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
-from erag_dagster.orchestration.assets.common import CODE_VERSION, dataset_of
+from erag_dagster.orchestration.assets.common import CODE_VERSION, dataset_of, session_of
 from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 
-@dg.asset(
-    group_name="reports", code_version=CODE_VERSION, automation_condition=RECOMPUTE_WHEN_STALE
-)
+def build_verdict(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
+    """The ``verdict`` asset (resources under ``keys``)."""
+    return dg.asset(
+        name="verdict",
+        group_name="reports",
+        code_version=CODE_VERSION,
+        automation_condition=RECOMPUTE_WHEN_STALE,
+        io_manager_key=keys.io_manager,
+    )(adapt(verdict, keys))
+
+
 def verdict(
     context: dg.AssetExecutionContext, settings: EvalSettings, erag_per_query: pl.DataFrame
 ) -> dg.Output[dict]:
     """Per reader, the retrievers ranked on the headline eRAG metric with bootstrap CIs, and
     every pair tested (paired randomisation, Holm over the reader's pairs)."""
-    config = settings.resolve(dataset_of(context))
-    found = decide(erag_per_query, config, dataset_of(context))
+    session = session_of(context, settings)
+    found = session.decide(erag_per_query, dataset_of(context))
     if found is None:
         return dg.Output(
             {}, metadata={"verdict": dg.MetadataValue.md("no eRAG labels: no verdict")}
@@ -35,7 +45,6 @@ def verdict(
             "verdict": dg.MetadataValue.md(found.markdown()),
             "headline_metric": found.metric,
             "test": found.family,
-            "bootstrap_resamples": config.bootstrap_resamples,
-            "seed": config.seed,
+            **{f"statistics_{k}": v for k, v in session.statistics.as_dict().items()},
         },
     )

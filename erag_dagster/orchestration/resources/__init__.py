@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import dagster as dg
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, create_model
 
-from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.config.evaluation import FIELDS, EvaluationConfig
 from erag_dagster.config.registry import Registry, load_registry
 from erag_dagster.core.errors import InputError
 from erag_dagster.orchestration.resources.bound_registry import RegistryBound
@@ -23,41 +23,33 @@ Evaluation = EvaluationConfig
 configuration every front door uses (:mod:`erag_dagster.config.evaluation`)."""
 
 
-class EvalSettings(RegistryBound):
-    """What to evaluate: dataset spec, registry file, cut-offs, downstream and list metrics.
+def _run_config_fields() -> dict[str, Any]:
+    """The run-config fields of :class:`EvalSettings`, derived from the configuration's own
+    (:data:`~erag_dagster.config.evaluation.FIELDS`: name, type, help): each one ``None`` —
+    the registry's value — unless run config sets it. Not re-declared here, so a new
+    evaluation setting is a run-config field without an edit (the schedule is the
+    definitions', not a run's: ``run_config=False``)."""
+    hints = get_type_hints(EvaluationConfig)
+    return {
+        name: (
+            hints[name] | None,
+            Field(default=None, description=f"{rule.help} (empty: the registry's)"),
+        )
+        for name, rule in FIELDS.items()
+        if rule.run_config and name != "dataset"
+    }
 
-    Empty values (``""``, ``0``, ``[]``) fall back to the registry's ``evaluation`` section,
-    which holds the one set of defaults (:class:`~erag_dagster.config.evaluation.
-    EvaluationConfig`); :meth:`resolve` gives the values in force. The registry is parsed once
-    per Definitions (:meth:`bound_to`) and handed on to every copy Dagster makes of this
-    resource for a run; run config that points ``registry_path`` at another file than the one
-    the partitions came from is refused.
-    """
+
+class _Settings(RegistryBound):
+    """The fields :class:`EvalSettings` holds besides the evaluation settings, and its
+    behaviour (its evaluation fields are added by :func:`pydantic.create_model`)."""
 
     dataset: str = Field(default="", description="dataset spec, e.g. sample, beir:DIR, squad:PATH")
     registry_path: str = Field(default="", description="registry YAML; default: packaged")
-    k: int = Field(default=0, description="retrieval depth per query (0 = registry default)")
-    label_k: int = Field(default=0, description="label the top label_k documents (0 = default)")
-    metric: str = Field(default="", description="downstream metric: em|f1|rougel|accuracy|contains")
-    list_metrics: list[str] = Field(default_factory=list)
-    human_metrics: list[str] = Field(default_factory=list)
-    relevance_level: int = Field(
-        default=0, description="binary human metrics: relevant when judged >= this (0 = default)"
-    )
-    e2e_ks: list[int] = Field(default_factory=list, description="end-to-end depths (Figure 1)")
-    bootstrap_resamples: int = Field(
-        default=0, description="bootstrap resamples for CIs (0 = registry default)"
-    )
-    efficiency_ks: list[int] = Field(default_factory=list, description="Table 2 depths")
-    efficiency_queries: int = Field(default=0, description="queries timed for Table 2")
-    efficiency_rounds: int = Field(default=0, description="timing rounds per Table 2 cell")
-    label_methods: list[str] = Field(
-        default_factory=list, description="extra Table-1 labellings: likelihood, signed"
-    )
 
     _registry: Registry | None = PrivateAttr(default=None)
 
-    def bound_to(self, registry: Registry) -> EvalSettings:
+    def bound_to(self, registry: Registry) -> _Settings:
         """A copy bound to an already parsed ``registry`` (the one the Definitions' partitions
         came from): it, and every copy Dagster makes from it for a run (``parsed_registry``,
         :mod:`erag_dagster.orchestration.resources.bound_registry`), uses that object, never a new
@@ -115,17 +107,26 @@ class EvalSettings(RegistryBound):
         spec = None
         if dataset is None:
             spec = self.dataset or os.environ.get("ERAG_DATASET") or None
-        explicit = {
-            "k": self.k, "label_k": self.label_k, "metric": self.metric,
-            "list_metrics": self.list_metrics, "human_metrics": self.human_metrics,
-            "relevance_level": self.relevance_level, "e2e_ks": self.e2e_ks,
-            "bootstrap_resamples": self.bootstrap_resamples,
-            "efficiency_ks": self.efficiency_ks, "efficiency_queries": self.efficiency_queries,
-            "efficiency_rounds": self.efficiency_rounds, "label_methods": self.label_methods,
-        }  # fmt: skip
-        return config.with_overrides(
-            "settings", dataset=spec, **{k: v for k, v in explicit.items() if v}
-        )
+        explicit = {name: getattr(self, name) for name in _run_config_fields()}
+        return config.with_overrides("settings", dataset=spec, **explicit)
+
+
+EvalSettings = create_model(
+    "EvalSettings",
+    __base__=_Settings,
+    __module__=__name__,
+    __doc__="""What to evaluate: the dataset spec, the registry file, and every evaluation
+    setting of :class:`~erag_dagster.config.evaluation.EvaluationConfig` Dagster run config
+    may set (its fields, derived from the configuration's: :func:`_run_config_fields`).
+
+    A field left empty (``None``) takes the registry's ``evaluation`` section, which holds
+    the one set of defaults; :meth:`resolve` gives the values in force, checked by the
+    configuration's rules. The registry is parsed once per Definitions (:meth:`bound_to`) and
+    handed on to every copy Dagster makes of this resource for a run; run config that points
+    ``registry_path`` at another file than the one the partitions came from is refused.
+    """,
+    **_run_config_fields(),
+)
 
 
 class ReaderResource(dg.ConfigurableResource):

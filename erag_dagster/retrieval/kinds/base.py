@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 
 class Rule(NamedTuple):
     """A key's value rule: ``check(value)`` is true for a good value; ``wanted`` ends the
-    refusal line (``... it must be <wanted>``)."""
+    refusal line (``... it must be <wanted>``); ``schema``: what of the check a JSON schema
+    can state (the eRAG component's ``defs.yaml`` schema carries it; the check decides)."""
 
     check: Callable[[Any], bool]
     wanted: str
+    schema: Mapping[str, Any] | None = None
 
 
 def is_number(value: Any) -> bool:
@@ -52,10 +54,12 @@ def is_text(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
 
-NUMBER = Rule(is_number, "a number >= 0")
-COUNT = Rule(is_count, "an integer >= 1")
+NUMBER = Rule(is_number, "a number >= 0", {"type": "number", "minimum": 0})
+COUNT = Rule(is_count, "an integer >= 1", {"type": "integer", "minimum": 1})
 MAX_LENGTH = Rule(lambda v: v is None or is_count(v), "an integer >= 1 or null")
-DTYPE = Rule(lambda v: isinstance(v, str), "a dtype name such as float32 or auto")
+DTYPE = Rule(
+    lambda v: isinstance(v, str), "a dtype name such as float32 or auto", {"type": "string"}
+)
 
 
 def index_root() -> Path:
