@@ -125,11 +125,14 @@ def session_of(
     qrels: pl.DataFrame | None = None,
     store: object = None,
     executor: object = None,
+    references: object = None,
 ):  # -> EvaluationSession
     """The evaluation session of the running asset (its partition's step is one of the
     session's: :class:`~erag_dagster.evaluation.session.EvaluationSession`): the settings in
     force for its dataset, that dataset's view of the registry, the tables the asset holds,
-    the label store (when it labels) and the Dagster run as the producer of every new row."""
+    the label store (when it labels) and the Dagster run as the producer of every new row;
+    ``references``: the reference answers labels are scored against (``evaluation.reference``
+    other than ``gold``: the ``reference_answers`` asset's)."""
     from erag_dagster.evaluation.session import EvaluationSession, partial_dataset
 
     dataset = dataset_of(context)
@@ -138,6 +141,7 @@ def session_of(
         config, settings.registry(dataset),
         partial_dataset(config.dataset, corpus=corpus, queries=queries, qrels=qrels),
         store, producer=context.run.run_id, executor=executor, log=context.log.info,
+        references=references,
     )  # fmt: skip
 
 
