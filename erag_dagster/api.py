@@ -137,6 +137,7 @@ def evaluate(
         say(f"retrieve {key}")
         runs[key] = systems.retrieve(reg, name, ds.corpus, ds.queries, config, log=log)
     labels: dict[tuple[str, str], pl.DataFrame] = {}
+    method_labels: dict[tuple[str, str], pl.DataFrame] = {}
     fits: list[FitDiagnostics] = []
     producer = evaluation_id("api")  # what `erag-dagster audit` shows for this call's labels
     for reader_key, model in models:  # each model loads on its first pair, stays loaded
@@ -149,6 +150,12 @@ def evaluate(
             )  # fmt: skip
             labels[(reader_key, key)] = system.labels
             fits.append(system.fit)  # docs/label-methods.md, "Fit diagnostics"
+            ranked = systems.verdict_labels(
+                run, ds, model, config, label_store, executor=reg.generation,
+                producer=producer, log=log,
+            )  # fmt: skip
+            if ranked is not None:  # evaluation.verdict_labels names a label method
+                method_labels[(reader_key, key)] = ranked
     per_query = steps.score(labels, config)
     board = pl.DataFrame()
     if ds.qrels.height:
@@ -157,7 +164,7 @@ def evaluate(
             relevance_level=config.relevance_level,
         )  # fmt: skip
     erag_report = steps.summarise(per_query, config)
-    found = steps.decide(per_query, config)
+    found = steps.decide(per_query, config, method_labels=method_labels)
     doc_labels = pl.concat(
         [f.select(pl.lit(r).alias("reader"), pl.lit(t).alias("retriever"), pl.all())
          for (r, t), f in labels.items()]

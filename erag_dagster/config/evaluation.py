@@ -18,7 +18,10 @@ Defaults (the fields of :class:`EvaluationConfig`, each written once there):
 - ``human_metrics`` ``nDCG@10, R@10, R@50, P@5, Success@5, RR, AP``; ``relevance_level`` 1;
 - ``bootstrap_resamples`` 1000, ``seed`` 0, ``alpha`` 0.05 (every CI, test and verdict);
 - ``efficiency_ks`` ``[10, 50]``, ``efficiency_queries`` 10, ``efficiency_rounds`` 3 (Table 2);
-- ``label_methods`` none; ``schedule`` ``0 3 * * *`` (the re-evaluation schedule, cron).
+- ``label_methods`` none; ``verdict_labels`` ``eRAG`` (the labels the verdict ranks retrievers
+  by: eRAG's generated answers, or one of the label methods — ``likelihood``, ``signed``,
+  ``likelihood_gain`` —, which is then computed as if it were in ``label_methods``);
+  ``schedule`` ``0 3 * * *`` (the re-evaluation schedule, cron).
 
 Edge-case policy: an unknown key, a wrong type (a bool where a number is wanted, a string where a
 list is wanted), an empty list or an out-of-range number is refused with one
@@ -132,6 +135,14 @@ def _label_methods(value: Any) -> list[str]:
     return check_label_methods(list(value))
 
 
+def _verdict_labels(value: Any) -> str:
+    from erag_dagster.meta.label_methods import VERDICT_LABELS, check_verdict_labels
+
+    if not isinstance(value, str):
+        raise ValueError(f"one of {', '.join(VERDICT_LABELS)}")
+    return check_verdict_labels(value)
+
+
 def _schedule(value: Any) -> str:
     if not isinstance(value, str) or len(value.split()) != 5:
         raise ValueError("a cron string of five fields such as '0 3 * * *'")
@@ -158,6 +169,7 @@ FIELDS: dict[str, _Field] = {
     "relevance_level": _Field(_count),
     "e2e_ks": _Field(_counts),
     "label_methods": _Field(_label_methods),
+    "verdict_labels": _Field(_verdict_labels),
     "bootstrap_resamples": _Field(_count, per_dataset=False),
     "seed": _Field(_seed, per_dataset=False),
     "alpha": _Field(_alpha, per_dataset=False),
@@ -188,6 +200,7 @@ class EvaluationConfig:
     relevance_level: int = 1
     e2e_ks: list[int] = field(default_factory=lambda: [1, 3])
     label_methods: list[str] = field(default_factory=list)
+    verdict_labels: str = "eRAG"
     bootstrap_resamples: int = 1000
     seed: int = 0
     alpha: float = 0.05
@@ -254,6 +267,11 @@ class EvaluationConfig:
         if "e2e_ks" not in given and derived_from_label_k["e2e_ks"]:
             values["e2e_ks"] = _default_e2e_ks(values["label_k"], values["k"])
         values["e2e_ks"] = sorted({min(x, values["k"]) for x in values["e2e_ks"]})
+        if (
+            values["verdict_labels"] != "eRAG"
+            and values["verdict_labels"] not in values["label_methods"]
+        ):
+            values["label_methods"] = [*values["label_methods"], values["verdict_labels"]]
         return EvaluationConfig(**values)
 
     def as_dict(self) -> dict[str, Any]:

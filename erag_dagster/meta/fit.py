@@ -98,7 +98,7 @@ SHORT_FIXES: dict[str, str] = {
     "short_answers": "answers much shorter than the golds: more tokens or a sentence prompt",
     "long_answers": "answers much longer than the golds: a span prompt or metric contains",
     "separation": "labels barely follow the judgments",
-    "same_label": "one label for every document: add label method likelihood_gain",
+    "same_label": "one label for every document",
 }
 """Each kind of finding in a few words, for the compact report (one line per reader)."""
 
@@ -136,7 +136,9 @@ class FitDiagnostics:
     ``cut_answers`` is ``None`` when the token counts are unknown; ``mean_gold_words`` is
     ``nan`` when no labelled query has gold answers; ``same_label_queries`` (of
     ``multi_doc_queries``, the queries with two or more labelled documents) is ``None`` but for
-    label outputs (module docstring).
+    label outputs (module docstring). ``label_methods`` and ``verdict_labels`` are what the
+    evaluation has configured (``evaluation.label_methods``, ``evaluation.verdict_labels``): a
+    fix already configured is not asked for again (:meth:`findings`).
     """
 
     reader: str
@@ -150,6 +152,8 @@ class FitDiagnostics:
     separation: Separation | None
     same_label_queries: int | None = None
     multi_doc_queries: int | None = None
+    label_methods: tuple[str, ...] = ()
+    verdict_labels: str = "eRAG"
 
     @property
     def same_label_share(self) -> float | None:
@@ -234,13 +238,30 @@ class FitDiagnostics:
             text = (
                 f"the reader gave one label to every document of {self.same_label_queries} of "
                 f"{self.multi_doc_queries} queries ({same:.0%}, more than {SAME_LABEL_SHARE:.0%}):"
-                " its answers follow its prior for the question, not the documents; on such data a"
-                " baseline tracked the reader better than eRAG's generated labels "
-                '(docs/label-methods.md, "Yes/no/maybe answers"): add evaluation.label_methods '
-                "[likelihood_gain] and read Table 1's baseline rows next to eRAG's"
+                " its answers follow its prior for the question, not the documents, so its "
+                f"generated labels can rank retrievers by noise; {self._same_label_fix()}"
             )
             out.append(("same_label", text))
         return out
+
+    def _same_label_fix(self) -> str:
+        """The same-label finding's fix, given what is configured (docs/label-methods.md,
+        "Label-set answers: one recommendation")."""
+        if self.verdict_labels == "likelihood_gain":
+            return (
+                "the verdict already ranks retrievers by eRAG_likelihood_gain "
+                "(evaluation.verdict_labels), so this concerns Table 1's eRAG row only"
+            )
+        if "likelihood_gain" in self.label_methods:
+            return (
+                "eRAG_likelihood_gain is computed (evaluation.label_methods): read its Table-1 "
+                "row next to eRAG's and closed_book's, and rank the verdict by it with "
+                "evaluation.verdict_labels: likelihood_gain"
+            )
+        return (
+            "add evaluation.verdict_labels: likelihood_gain (it computes the label too) and "
+            "read Table 1's closed_book row next to eRAG's"
+        )
 
     def warnings(self) -> list[str]:
         """:meth:`findings` as lines naming the run: ``fit warning [reader / retriever]: ...``."""
@@ -250,6 +271,7 @@ class FitDiagnostics:
         """Plain data for a frame, JSON or the HTML page: every field, the separation's flat
         (``auc``, ``auc_low``, ... ``None`` without judgments), ``cut_share`` and ``warnings``."""
         row = {k: v for k, v in asdict(self).items() if k != "separation"}
+        row["label_methods"] = ",".join(self.label_methods)  # one CSV cell
         sep = self.separation
         row.update(
             cut_share=self.cut_share,
@@ -292,7 +314,17 @@ def fit_from_dict(row: dict[str, object]) -> FitDiagnostics:
         mean_answer_words=number("mean_answer_words"), mean_gold_words=number("mean_gold_words"),
         separation=separation, same_label_queries=_optional_int(row.get("same_label_queries")),
         multi_doc_queries=_optional_int(row.get("multi_doc_queries")),
+        label_methods=_methods(row.get("label_methods")),
+        verdict_labels=str(row.get("verdict_labels") or "eRAG"),
     )  # fmt: skip
+
+
+def _methods(value: object) -> tuple[str, ...]:
+    """``label_methods`` as :meth:`FitDiagnostics.as_dict` wrote it (comma-joined; a list
+    from older values), as a tuple."""
+    if isinstance(value, str):
+        return tuple(m for m in value.split(",") if m)
+    return tuple(str(m) for m in value or ())  # type: ignore[union-attr]
 
 
 def _optional_int(value: object) -> int | None:
@@ -394,6 +426,8 @@ def fit_diagnostics(
     relevance_level: int = 1,
     n_resamples: int = 1000,
     seed: int = 0,
+    label_methods: Sequence[str] = (),
+    verdict_labels: str = "eRAG",
 ) -> FitDiagnostics:
     """The :class:`FitDiagnostics` of one labelled run.
 
@@ -402,7 +436,8 @@ def fit_diagnostics(
     relevance`` or ``None``/empty. Token counts per answer come from ``answer_tokens`` (in
     ``labels`` row order) or else ``count_tokens`` (the reader's tokenizer, e.g. its
     ``count_tokens`` method); with neither, or without ``max_new_tokens``, the cut share is
-    unknown. ``metric`` names the downstream metric the labels were scored with.
+    unknown. ``metric`` names the downstream metric the labels were scored with;
+    ``label_methods`` / ``verdict_labels`` what the evaluation configured (the fixes named).
     """
     answers = labels.get_column("answer").fill_null("").to_list() if labels.height else []
     cut: int | None = None
@@ -446,6 +481,8 @@ def fit_diagnostics(
         separation=sep,
         same_label_queries=same,
         multi_doc_queries=multi,
+        label_methods=tuple(label_methods),
+        verdict_labels=verdict_labels,
     )
 
 
@@ -461,6 +498,8 @@ def reader_fit(
     relevance_level: int = 1,
     n_resamples: int = 1000,
     seed: int = 0,
+    label_methods: Sequence[str] = (),
+    verdict_labels: str = "eRAG",
 ) -> FitDiagnostics:
     """:func:`fit_diagnostics` for labels a reader object made: its ``spec.max_new_tokens``
     and its ``count_tokens`` (when it has one; a transformers reader loads its model for it if
@@ -472,7 +511,8 @@ def reader_fit(
         reader=reader_name or str(getattr(reader, "name", "")), retriever=retriever,
         metric=metric, max_new_tokens=None if max_new is None else int(max_new),
         count_tokens=getattr(reader, "count_tokens", None), relevance_level=relevance_level,
-        n_resamples=n_resamples, seed=seed,
+        n_resamples=n_resamples, seed=seed, label_methods=label_methods,
+        verdict_labels=verdict_labels,
     )  # fmt: skip
 
 

@@ -89,6 +89,9 @@ class Verdict:
     alpha: float = 0.05
     dataset: str | None = None
     readers: tuple[str, ...] = field(default=())
+    labels: str = "eRAG"
+    """The labels ranked: ``eRAG`` or a label method's Table-1 name
+    (``evaluation.verdict_labels``)."""
 
     def lines(self) -> list[str]:
         """The verdict as terminal lines: per reader a header, the ranking, the pairs and the
@@ -98,7 +101,7 @@ class Verdict:
             ranks = self.ranking.filter(pl.col("reader") == reader)
             n = int(ranks["queries"].max() or 0)
             out.append(
-                f"reader {short_name(reader)}: retrievers ranked by eRAG {self.metric} "
+                f"reader {short_name(reader)}: retrievers ranked by {self.labels} {self.metric} "
                 f"(mean over {n} questions [95% bootstrap CI])"
             )
             width = max(len(short_name(r)) for r in ranks["retriever"])
@@ -140,6 +143,7 @@ class Verdict:
         """The verdict as JSON-able data (the ``verdict`` asset's stored value)."""
         return {
             "metric": self.metric,
+            "labels": self.labels,
             "alpha": self.alpha,
             "dataset": self.dataset,
             "readers": list(self.readers),
@@ -159,13 +163,14 @@ class Verdict:
             alpha=float(data["alpha"]),
             dataset=data.get("dataset"),
             readers=tuple(data["readers"]),
+            labels=str(data.get("labels", "eRAG")),
         )
 
     def markdown(self) -> str:
         """The verdict for Dagster metadata (``MetadataValue.md``): a bullet per reader with
         its sentence, then the ranking and pair lines as a code block."""
         bullets = [f"- **{short_name(r)}**: {self.sentences[r]}" for r in self.readers]
-        head = f"**Verdict** (eRAG {self.metric}; p: {self.family})"
+        head = f"**Verdict** ({self.labels} {self.metric}; p: {self.family})"
         return "\n".join([head, "", *bullets, "", "```", self.text, "```"])
 
 
@@ -177,6 +182,7 @@ def verdict(
     n_resamples: int = 1000,
     n_permutations: int = 10_000,
     seed: int = 0,
+    labels: str = "eRAG",
 ) -> Verdict:
     """The :class:`Verdict` of every reader of ``per_query`` on the headline ``metric``.
 
@@ -185,7 +191,7 @@ def verdict(
     ``n_permutations`` (randomisation test) and ``seed`` are those of
     :func:`~erag_dagster.stats.significance.compare_paired`. Raises :class:`InputError` for an
     empty table, a missing column or a null/non-finite score (naming the reader, retriever and
-    query).
+    query). ``labels`` names the labels the table was scored from (the header says it).
     """
     _check(per_query, metric)
     rankings, pair_rows, sentences = [], [], {}
@@ -222,6 +228,7 @@ def verdict(
         alpha=alpha,
         dataset=dataset,
         readers=readers,
+        labels=labels,
     )
 
 
