@@ -24,6 +24,10 @@ pair (decode steps: the tokens up to the answer's end under the policy, what the
 the answer stop decodes); and the paired bootstrap CI of its AUC minus the baseline's (the
 packaged prompt with the first-line post-processing of version 1 and N = 16, the "before").
 
+**Output** (``--out``): ``results_<reader>.json`` (every cell's figures and the chosen one) and
+``cells_<reader>.parquet`` (every cell's label, judgment and cut flag per pair: what
+``reproductions/prompt_tuning.yaml`` recomputes its quoted figures from).
+
 **Rule** (fixed before the figures were read): among the cells with at most 10% of answers cut
 (the fit warning's bound), the highest pooled AUC; cells within 0.005 of it are ties, broken by
 fewer prompt + decode tokens per pair, then by the smaller N.
@@ -346,6 +350,24 @@ def main(argv: list[str] | None = None) -> int:
                     "prompt_tokens": float(cell["prompt_tokens"].mean()),
                     "capture_seconds": timings.get(name, {}).get("seconds"),
                 })  # fmt: skip
+    pl.concat(
+        [
+            cell.select(
+                pl.lit(name).alias("variant"),
+                pl.lit(policy).alias("policy"),
+                pl.lit(n, dtype=pl.Int64).alias("max_new_tokens"),
+                "query_id",
+                "doc_id",
+                "label",
+                "relevant",
+                "cut",
+                "words",
+                "steps",
+                "prompt_tokens",
+            )
+            for (name, policy, n), cell in frames.items()
+        ]
+    ).write_parquet(args.out / f"cells_{args.reader}.parquet")
     base = frames.get(BASELINE)
     for row in results:
         if base is not None:

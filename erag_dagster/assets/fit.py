@@ -14,7 +14,7 @@ import polars as pl
 from erag_dagster.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.assets.common import CODE_VERSION, by_system, dataset_of
 from erag_dagster.evaluation import systems
-from erag_dagster.meta.fit import fit_lines
+from erag_dagster.meta.fit import expected_fit_lines, fit_lines
 from erag_dagster.resources import EvalSettings, ReaderResource
 
 
@@ -47,12 +47,16 @@ def fit(
         for (reader_key, retriever_key), labels in sorted(by_system(doc_labels).items())
     ]
     warnings = fit_lines(fits)
+    expected = expected_fit_lines(fits)
     return dg.Output(
         [f.as_dict() for f in fits],
         metadata={
             "runs": len(fits),
             "warnings": dg.MetadataValue.md(
                 "\n".join(f"- {w}" for w in warnings) or "the labels fit the data"
+            ),
+            "expected": dg.MetadataValue.md(
+                "\n".join(f"- {w}" for w in expected) or "none declared expected"
             ),
         },
     )

@@ -34,7 +34,7 @@ from erag_dagster.assets.html_inputs import (
 )
 from erag_dagster.assets.reports import build_across_assets
 from erag_dagster.hashing import sha256_text
-from erag_dagster.meta.fit import fit_from_dict, fit_lines
+from erag_dagster.meta.fit import expected_fit_lines, fit_from_dict, fit_lines
 from erag_dagster.registry import Registry
 from erag_dagster.reports.catalog import BY_KEY, dataset_reports_for
 from erag_dagster.reports.html import (
@@ -128,7 +128,8 @@ def _section(
     per_query = value["erag_per_query"]
     found = Verdict.from_dict(value["verdict"]) if value["verdict"] else None  # the run's one
     if fit_warnings is None and value["fit"] is not None:  # the fit asset's, computed once
-        fit_warnings = fit_lines([fit_from_dict(row) for row in value["fit"]])
+        fits = [fit_from_dict(row) for row in value["fit"]]
+        fit_warnings = fit_lines(fits) + expected_fit_lines(fits)
     board = cost = queries = None
     examples: list = []
     identities = None

@@ -21,7 +21,9 @@ Defaults (the fields of :class:`EvaluationConfig`, each written once there):
 - ``label_methods`` none; ``verdict_labels`` ``eRAG`` (the labels the verdict ranks retrievers
   by: eRAG's generated answers, or one of the label methods — ``likelihood``, ``signed``,
   ``likelihood_gain`` —, which is then computed as if it were in ``label_methods``);
-  ``schedule`` ``0 3 * * *`` (the re-evaluation schedule, cron).
+  ``expected_fit`` none (fit finding kind → why it is expected: printed as one line with the
+  reason instead of a warning, :mod:`erag_dagster.meta.fit`); ``schedule`` ``0 3 * * *`` (the
+  re-evaluation schedule, cron).
 
 Edge-case policy: an unknown key, a wrong type (a bool where a number is wanted, a string where a
 list is wanted), an empty list or an out-of-range number is refused with one
@@ -143,6 +145,22 @@ def _verdict_labels(value: Any) -> str:
     return check_verdict_labels(value)
 
 
+def _expected_fit(value: Any) -> dict[str, str]:
+    from erag_dagster.meta.fit import SHORT_FIXES
+
+    kinds = ", ".join(SHORT_FIXES)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a mapping of fit finding kinds ({kinds}) to why each is expected")
+    out = {}
+    for kind, reason in value.items():
+        if kind not in SHORT_FIXES:
+            raise ValueError(f"a mapping whose keys are fit finding kinds ({kinds}), not {kind!r}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"a mapping whose values say why each kind is expected ({kind!r})")
+        out[str(kind)] = " ".join(reason.split())
+    return dict(sorted(out.items()))
+
+
 def _schedule(value: Any) -> str:
     if not isinstance(value, str) or len(value.split()) != 5:
         raise ValueError("a cron string of five fields such as '0 3 * * *'")
@@ -170,6 +188,7 @@ FIELDS: dict[str, _Field] = {
     "e2e_ks": _Field(_counts),
     "label_methods": _Field(_label_methods),
     "verdict_labels": _Field(_verdict_labels),
+    "expected_fit": _Field(_expected_fit),
     "bootstrap_resamples": _Field(_count, per_dataset=False),
     "seed": _Field(_seed, per_dataset=False),
     "alpha": _Field(_alpha, per_dataset=False),
@@ -201,6 +220,7 @@ class EvaluationConfig:
     e2e_ks: list[int] = field(default_factory=lambda: [1, 3])
     label_methods: list[str] = field(default_factory=list)
     verdict_labels: str = "eRAG"
+    expected_fit: dict[str, str] = field(default_factory=dict)
     bootstrap_resamples: int = 1000
     seed: int = 0
     alpha: float = 0.05

@@ -160,13 +160,14 @@ def fit(
     ``bootstrap_resamples``, ``seed``; no AUC without ``qrels``). The metric named is the one
     the labels record (their ``metric`` column; ``""`` when there are no labels). The
     configured ``label_methods`` and ``verdict_labels`` shape the fixes a warning names (one
-    already configured is not asked for again)."""
+    already configured is not asked for again); ``expected_fit`` the findings printed as
+    expected, with their reason, instead of as warnings."""
     return reader_fit(
         labels, queries, qrels, reader, reader_name=reader_name, retriever=retriever,
         metric=str(labels["metric"][0]) if labels.height else "",
         relevance_level=config.relevance_level, n_resamples=config.bootstrap_resamples,
         seed=config.seed, label_methods=tuple(config.label_methods),
-        verdict_labels=config.verdict_labels,
+        verdict_labels=config.verdict_labels, expected=config.expected_fit,
     )  # fmt: skip
 
 

@@ -46,6 +46,10 @@ threshold (each constant below says where its value comes from):
   better than eRAG's generated labels on such data (docs/label-methods.md, "Yes/no/maybe
   answers"; 50 % is below the 55 % measured on that set's tuning half).
 
+A finding of a kind the evaluation declares expected (``evaluation.expected_fit``: kind → why,
+e.g. a reader too small to separate well, measured) is printed as one line with that reason
+instead of a warning (:meth:`FitDiagnostics.expected_lines`).
+
 Edge cases: an empty label frame gives ``answers == 0`` and no warning; a query without gold
 answers is left out of the gold length; no judgments, or no relevant or no other document among
 the labelled ones, gives ``separation is None``; another metric than ``accuracy``, or no query
@@ -55,8 +59,9 @@ Dagster, no reader.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -101,6 +106,8 @@ SHORT_FIXES: dict[str, str] = {
     "same_label": "one label for every document",
 }
 """Each kind of finding in a few words, for the compact report (one line per reader)."""
+EXPECTED_PREFIX = "fit, expected"
+"""How a line of a finding declared expected (``evaluation.expected_fit``) begins."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,9 @@ class FitDiagnostics:
     ``multi_doc_queries``, the queries with two or more labelled documents) is ``None`` but for
     label outputs (module docstring). ``label_methods`` and ``verdict_labels`` are what the
     evaluation has configured (``evaluation.label_methods``, ``evaluation.verdict_labels``): a
-    fix already configured is not asked for again (:meth:`findings`).
+    fix already configured is not asked for again (:meth:`findings`). ``expected``: ``(kind,
+    reason)`` pairs of ``evaluation.expected_fit`` — findings of those kinds are expected, and
+    printed as one line with the reason instead of a warning (:meth:`expected_lines`).
     """
 
     reader: str
@@ -154,6 +163,7 @@ class FitDiagnostics:
     multi_doc_queries: int | None = None
     label_methods: tuple[str, ...] = ()
     verdict_labels: str = "eRAG"
+    expected: tuple[tuple[str, str], ...] = ()
 
     @property
     def same_label_share(self) -> float | None:
@@ -264,14 +274,31 @@ class FitDiagnostics:
         )
 
     def warnings(self) -> list[str]:
-        """:meth:`findings` as lines naming the run: ``fit warning [reader / retriever]: ...``."""
-        return [f"fit warning [{self.name}]: {text}" for _, text in self.findings()]
+        """The :meth:`findings` not declared expected, as lines naming the run:
+        ``fit warning [reader / retriever]: ...``."""
+        reasons = dict(self.expected)
+        return [
+            f"fit warning [{self.name}]: {text}"
+            for kind, text in self.findings()
+            if kind not in reasons
+        ]
+
+    def expected_lines(self) -> list[str]:
+        """The :meth:`findings` declared expected (``evaluation.expected_fit``), each as one line
+        with its reason: ``fit, expected [reader / retriever]: ... — expected: <reason>``."""
+        reasons = dict(self.expected)
+        return [
+            f"{EXPECTED_PREFIX} [{self.name}]: {text} — expected: {reasons[kind]}"
+            for kind, text in self.findings()
+            if kind in reasons
+        ]
 
     def as_dict(self) -> dict[str, object]:
         """Plain data for a frame, JSON or the HTML page: every field, the separation's flat
         (``auc``, ``auc_low``, ... ``None`` without judgments), ``cut_share`` and ``warnings``."""
         row = {k: v for k, v in asdict(self).items() if k != "separation"}
         row["label_methods"] = ",".join(self.label_methods)  # one CSV cell
+        row["expected"] = json.dumps(dict(self.expected), sort_keys=True)  # one CSV cell
         sep = self.separation
         row.update(
             cut_share=self.cut_share,
@@ -285,6 +312,7 @@ class FitDiagnostics:
             mean_label_relevant=None if sep is None else sep.mean_relevant,
             mean_label_other=None if sep is None else sep.mean_other,
             warnings=self.warnings(),
+            expected_findings=self.expected_lines(),
         )
         return row
 
@@ -316,6 +344,7 @@ def fit_from_dict(row: dict[str, object]) -> FitDiagnostics:
         multi_doc_queries=_optional_int(row.get("multi_doc_queries")),
         label_methods=_methods(row.get("label_methods")),
         verdict_labels=str(row.get("verdict_labels") or "eRAG"),
+        expected=_expected(row.get("expected")),
     )  # fmt: skip
 
 
@@ -325,6 +354,14 @@ def _methods(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         return tuple(m for m in value.split(",") if m)
     return tuple(str(m) for m in value or ())  # type: ignore[union-attr]
+
+
+def _expected(value: object) -> tuple[tuple[str, str], ...]:
+    """``expected`` as :meth:`FitDiagnostics.as_dict` wrote it (a JSON object), as pairs."""
+    if not value:
+        return ()
+    found = json.loads(value) if isinstance(value, str) else dict(value)  # type: ignore[arg-type]
+    return tuple(sorted((str(k), str(v)) for k, v in found.items()))
 
 
 def _optional_int(value: object) -> int | None:
@@ -428,6 +465,7 @@ def fit_diagnostics(
     seed: int = 0,
     label_methods: Sequence[str] = (),
     verdict_labels: str = "eRAG",
+    expected: Mapping[str, str] | None = None,
 ) -> FitDiagnostics:
     """The :class:`FitDiagnostics` of one labelled run.
 
@@ -437,7 +475,8 @@ def fit_diagnostics(
     ``labels`` row order) or else ``count_tokens`` (the reader's tokenizer, e.g. its
     ``count_tokens`` method); with neither, or without ``max_new_tokens``, the cut share is
     unknown. ``metric`` names the downstream metric the labels were scored with;
-    ``label_methods`` / ``verdict_labels`` what the evaluation configured (the fixes named).
+    ``label_methods`` / ``verdict_labels`` what the evaluation configured (the fixes named);
+    ``expected``: finding kind → why it is expected (``evaluation.expected_fit``).
     """
     answers = labels.get_column("answer").fill_null("").to_list() if labels.height else []
     cut: int | None = None
@@ -483,6 +522,7 @@ def fit_diagnostics(
         multi_doc_queries=multi,
         label_methods=tuple(label_methods),
         verdict_labels=verdict_labels,
+        expected=tuple(sorted((expected or {}).items())),
     )
 
 
@@ -500,6 +540,7 @@ def reader_fit(
     seed: int = 0,
     label_methods: Sequence[str] = (),
     verdict_labels: str = "eRAG",
+    expected: Mapping[str, str] | None = None,
 ) -> FitDiagnostics:
     """:func:`fit_diagnostics` for labels a reader object made: its ``spec.max_new_tokens``
     and its ``count_tokens`` (when it has one; a transformers reader loads its model for it if
@@ -512,20 +553,34 @@ def reader_fit(
         metric=metric, max_new_tokens=None if max_new is None else int(max_new),
         count_tokens=getattr(reader, "count_tokens", None), relevance_level=relevance_level,
         n_resamples=n_resamples, seed=seed, label_methods=label_methods,
-        verdict_labels=verdict_labels,
+        verdict_labels=verdict_labels, expected=expected,
     )  # fmt: skip
 
 
 def fit_frame(diagnostics: Sequence[FitDiagnostics]) -> pl.DataFrame:
     """One row per diagnosed run (:meth:`FitDiagnostics.as_dict`; ``warnings`` as one string,
     a line per warning, so the frame writes to CSV)."""
-    rows = [{**d.as_dict(), "warnings": "\n".join(d.warnings())} for d in diagnostics]
+    rows = [
+        {
+            **d.as_dict(),
+            "warnings": "\n".join(d.warnings()),
+            "expected_findings": "\n".join(d.expected_lines()),
+        }
+        for d in diagnostics
+    ]
     return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
 
 
 def fit_lines(diagnostics: Sequence[FitDiagnostics]) -> list[str]:
-    """Every warning line of every run (``[]`` when all labels fit): what a report prints."""
+    """Every warning line of every run (``[]`` when all labels fit, or every finding is
+    expected): what a report prints as warnings."""
     return [line for d in diagnostics for line in d.warnings()]
+
+
+def expected_fit_lines(diagnostics: Sequence[FitDiagnostics]) -> list[str]:
+    """Every expected finding of every run, one line each with its reason
+    (:meth:`FitDiagnostics.expected_lines`)."""
+    return [line for d in diagnostics for line in d.expected_lines()]
 
 
 def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
@@ -548,6 +603,7 @@ def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
     warnings = fit_lines(diagnostics)
     fits = "no fit warning: the labels fit the data (thresholds: docs/label-methods.md)"
     lines += warnings or [fits]
+    lines += expected_fit_lines(diagnostics)
     return "\n".join(lines)
 
 
@@ -564,10 +620,24 @@ def _compact(diagnostics: Sequence[FitDiagnostics]) -> str:
         facts.append(f"label-vs-judgment AUC {min(aucs):.2f}-{max(aucs):.2f}")
     detail = f" ({'; '.join(facts)})" if facts else ""
     kinds: dict[str, int] = {}
+    expected: dict[str, int] = {}
+    reasons: dict[str, str] = {}
     for d in diagnostics:
+        declared = dict(d.expected)
         for kind in dict.fromkeys(kind for kind, _ in d.findings()):
-            kinds[kind] = kinds.get(kind, 0) + 1
+            if kind in declared:
+                expected[kind] = expected.get(kind, 0) + 1
+                reasons.setdefault(kind, declared[kind])
+            else:
+                kinds[kind] = kinds.get(kind, 0) + 1
+    lines = [
+        f"{EXPECTED_PREFIX}: {SHORT_FIXES[k]} ({n} of {runs} runs): {reasons[k]}"
+        for k, n in expected.items()
+    ]
     if not kinds:
-        return f"no fit warning on {runs} reader x retriever runs{detail}; each run: --full"
+        return "\n".join(
+            [f"no fit warning on {runs} reader x retriever runs{detail}; each run: --full", *lines]
+        )
     said = "; ".join(f"{SHORT_FIXES[k]} ({n} of {runs} runs)" for k, n in kinds.items())
-    return f"fit warning: {said} [{runs} runs{detail}; each run and its fix: --full]"
+    head = f"fit warning: {said} [{runs} runs{detail}; each run and its fix: --full]"
+    return "\n".join([head, *lines])
