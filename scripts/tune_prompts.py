@@ -164,9 +164,9 @@ def tuning_split(registry) -> tuple:
     return every.corpus, keep, qrels
 
 
-def pairs_of(registry, corpus, queries) -> pl.DataFrame:
+def pairs_of(registry, corpus, queries, retrievers=RETRIEVERS) -> pl.DataFrame:
     runs = []
-    for name in RETRIEVERS:
+    for name in retrievers:
         run = run_retriever(registry, name, corpus, queries, DEPTH)
         runs.append(
             run.filter(pl.col("rank") <= DEPTH).with_columns(pl.lit(name).alias("retriever"))
@@ -283,12 +283,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, default=ROOT / ".tuning" / "labels.sqlite")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--cap", type=int, default=32)
-    parser.add_argument("--analyse-only", action="store_true", help="no generation")
+    parser.add_argument(
+        "--retrievers",
+        default=",".join(RETRIEVERS),
+        help="whose top 3 are answered (default: bm25,dense)",
+    )
     args = parser.parse_args(argv)
     registry = load_registry()
     entry = registry.readers[args.reader]
     corpus, queries, qrels = tuning_split(registry)
-    pairs = pairs_of(registry, corpus, queries)
+    retrievers = tuple(args.retrievers.split(","))
+    pairs = pairs_of(registry, corpus, queries, retrievers)
     relevant = qrels.filter(pl.col("relevance") >= 1).select(
         pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String),
         pl.lit(True).alias("relevant"),
@@ -329,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 frames[(name, policy, n)] = cell
                 sep = separation(cell.select("query_id", "label", "relevant"))
                 per = {}
-                for retriever in RETRIEVERS:
+                for retriever in retrievers:
                     sub = pairs.filter(pl.col("retriever") == retriever).select(
                         "query_id", "doc_id"
                     )

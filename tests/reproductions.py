@@ -298,6 +298,31 @@ class Conditions:
                              f"{cond['list_metric']}")  # fmt: skip
         return float(row[cond["column"]][0])
 
+    def label_auc(self, entry: Reproduction) -> float:
+        """A prompt-tuning figure recomputed from stored per-pair labels: the rows of the
+        parquet file ``data`` (written by ``scripts/tune_prompts.py``) matching ``where``
+        (column -> value), then ``column``: ``auc``, ``auc_low``, ``auc_high`` (label vs
+        judgment AUC and its 95% bootstrap CI over questions, the fit diagnostics' own
+        :func:`~erag_dagster.meta.fit.separation`, 1000 resamples, seed 0), ``cut_share`` or
+        ``words`` (means over the pairs)."""
+        from erag_dagster.meta.fit import separation
+
+        cond = entry.condition
+        frame = self._cached(
+            ("label_auc", cond["data"]), lambda: pl.read_parquet(REPO_ROOT / cond["data"])
+        )
+        for column, value in cond["where"].items():
+            frame = frame.filter(pl.col(column) == value)
+        if frame.height == 0:
+            raise ValueError(f"{entry.id}: no rows match {cond['where']}")
+        column = cond["column"]
+        if column in ("cut_share", "words"):
+            return float(
+                frame[{"cut_share": "cut", "words": "words"}[column]].cast(pl.Float64).mean()
+            )
+        found = separation(frame.select("query_id", "label", "relevant"))
+        return float({"auc": found.auc, "auc_low": found.low, "auc_high": found.high}[column])
+
     KINDS: ClassVar[dict[str, Callable[[Conditions, Reproduction], float]]] = {
         "retrieval": retrieval,
         "trec_run": trec_run,
@@ -305,4 +330,5 @@ class Conditions:
         "dataset_size": dataset_size,
         "report_asset": report_asset,
         "label_table1": label_table1,
+        "label_auc": label_auc,
     }

@@ -1,7 +1,7 @@
 """Prefix-shared, line-stopped generation against plain generation, on the real packaged readers.
 
 The reader prefills the prompt prefix a call's prompts share once and reuses its KV cache
-(``erag_dagster.readers.prefix_sharing``), and stops a row once its first line is complete
+(``erag_dagster.readers.prefix_sharing``), and stops a row once its answer is final
 (``erag_dagster.readers.stopping``). The reference here is plain ``generate`` written out in the
 test: one prompt at a time, no cache given, no stopping criterion, ``max_new_tokens`` tokens,
 post-processed. In float32 both must give the same answers; likelihoods and P(yes) the same

@@ -4,9 +4,11 @@ From one (reader, retriever) labelling — the reader's answers, their eRAG labe
 gold answers and, where present, the human judgments — :func:`fit_diagnostics` computes:
 
 - **cut answers**: the share of answers that stopped at ``max_new_tokens`` (an answer of at
-  least ``max_new_tokens - CUT_SLACK`` tokens, counted by the reader's own tokenizer: the kept
-  first line, decoded and stripped, can re-tokenise one token shorter). Unknown (``None``)
-  without a token counter;
+  least ``max_new_tokens - CUT_SLACK`` tokens, counted by the reader's own tokenizer: the
+  extracted answer, decoded and stripped, can re-tokenise one token shorter; an answer whose
+  end was generated stops there, :mod:`erag_dagster.readers.extraction`, so it is shorter
+  unless a lead-in or markup of a cut answer was removed). Unknown (``None``) without a token
+  counter;
 - **lengths**: mean answer length and mean gold-answer length, in whitespace words (a query's
   gold length is the mean over its gold answers; the mean over queries weights each query
   once);

@@ -55,7 +55,7 @@ key                    meaning (default)
                        (default: on in float32, where the answers are those of plain
                        generation; off in bf16/fp16, where any change of batch layout flips
                        answers: 13–19% of 90 sample answers here). Not hashed
-``stop_at_line_end``   stop a row once its answer's first line is complete (``true``;
+``stop_at_line_end``   stop a row once its answer is final (``true``;
                        :mod:`.stopping`): the same answers, fewer decode steps. Not hashed;
                        ``false`` decodes to ``max_new_tokens`` (for comparisons)
 =====================  ==========================================================================
