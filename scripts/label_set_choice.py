@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     for mean, (reader, preset, method) in ranked:
         print(f"  mean over {', '.join(sets)}: {reader} {preset:<5} {method:<22} {mean:.3f}")
     chosen = ranked[0][1] if ranked else None
-    out["chosen"] = None if chosen is None else dict(zip(("reader", "preset", "method"), chosen))
+    out["chosen"] = (
+        None if chosen is None else dict(zip(("reader", "preset", "method"), chosen, strict=True))
+    )
     print("chosen on the tuning halves:", out["chosen"])
     verdicts = {}
     if chosen is not None:

@@ -42,6 +42,9 @@ REAL = [
     # lead-ins
     ("The answer is: The 32nd", "The 32nd"),
     ("The answer is yes. The passage says the claim is supported.", "yes"),
+    # label words (a served reader and SmolLM2 on yes/no questions)
+    ("No. Ribosomopathies have a high degree of tissue specificity", "No"),
+    ("Yes, because the passage says so", "Yes"),
     # what must not be cut
     ("6,100.43 kilometers (2,099", "6,100.43 kilometers (2,099"),
     ("Goldreich (2008, Chapter 1.2)", "Goldreich (2008, Chapter 1.2)"),

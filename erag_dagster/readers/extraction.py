@@ -70,9 +70,10 @@ Chosen on the tuning split of the embedded sample (docs/label-methods.md, "Promp
 data")."""
 
 ABBREVIATIONS = frozenset(
-    {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "vs", "no", "ca", "approx", "fig", "op"}
+    {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "mt", "vs", "ca", "approx", "fig", "op"}
 )
-"""Words whose ``.`` does not end a sentence (lower case, without the ``.``)."""
+"""Words whose ``.`` does not end a sentence (lower case, without the ``.``). Not ``no``: "No."
+is the commonest answer to a yes/no question ("No. The study…")."""
 
 LEAD_IN = re.compile(
     r"^(?:(?:the|my|a)\s+)?(?:correct\s+|final\s+|short\s+|right\s+)?answer"
