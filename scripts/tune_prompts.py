@@ -276,6 +276,50 @@ def paired_auc_ci(a: pl.DataFrame, b: pl.DataFrame, n_resamples: int = 1000, see
     return diff, low, high
 
 
+TABLE_CAPS = (16, 24, 32)
+
+
+def markdown_table(results: dict) -> str:
+    """The docs table of one reader's ``results_<reader>.json``: the *before* (packaged
+    prompt, extraction version 1, 16 tokens), then each variant with the chosen cut policy at
+    :data:`TABLE_CAPS` tokens, and the chosen cell cut at the first sentence only; the chosen
+    cell in bold."""
+    chosen = results.get("chosen") or {}
+    policy = chosen.get("policy", "clause")
+    head = (
+        "| prompt | extraction | max_new_tokens | AUC [95% CI] | Δ AUC vs before [95% CI] "
+        "| answers cut | words per answer | decode steps | prompt tokens |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    )
+    rows = []
+    for r in results["cells"]:
+        before = (r["variant"], r["policy"], r["max_new_tokens"]) == BASELINE
+        other_policy = (
+            r["variant"] == chosen.get("variant")
+            and r["policy"] == "sentence"
+            and r["max_new_tokens"] == chosen.get("max_new_tokens")
+        )  # the chosen cell with the first sentence only: the cut policy's choice
+        kept = r["policy"] == policy and r["max_new_tokens"] in TABLE_CAPS
+        if not (before or kept or other_policy):
+            continue
+        bold = all(r[k] == chosen.get(k) for k in ("variant", "policy", "max_new_tokens"))
+        mark = "**" if bold else ""
+        extraction = "first line (v1, before)" if r["policy"] == "sentence_v1" else r["policy"]
+        delta = (
+            "—"
+            if before
+            else f"{r['auc_vs_before']:+.3f} [{r['auc_vs_before_low']:+.3f}, "
+            f"{r['auc_vs_before_high']:+.3f}]"
+        )
+        rows.append(
+            f"| {mark}{r['variant']}{mark} | {extraction} | {r['max_new_tokens']} | "
+            f"{mark}{r['auc']:.2f} [{r['auc_low']:.2f}, {r['auc_high']:.2f}]{mark} | {delta} | "
+            f"{r['cut_share']:.2f} | {r['words']:.1f} | {r['decode_steps']:.1f} | "
+            f"{r['prompt_tokens']:.0f} |"
+        )
+    return "\n".join([head, *rows])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reader", required=True, help="registry reader name")
@@ -284,11 +328,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--cap", type=int, default=32)
     parser.add_argument(
+        "--table",
+        action="store_true",
+        help="print the docs table of --out's results_<reader>.json (no model) and stop",
+    )
+    parser.add_argument(
         "--retrievers",
         default=",".join(RETRIEVERS),
         help="whose top 3 are answered (default: bm25,dense)",
     )
     args = parser.parse_args(argv)
+    if args.table:
+        results = json.loads((args.out / f"results_{args.reader}.json").read_text())
+        print(markdown_table(results))
+        return 0
     registry = load_registry()
     entry = registry.readers[args.reader]
     corpus, queries, qrels = tuning_split(registry)

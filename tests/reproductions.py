@@ -254,8 +254,9 @@ class Conditions:
 
     def report_asset(self, entry: Reproduction) -> float:
         """A value of a report asset a real ``erag-dagster run`` wrote under
-        ``$ERAG_REPRO_STORAGE/assets``: the rows matching ``where``, then ``column``'s only
-        value (``aggregate: only``) or its largest non-NaN value (``aggregate: max``)."""
+        ``$ERAG_REPRO_STORAGE/assets`` (a parquet table, or a JSON list of rows such as the
+        ``fit`` asset's): the rows matching ``where``, then ``column``'s only value
+        (``aggregate: only``) or its largest non-NaN value (``aggregate: max``)."""
         root = os.environ.get(STORAGE_ENV)
         if not root:
             raise Skip(
@@ -264,12 +265,18 @@ class Conditions:
             )
         cond = entry.condition
         path = Path(root) / "assets" / f"{cond['asset']}.parquet"
-        if not path.is_file():
+        rows = path.with_suffix(".json")  # an asset stored as a list of rows (the fit's)
+        if not path.is_file() and not rows.is_file():
             raise FileNotFoundError(f"{STORAGE_ENV}={root}: no report asset {path}")
         from erag_dagster.checks import report_value  # the rule the readme_figures check uses
 
+        if path.is_file():
+            frame = pl.read_parquet(path)
+        else:
+            path = rows
+            frame = pl.DataFrame(json.loads(rows.read_text(encoding="utf-8")), strict=False)
         try:
-            return report_value(pl.read_parquet(path), cond)
+            return report_value(frame, cond)
         except ValueError as error:
             raise ValueError(f"{entry.id}: {path.name}: {error}") from None
 
