@@ -69,7 +69,7 @@ test-quick: setup lint
 	$(PYTEST_ENV) .venv/bin/python -m pytest -q -m "not slow and not heavy" $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 dev: setup
-	.venv/bin/python -m erag_dagster.dev_server -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+	.venv/bin/python -m erag_dagster.orchestration.dev_server -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
 LINT_PATHS := erag_dagster tests bench scripts
 

@@ -33,11 +33,11 @@ import os
 import polars as pl
 from benchjson import add_json_argument, text_stream, write_json
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.meta.efficiency import MODES, PLAIN_MODE, efficiency_report
-from erag_dagster.registry import load_registry
 from erag_dagster.reports.tables import format_table
-from erag_dagster.retrievers import run_retriever
 
 MODE_ORDER = {"end_to_end": 0, "erag_query_batch": 1, "erag_doc_batch": 2, PLAIN_MODE: 3}
 COLUMNS = (

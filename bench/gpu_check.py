@@ -102,7 +102,7 @@ def load_sample(path: Path = SAMPLE_PATH) -> tuple[dict[str, str], dict[str, tup
     by doc id ``<title>_<paragraph index>`` as the reader sees them (``reader_passage``: title
     with ``_`` shown as spaces, newline, paragraph), and queries by id: (question stripped, gold
     answers non-blank, exact duplicates removed, first-seen order)."""
-    from erag_dagster.input_files import load_json
+    from erag_dagster.core.input_files import load_json
     from erag_dagster.readers.prompts import reader_passage
 
     data = load_json(path)
@@ -126,8 +126,8 @@ def load_sample(path: Path = SAMPLE_PATH) -> tuple[dict[str, str], dict[str, tup
 def load_run(path: Path = RUN_PATH) -> dict[str, list[str]]:
     """A TREC run (``qid Q0 docid rank score tag``) as doc ids per query, by rank; a malformed
     line is an InputError naming ``file:line``."""
-    from erag_dagster.errors import InputError, where
-    from erag_dagster.input_files import text_lines
+    from erag_dagster.core.errors import InputError, where
+    from erag_dagster.core.input_files import text_lines
 
     ranked: dict[str, list[tuple[int, str]]] = {}
     for number, line in text_lines(path):
@@ -143,7 +143,7 @@ def load_run(path: Path = RUN_PATH) -> dict[str, list[str]]:
 def workload(depth: int, n_queries: int) -> list[Query]:
     """The first ``n_queries`` queries by id with at least ``depth`` ranked documents (as
     ``meta/efficiency.py`` picks them); an InputError when fewer exist."""
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.errors import InputError
 
     passages, queries = load_sample()
     run = load_run()
@@ -178,8 +178,8 @@ def fixed_pairs(n_pairs: int, per_query: int) -> list[tuple[Query, str]]:
 def registry_readers(names: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The ``readers`` entries of ``erag_dagster/registry.yaml`` named ``names`` (as written:
     the reader spec validates them)."""
-    from erag_dagster.errors import InputError
-    from erag_dagster.input_files import load_yaml
+    from erag_dagster.core.errors import InputError
+    from erag_dagster.core.input_files import load_yaml
 
     readers = (load_yaml(REGISTRY_PATH) or {}).get("readers") or {}
     unknown = [n for n in names if n not in readers]
@@ -496,8 +496,8 @@ def write_json(path: Path | None, result: dict[str, Any]) -> None:
 
 def load_compare(path: Path, pairs: list[tuple[Query, str]]) -> dict[str, Any]:
     """An earlier ``--json`` of this script (another machine), checked to hold the same pairs."""
-    from erag_dagster.errors import InputError
-    from erag_dagster.input_files import load_json
+    from erag_dagster.core.errors import InputError
+    from erag_dagster.core.input_files import load_json
 
     data = load_json(path)
     if not isinstance(data, dict) or data.get("bench") != "gpu_check":
@@ -512,7 +512,7 @@ def load_compare(path: Path, pairs: list[tuple[Query, str]]) -> dict[str, Any]:
 
 
 def _ints(text: str, flag: str) -> list[int]:
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.errors import InputError
 
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -551,8 +551,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def run_check(args: argparse.Namespace) -> int:
     """The check itself (argument parsing and one-line errors are :func:`main`'s)."""
-    from erag_dagster.devices import resolve_device
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.devices import resolve_device
+    from erag_dagster.core.errors import InputError
 
     names = [n.strip() for n in args.readers.split(",") if n.strip()]
     configs = registry_readers(names)
@@ -640,9 +640,9 @@ def write_run(path: Path = RUN_PATH) -> None:
     ``RUN_QUERIES`` sample queries by id that have that many. Needs the full environment."""
     import polars as pl
 
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import load_dataset
-    from erag_dagster.registry import load_registry
-    from erag_dagster.retrievers import run_retriever
+    from erag_dagster.evaluation.retrievers import run_retriever
 
     ds = load_dataset("sample")
     run = run_retriever(load_registry(), "bm25", ds.corpus, ds.queries, RUN_DEPTH)
@@ -660,7 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run, and turn the project's errors into one line and their exit code."""
     args = parse_args(argv)
     _bootstrap(args.pack_dir)
-    from erag_dagster.errors import EnvironmentFault, InputError
+    from erag_dagster.core.errors import EnvironmentFault, InputError
 
     try:
         return run_check(args)

@@ -52,8 +52,9 @@ _BLOCK = 1 << 22
 
 
 def _fault(message: str) -> Exception:
-    """An :class:`~erag_dagster.errors.InputError` (imported late: this module is stdlib-only)."""
-    from erag_dagster.errors import InputError
+    """An :class:`~erag_dagster.core.errors.InputError` (imported late: this module is
+    stdlib-only)."""
+    from erag_dagster.core.errors import InputError
 
     return InputError(message)
 
@@ -238,7 +239,7 @@ def plan_text(out: Path, manifest: dict[str, Any]) -> str:
 
 def load_manifest(pack: Path) -> dict[str, Any]:
     """``pack/manifest.json``, checked for this version (an InputError names what is wrong)."""
-    from erag_dagster.input_files import load_json
+    from erag_dagster.core.input_files import load_json
 
     path = pack / "manifest.json"
     if not path.is_file():

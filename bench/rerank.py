@@ -25,11 +25,15 @@ from pathlib import Path
 import polars as pl
 from benchjson import add_json_argument, text_stream, write_json
 
+from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.registry import load_registry
+from erag_dagster.evaluation.retrievers import default_scorer, run_retriever
 from erag_dagster.reports.tables import format_table
 from erag_dagster.retrieval.rerank import lift_report, rerank
-from erag_dagster.retrievers import default_scorer, run_retriever
+
+STATS = EvaluationConfig().statistics
+"""The configuration's statistics (its defaults)."""
 
 
 def main() -> None:
@@ -71,7 +75,7 @@ def main() -> None:
     result = rerank(first, ds.queries, ds.corpus, scorer, top_n=args.top_n, k=args.k)
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     report = lift_report(
-        ds.qrels, first, result, metrics=metrics, relevance_level=args.relevance_level
+        ds.qrels, first, result, metrics, STATS, relevance_level=args.relevance_level
     )
     reader = scorer.reader
     data = Path(args.data)

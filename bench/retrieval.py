@@ -37,8 +37,8 @@ import polars as pl
 import torch
 from benchjson import add_json_argument, text_stream, write_json
 
+from erag_dagster.core.java import ensure_jvm
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.java import ensure_jvm
 from erag_dagster.reports.tables import format_table
 from erag_dagster.retrieval.bm25 import bm25_search, build_bm25_index
 from erag_dagster.retrieval.dense import build_dense_index, passage_texts

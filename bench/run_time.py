@@ -43,13 +43,13 @@ from pathlib import Path
 import polars as pl
 from benchjson import add_json_argument, text_stream, write_json
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.evaluation.retrievers import run_retriever
+from erag_dagster.orchestration.resources import EvalSettings
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.model_cache import close_all_readers
 from erag_dagster.readers.passages import run_with_passages
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings
-from erag_dagster.retrievers import run_retriever
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -39,7 +39,7 @@ from benchjson import add_json_argument, text_stream, write_json
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from erag_dagster.hashing import sha256_text  # noqa: E402
+from erag_dagster.core.hashing import sha256_text  # noqa: E402
 from erag_dagster.labels.store import LabelStoreBase, open_store  # noqa: E402
 from erag_dagster.reports.tables import format_table  # noqa: E402
 from tests.postgres_server import postgres_server  # noqa: E402

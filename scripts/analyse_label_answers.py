@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import polars as pl
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.likelihood import label_set
 from erag_dagster.labels.signed import closed_book_answers
@@ -45,9 +47,7 @@ from erag_dagster.meta.end_to_end import evaluate_end_to_end
 from erag_dagster.metrics.downstream import normalize_answer
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.passages import run_with_passages
-from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.runs import top_k
-from erag_dagster.retrievers import run_retriever
 
 
 def answer_label(answer: str, labels: tuple[str, ...]) -> str:

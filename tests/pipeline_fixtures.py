@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from erag_dagster.registry import default_registry_path
+from erag_dagster.config.registry import default_registry_path
 
 
 def small_registry(folder: Path, dataset: str = "sample?max_questions=6", **changes) -> Path:

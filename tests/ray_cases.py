@@ -31,8 +31,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import EnvironmentFault, InputError
 from erag_dagster.labels.cached import CommitPolicy
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.labeller import label_run
@@ -190,8 +190,8 @@ def test_without_ray_the_error_is_one_line(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_the_registry_and_the_reader_resource_choose_the_executor(tmp_path: Path) -> None:
-    from erag_dagster.registry import load_registry
-    from erag_dagster.resources import ReaderResource
+    from erag_dagster.config.registry import load_registry
+    from erag_dagster.orchestration.resources import ReaderResource
 
     default = load_registry()
     assert not default.generation.on_ray  # in-process stays the default
@@ -256,8 +256,8 @@ def test_end_to_end_and_baseline_labels_on_ray_equal_in_process(ray_cluster, sam
     depths; LLM annotation, signed utility with its closed-book answers, likelihood), in this
     process and with ``executor: ray``: the same frames; one pool per call, shared by its
     tasks."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.meta.system_outputs import baseline_label_set, end_to_end_at_depths
-    from erag_dagster.registry import load_registry
     from erag_dagster.retrieval.encoder import encoder_from_config
 
     corpus, queries, run = sample
@@ -274,7 +274,7 @@ def test_end_to_end_and_baseline_labels_on_ray_equal_in_process(ray_cluster, sam
         baselines = baseline_label_set(
             run, queries, corpus, pl.DataFrame(schema=QRELS), encoder, reader,
             store=LabelStore(folder / "baselines.sqlite"), log=messages.append, metric="f1",
-            methods=("likelihood", "signed"), executor=executor,
+            relevance_level=1, methods=("likelihood", "signed"), executor=executor,
         )  # fmt: skip
         return e2e, baselines
 
@@ -325,7 +325,7 @@ def external_head(tmp_path_factory) -> Iterator[Head]:
     """A real head node (2 CPUs, dashboard off) started as a separate process, as an operator
     would, with its own ``HOME`` (``home_b``, see the fingerprint case); its workers import this
     tree (``PYTHONPATH``) and share the driver's model cache (no second conversion)."""
-    from erag_dagster.paths import model_cache_dir
+    from erag_dagster.core.paths import model_cache_dir
 
     gcs, client = _free_port(), _free_port()
     home = tmp_path_factory.mktemp("home_b")

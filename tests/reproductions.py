@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 import polars as pl
 import yaml
 
+from tests.stats_fixture import STATS
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPRODUCTIONS_DIR = REPO_ROOT / "reproductions"
 README = REPO_ROOT / "README.md"
@@ -201,9 +203,9 @@ class Conditions:
     def retrieval(self, entry: Reproduction) -> float:
         """``erag-dagster retrieve`` + ``evaluate-run``: the registry retriever through
         ``run_retriever`` (index under the current storage root), scored by ``evaluate_run``."""
+        from erag_dagster.config.registry import load_registry
+        from erag_dagster.evaluation.retrievers import run_retriever
         from erag_dagster.metrics.human import evaluate_run
-        from erag_dagster.registry import load_registry
-        from erag_dagster.retrievers import run_retriever
 
         cond = entry.condition
         ds = self.dataset(entry.dataset)
@@ -268,7 +270,9 @@ class Conditions:
         rows = path.with_suffix(".json")  # an asset stored as a list of rows (the fit's)
         if not path.is_file() and not rows.is_file():
             raise FileNotFoundError(f"{STORAGE_ENV}={root}: no report asset {path}")
-        from erag_dagster.checks import report_value  # the rule the readme_figures check uses
+        from erag_dagster.evaluation.checks import (
+            report_value,  # the rule the readme_figures check uses
+        )
 
         if path.is_file():
             frame = pl.read_parquet(path)
@@ -294,7 +298,7 @@ class Conditions:
         def table() -> pl.DataFrame:
             labels = pl.read_parquet(folder / "labels.parquet")
             e2e = pl.read_parquet(folder / "end_to_end.parquet")
-            return label_methods_table(labels, e2e, k, entry.dataset)
+            return label_methods_table(labels, e2e, k, entry.dataset, STATS)
 
         frame = self._cached(("label_table1", str(folder), k), table)
         row = frame.filter(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.hashing import sha256_text
+from erag_dagster.core.hashing import sha256_text
 from erag_dagster.labels.keys import gold_hash, score_key
 
 

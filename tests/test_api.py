@@ -150,7 +150,7 @@ def test_import_is_cheap_and_lazy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(
-        ["EnvironmentFault", "InputError", "evaluate", "label", "score"]
+        ["ERagEvaluation", "EnvironmentFault", "InputError", "evaluate", "label", "score"]
     )
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         erag_dagster.nope  # noqa: B018

@@ -14,12 +14,12 @@ import polars as pl
 import pytest
 import yaml
 
-from erag_dagster import checks
-from erag_dagster.assets import checks as asset_checks
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import materialize_all
-from erag_dagster.resources import EvalSettings
+from erag_dagster.evaluation import checks
+from erag_dagster.orchestration.assets import checks as asset_checks
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import materialize_all
+from erag_dagster.orchestration.resources import EvalSettings
 from tests.pipeline_fixtures import small_registry
 
 
@@ -257,9 +257,9 @@ def test_report_value_matches_partition_keys_and_aggregates():
 
 
 def test_default_run_difference_names_the_changed_settings(tmp_path: Path):
-    from erag_dagster.registry import load_registry
+    from erag_dagster.config.registry import load_registry
 
-    packaged = load_registry(str(Path(checks.__file__).parent / "registry.yaml"))
+    packaged = load_registry(str(Path(checks.__file__).parents[1] / "registry.yaml"))
     default = EvalSettings().bound_to(packaged).resolve()
     assert asset_checks.default_run_difference(packaged, default) is None
     changed = EvalSettings(k=7).bound_to(packaged).resolve()

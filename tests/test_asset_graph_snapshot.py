@@ -5,8 +5,8 @@ For every asset of the packaged registry's Definitions the snapshot holds its ke
 mappings, partitions definition (kind and dimension names, not the registry's hash keys),
 automation condition (its label and operator tree) and asset checks (name: blocking or not);
 plus the names of the jobs, schedules and sensors, and the main job's plan
-(:func:`erag_dagster.pipeline.plan`: which assets run together, in which order, partitioned
-how). It lives in ``tests/snapshots/asset_graph.json``.
+(:func:`erag_dagster.orchestration.pipeline.plan`: which assets run together, in which order,
+partitioned how). It lives in ``tests/snapshots/asset_graph.json``.
 
 A deliberate graph change: regenerate the file and commit it with the change::
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import dagster as dg
 
-from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import plan
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import plan
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "asset_graph.json"
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
 
-from erag_dagster.assets.automation import reader_digest
-from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import materialize_all
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings
+from erag_dagster.config.registry import load_registry
+from erag_dagster.orchestration.assets.automation import reader_digest
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import materialize_all
+from erag_dagster.orchestration.resources import EvalSettings
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
@@ -179,7 +180,7 @@ def test_schedule_observes_only_when_inputs_change(world) -> None:
 
 
 def test_schedule_cron_comes_from_the_definitions_registry(tmp_path: Path) -> None:
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.errors import InputError
 
     packaged = build_defs().resolve_schedule_def("reevaluation_schedule")
     assert packaged.cron_schedule == load_registry().evaluation.schedule
@@ -260,3 +261,38 @@ def test_labels_carry_their_own_readers_observed_version(world) -> None:
             entry.name, entry.config
         )
         assert tags["dagster/input_event_pointer/reader_models"] == str(observed.storage_id)
+
+
+@pytest.mark.slow
+def test_a_dataset_edit_labels_only_the_new_run(world) -> None:
+    """Issue 42: after an edit of the dataset (one question dropped), the label assets wait
+    until ``retrieval_run`` has been recomputed from the new questions: in the tick that asks
+    for ``retrieval_run`` (``queries`` changed) nothing that reads it is asked for, though
+    ``queries`` changed for them too; the next tick, after the new runs, asks for the labels.
+    Runs last in this module: it edits the world's dataset."""
+    instance, data = world["instance"], world["data"]
+    defs = build_defs(str(world["registry"]))
+    start = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    dropped = pl.read_ndjson(data / "queries.jsonl")["query_id"][-1]
+    for table in ("queries", "qrels"):
+        frame = pl.read_ndjson(data / f"{table}.jsonl")
+        frame.filter(pl.col("query_id") != dropped).write_ndjson(data / f"{table}.jsonl")
+    assert defs.resolve_job_def("observe_inputs").execute_in_process(instance=instance).success
+    tables = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=start.cursor)
+    assert set(requested(tables)) == {"corpus", "queries", "qrels"}
+    resources, assets = dict(defs.resources), list(defs.assets)
+    dg.materialize(assets, selection=["corpus", "queries", "qrels"], resources=resources,
+                   instance=instance)  # fmt: skip
+    runs = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=tables.cursor)
+    registry = load_registry(world["registry"])
+    got = requested(runs)
+    assert got["retrieval_run"] == set(registry.retriever_partitions)
+    assert not {"doc_labels", "end_to_end", "baseline_labels"} & set(got), got
+    for part in registry.retriever_partitions:
+        dg.materialize(assets, selection=["retrieval_run"], partition_key=part,
+                       resources=resources, instance=instance)  # fmt: skip
+    labels = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=runs.cursor)
+    reader = registry.reader_partitions[0]
+    assert requested(labels)["doc_labels"] == {
+        _pair(reader, r) for r in registry.retriever_partitions
+    }

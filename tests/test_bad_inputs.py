@@ -22,12 +22,12 @@ import polars as pl
 import pytest
 
 from erag_dagster.cli import main
+from erag_dagster.core.errors import InputError, StorageError, as_fault
+from erag_dagster.core.paths import atomic_write_text
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.data.spec import parse_spec
-from erag_dagster.errors import InputError, StorageError, as_fault
 from erag_dagster.labels.recovery import ReaderRecord
 from erag_dagster.labels.store import GENERATIONS_SCHEMA, LabelStore
-from erag_dagster.paths import atomic_write_text
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")
 
@@ -438,14 +438,14 @@ TEST_READER_IDENTITY = {"test_reader": "hostile inputs"}
 
 
 def _test_reader() -> ReaderRecord:
-    from erag_dagster.hashing import sha256_json
+    from erag_dagster.core.hashing import sha256_json
 
     return ReaderRecord(sha256_json(TEST_READER_IDENTITY), "test", TEST_READER_IDENTITY)
 
 
 def _digested(line: dict) -> dict:
     """``line`` with its ``line_sha256`` recomputed (as the writer does)."""
-    from erag_dagster.hashing import sha256_json
+    from erag_dagster.core.hashing import sha256_json
 
     body = {k: v for k, v in line.items() if k != "line_sha256"}
     return {**body, "line_sha256": sha256_json(body)}
@@ -458,7 +458,7 @@ def _recovery_text(*lines: dict) -> str:
 
 def _recovery_line(query_id: str, doc_id: str) -> dict:
     """One recovery-file line as :meth:`LabelStoreBase.write_recovery` writes it (digested)."""
-    from erag_dagster.hashing import sha256_text
+    from erag_dagster.core.hashing import sha256_text
     from erag_dagster.labels.keys import generation_key
 
     fingerprint, qh = _test_reader().fingerprint, sha256_text("alpha")
@@ -765,14 +765,14 @@ def test_store_copy_takes_a_libpq_keyword_dsn(tmp_path: Path, postgres, capsys) 
     ],
 )
 def test_mask_credentials(text: str, masked: str) -> None:
-    from erag_dagster.credentials import mask_credentials
+    from erag_dagster.core.credentials import mask_credentials
 
     assert mask_credentials(text) == masked
     assert mask_credentials(masked) == masked  # idempotent
 
 
 def test_what_looks_like_a_key_and_what_a_link_local_address_is() -> None:
-    from erag_dagster.credentials import looks_like_key
+    from erag_dagster.core.credentials import looks_like_key
     from erag_dagster.readers.addresses import link_local_reason
 
     for name in ("OPENAI_API_KEY", "my_server_key_2", "VLLM_KEY", "HF_TOKEN"):
@@ -813,9 +813,9 @@ def test_sqlite_full_rolls_back_and_keeps_the_answers(tmp_path: Path, capsys) ->
 
 
 # --- issues 23/24: reading inputs (regular files, bounds, BOM, duplicate keys, numbers)
-# Every reader goes through erag_dagster/input_files.py (regular files only, bounded, a leading
+# Every reader goes through erag_dagster/core/input_files.py (regular files only, bounded, a leading
 # BOM stripped, duplicate keys and YAML anchors refused, nesting bounded) and reads numbers with
-# erag_dagster/input_numbers.py (ASCII only). docs/inputs.md holds the same table.
+# erag_dagster/core/input_numbers.py (ASCII only). docs/inputs.md holds the same table.
 
 _MINI_REGISTRY = "readers:\n  r:\n    model: m\n"
 _ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -1135,8 +1135,8 @@ def test_special_files_are_refused_without_blocking(special, argv, parts) -> Non
 
 
 def _java_or_skip() -> None:
-    from erag_dagster.errors import EnvironmentFault
-    from erag_dagster.java import find_java_home
+    from erag_dagster.core.errors import EnvironmentFault
+    from erag_dagster.core.java import find_java_home
 
     try:
         find_java_home()
@@ -1175,7 +1175,7 @@ def test_bm25_query_over_the_lucene_clause_limit_names_the_query(bad) -> None:
 
 def test_number_grammar_accepts_what_trec_eval_and_python_agree_on() -> None:
     """input_numbers: the accepted forms and their values; each refusal names the place."""
-    from erag_dagster.input_numbers import parse_grade, parse_score
+    from erag_dagster.core.input_numbers import parse_grade, parse_score
 
     for text, value in (("1", 1), ("+1", 1), ("-1", -1), ("007", 7), (" 2 ", 2)):
         assert parse_grade(text, "f:1") == value
@@ -1203,10 +1203,10 @@ GATE_FP = "f" * 64
 def _gate_baseline(ds, rows: list[dict], **changes) -> dict:
     """A baseline file's object for ``rows`` (query_id, doc_id, rank, label), written as
     ``erag-dagster baseline`` writes it (answer keys, digest) with ``changes`` applied after."""
+    from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.gate.baseline_file import baseline_payload
     from erag_dagster.gate.identity import EvalIdentity, RetrieverIdentity
     from erag_dagster.gate.verify import answer_keys
-    from erag_dagster.inputs import dataset_digest
 
     keys = answer_keys(rows, GATE_FP, ds)
     labels = [{**r, "answer_key": k} for r, k in zip(rows, keys, strict=True)]
@@ -1222,8 +1222,8 @@ def _gate_baseline(ds, rows: list[dict], **changes) -> dict:
 def gating(bad: Path) -> Path:
     """Runs of 6 queries, a valid baseline, broken baselines, a store whose stored answers
     contradict the baseline's labels, a FIFO and a registry copy, in ``bad``."""
+    from erag_dagster.config.registry import default_registry_path
     from erag_dagster.labels.keys import utc_now
-    from erag_dagster.registry import default_registry_path
 
     ds = load_dataset(GATE_SPEC)
     qids = sorted(ds.queries.get_column("query_id").cast(pl.String).to_list())
@@ -1462,7 +1462,7 @@ def _i32_write(path: Path, *lines: dict | str, record: bool = True) -> None:
 def recovering(bad: Path) -> Path:
     """Recovery files good and hostile, an existing store ``real.sqlite`` (the test reader not
     registered in it), in the working directory ``bad``."""
-    from erag_dagster.hashing import sha256_json, sha256_text
+    from erag_dagster.core.hashing import sha256_json, sha256_text
     from erag_dagster.labels.keys import generation_key
 
     gc.collect()  # the bad fixture's store connection closed: its WAL folded in, not mid-test
@@ -1526,7 +1526,7 @@ ISSUE_32_RECOVERY_CASES = [
     ("created_at without offset", [*IMPORT, "naive.jsonl", *ON_REAL], 2,
      ["naive.jsonl:2", "no UTC offset"]),
     ("gen_seconds NaN", [*IMPORT, "nan.jsonl", *ON_REAL], 2,
-     ["nan.jsonl:2", "gen_seconds must be a finite number >= 0"]),
+     ["nan.jsonl:2", "NaN is not a finite number (JSON has no NaN or Infinity)"]),
     ("a hash that is not hex", [*IMPORT, "badhash.jsonl", *ON_REAL], 2,
      ["badhash.jsonl:2", "question_hash must be 64 lower-case hex digits"]),
     ("an unknown field", [*IMPORT, "extra.jsonl", *ON_REAL], 2,
@@ -1720,12 +1720,12 @@ def test_label_output_on_a_full_disk_is_exit_1_naming_output(tmp_path: Path, pos
     runs; a first run without the limit warms every cache the command writes."""
     import resource
 
-    from erag_dagster.hashing import sha256_text
+    from erag_dagster.config.registry import load_registry
+    from erag_dagster.core.hashing import sha256_text
     from erag_dagster.labels.keys import generation_key
     from erag_dagster.labels.store import open_store
     from erag_dagster.readers.factory import reader_from_config
     from erag_dagster.readers.passages import run_with_passages
-    from erag_dagster.registry import load_registry
 
     ds = load_dataset("sample?max_questions=1")
     query = ds.queries.get_column("query_id")[0]
@@ -1835,7 +1835,8 @@ def _i32_frame_without_run_columns():
 
 ISSUE_32_API_CASES = [
     ("label(5, run)", lambda e: e.label(5, "run.trec"), "dataset must be a dataset spec"),
-    ("label(ds, 5)", lambda e: e.label("sample", 5), "run must be a TREC run file path"),
+    ("label(ds, 5)", lambda e: e.label("sample", 5),
+     "run must be a run file path (TREC or .parquet)"),
     ("label: a frame without the run columns",
      lambda e: e.label("sample", _i32_frame_without_run_columns()),
      "run frame lacks column(s) query_id, doc_id, rank"),
@@ -1912,3 +1913,358 @@ def test_seed_none_is_the_registrys_fixed_seed() -> None:
     registry = load_registry_file(None)
     first = evaluation_config(registry, "evaluate", seed=None)
     assert first.seed == registry.evaluation.seed == evaluation_config(registry, "x").seed
+
+
+# === issue 45: hostile inputs, round 4 — nothing dropped without a word ======================
+# Each case goes through a shared rule, so every door that reaches it says the same line: the
+# gate refuses a candidate query it would not score (unless --drop-unknown-queries, which names
+# them); one rule for empty runs (TREC, parquet, frame); a JSON value of the wrong type where a
+# string is documented (records.check_value), NaN/Infinity in any JSON (the input rule); a bad
+# reader, store or max_new_tokens refused before a store is created or a reader built; numbers
+# printed as given; the settings of `run` refused before the Dagster instance warning.
+
+
+def _recompute(baseline: dict) -> dict:
+    from erag_dagster.gate.baseline_file import baseline_digest
+
+    baseline["digest"] = baseline_digest(baseline["identity"], baseline["retriever"],
+                                         baseline["query_ids"], baseline["labels"])  # fmt: skip
+    return baseline
+
+
+@pytest.fixture()
+def round4(gating: Path) -> Path:
+    """The gate's files plus round 4's hostile ones, in ``gating`` (the working directory)."""
+    lines = (gating / "cand.trec").read_text().splitlines(keepends=True)
+    first_query = lines[0].split()[0]
+    (gating / "typo.trec").write_text("".join(
+        line.replace(first_query, "zz-typo", 1) if i == 0 else line
+        for i, line in enumerate(lines)))  # fmt: skip
+    (gating / "zwsp.trec").write_text("".join(
+        line.replace(first_query, first_query + "\u200b", 1) for line in lines))  # fmt: skip
+    (gating / "alien.trec").write_text("".join(
+        f"other-{i} Q0 {line.split()[2]} 1 1.0 t\n" for i, line in enumerate(lines)))  # fmt: skip
+    run = pl.DataFrame([line.split()[:3:2] for line in lines], schema=["query_id", "doc_id"],
+                       orient="row").with_columns(score=pl.lit(1.0))  # fmt: skip
+    run.with_columns(pl.when(pl.int_range(pl.len()) == 2).then(pl.lit("q with space\n### heading"))
+                     .otherwise("query_id").alias("query_id")).write_parquet(
+        gating / "heading.parquet")  # fmt: skip
+    run.head(0).write_parquet(gating / "empty.parquet")
+    good = json.loads((gating / "gate.json").read_text())
+    metric = json.loads(json.dumps(good))
+    metric["identity"]["metrics"] = ["RR", "nDGC@3", "Success@3"]
+    (gating / "metricname.json").write_text(json.dumps(_recompute(metric)))
+    (gating / "extrafield.json").write_text(json.dumps({**good, "note": "trust me"}))
+    (gating / "nanlabel.json").write_text(
+        json.dumps(good, indent=1).replace('"label": 1.0', '"label": NaN', 1)
+    )
+    (gating / "nanlabels.json").write_text('{"q1": [1.0,\n NaN],\n "q2": [0.0]}')
+    pl.DataFrame({"query_id": ["q1", "q1"], "rank": [1, 2], "label": [1.0, float("nan")]}
+                 ).write_parquet(gating / "nanlabels.parquet")  # fmt: skip
+    (gating / "sample.trec").write_text("".join(lines[:3]))
+    (gating / "bigtok.yaml").write_text("max_new_tokens: 10000000000000\n")
+    (gating / "zerotok.yaml").write_text("max_new_tokens: 0\n")
+    (gating / "nomodel.yaml").write_text("model: /nonexistent/model\n")
+    (gating / "bigreader.yaml").write_text(
+        "retrievers:\n  bm25:\n    kind: bm25\nreaders:\n  r:\n    max_new_tokens: 10000000000000\n"
+    )
+    (gating / "a-folder").mkdir()
+    corpus = b'{"_id": "d1", "title": "", "text": "alpha beta"}\n'
+    _beir(gating / "text5", b"q1\td1\t1\nq2\td2\t1\n")
+    (gating / "text5" / "corpus.jsonl").write_bytes(corpus + b'{"_id": "d2", "text": 5}\n')
+    _beir(gating / "titlelist", b"q1\td1\t1\nq2\td2\t1\n")
+    (gating / "titlelist" / "corpus.jsonl").write_bytes(
+        corpus + b'{"_id": "d2", "title": ["a"], "text": "gamma"}\n'
+    )
+    _beir(gating / "qnum", b"q1\td1\t1\nq2\td2\t1\n",
+          b'{"_id": "q1", "text": "alpha"}\n{"_id": "q2", "text": 42}\n')  # fmt: skip
+    _beir(gating / "metaans", b"q1\td1\t1\nq2\td2\t1\n",
+          b'{"_id": "q1", "text": "alpha", "metadata": {"answers": ["x"]}}\n'
+          b'{"_id": "q2", "text": "gamma", "metadata": {"answers": [1969]}}\n')  # fmt: skip
+    _beir(gating / "spaced", b"q1\td 1\t1\nq2\td2\t1\n")
+    (gating / "spaced" / "corpus.jsonl").write_bytes(
+        b'{"_id": "d 1", "text": "alpha beta"}\n{"_id": "d2", "text": "gamma delta"}\n'
+    )
+    tables = gating / "ans5"
+    tables.mkdir()
+    (tables / "corpus.jsonl").write_text('{"doc_id": "d1", "text": "alpha"}\n')
+    (tables / "queries.jsonl").write_text(
+        '{"query_id": "q1", "question": "alpha", "answers": ["x"]}\n'
+        '{"query_id": "q2", "question": "beta", "answers": [5]}\n'
+    )
+    (tables / "qrels.jsonl").write_text('{"query_id": "q1", "doc_id": "d1"}\n')
+    kilt = gating / "kilt.jsonl"
+    kilt.write_text('{"id": "k1", "input": "who?", "output": [{"answer": "a", "provenance": '
+                    '[{"wikipedia_id": "1", "title": "T"}]}]}\n'
+                    '{"id": "k2", "input": "when?", "output": [{"answer": 1969}]}\n')  # fmt: skip
+    (gating / "theirs.yaml").write_text(
+        "retrievers:\n  theirs:\n    kind: run_file\n    path: empty.parquet\n"
+        "readers:\n  r:\n    model: m\n")  # fmt: skip
+    gc.collect()
+    return gating
+
+
+R4_LABEL = ["label", "--dataset", GATE_SPEC, "--run", "sample.trec", "--output", "l.parquet",
+            "--store", "new.sqlite"]  # fmt: skip
+DROP = "--drop-unknown-queries"
+
+
+def _cand(name: str) -> list[str]:
+    return [*GATE, "--baseline", "base.trec", "--candidate", name]
+
+
+# (case, argv, environment, exit status, substrings of the one line on stderr)
+ISSUE_45_CASES = [
+    # the gate names what it does not score; unknown ids refused unless --drop-unknown-queries
+    ("gate: a typo query id", _cand("typo.trec"), {}, 2,
+     ["typo.trec:1: query_id 'zz-typo' is not in the dataset", DROP]),
+    ("gate: a look-alike id with U+200B", _cand("zwsp.trec"), {}, 2,
+     ["zwsp.trec:1: query_id '", "\\u200b' is not in the dataset", DROP]),
+    ("gate: an id with a space and a newline (parquet)", _cand("heading.parquet"), {}, 2,
+     ["heading.parquet (row 3): query_id 'q with space\\n### heading'", DROP]),
+    ("gate: no query of the run is one of the dataset's", [*_cand("alien.trec"), DROP], {}, 2,
+     ["alien.trec: none of its 18 queries is a query of the dataset", "'other-0'"]),
+    ("gate: baseline with an unknown metric name", _against("metricname.json"), {}, 2,
+     ["metricname.json: identity.metrics: unknown metric name 'nDGC@3'"]),
+    ("gate: baseline with a field added", _against("extrafield.json"), {}, 2,
+     ["extrafield.json: unknown field(s) 'note'"]),
+    ("gate: baseline with a NaN label", _against("nanlabel.json"), {}, 2,
+     ["nanlabel.json:", "NaN is not a finite number"]),
+    # one rule for empty runs, whatever the format
+    ("empty parquet candidate", _cand("empty.parquet"), {}, 2,
+     ["empty.parquet: the run file is empty"]),
+    ("empty TREC run to label", [*R4_LABEL[:4], "empty.trec", *R4_LABEL[5:]], {}, 2,
+     ["empty.trec: the run file is empty"]),
+    ("empty parquet run to label", [*R4_LABEL[:4], "empty.parquet", *R4_LABEL[5:]], {}, 2,
+     ["empty.parquet: the run file is empty"]),
+    ("empty registry run_file", ["retrieve", "--dataset", GATE_SPEC, "--retriever", "theirs",
+     "--registry", "theirs.yaml", "--output", "o.trec"], {}, 2,
+     ["empty.parquet: the run file is empty"]),
+    # JSON values of the wrong type where a string is documented (every record format)
+    ('BEIR corpus "text": 5', ["check-dataset", "beir:text5"], {}, 2,
+     ["text5/corpus.jsonl:2: field 'text' is a number (5), not a string; write it in quotes"]),
+    ('BEIR corpus "title": ["a"]', ["check-dataset", "beir:titlelist"], {}, 2,
+     ["titlelist/corpus.jsonl:2: field 'title' is a list ([\"a\"]), not a string"]),
+    ('BEIR query "text": 42', ["check-dataset", "beir:qnum"], {}, 2,
+     ["qnum/queries.jsonl:2: field 'text' is a number (42), not a string"]),
+    ('BEIR metadata "answers": [1969]', ["check-dataset", "beir:metaans"], {}, 2,
+     ["metaans/queries.jsonl:2: field 'answers' holds a number (1969) at position 0"]),
+    ('jsonl table "answers": [5]', ["check-dataset", "jsonl:ans5"], {}, 2,
+     ["ans5/queries.jsonl:2: field 'answers' holds a number (5) at position 0, not a string"]),
+    ('KILT "answer": 1969', ["check-dataset", "kilt:kilt.jsonl"], {}, 2,
+     ["kilt.jsonl:2: field 'answer' is a number (1969), not a string; write it in quotes"]),
+    # labels files: NaN named where it is
+    ("labels JSON with NaN", ["score", "--labels", "nanlabels.json", "--metrics", "P@1"], {}, 2,
+     ["nanlabels.json:2: NaN is not a finite number"]),
+    ("labels parquet with NaN", ["score", "--labels", "nanlabels.parquet", "--metrics", "P@1"],
+     {}, 2, ["nanlabels.parquet (row 2): query 'q1' rank 2: label is NaN"]),
+    # label: a bad reader, run or store refused before a store is created or a reader built
+    ("label: max_new_tokens 10000000000000", [*R4_LABEL, "--reader", "bigtok.yaml"], {}, 2,
+     ["bigtok.yaml: reader 'bigtok': max_new_tokens 10000000000000 is over 32768"]),
+    ("label: max_new_tokens 0", [*R4_LABEL, "--reader", "zerotok.yaml"], {}, 2,
+     ["zerotok.yaml: reader 'zerotok': max_new_tokens must be an integer >= 1, got 0"]),
+    ("label: a reader whose model does not exist", [*R4_LABEL, "--reader", "nomodel.yaml"], {},
+     2, ["reader 'nomodel': model path '/nonexistent/model' does not exist"]),
+    ("label: an unknown query in the run file", [*R4_LABEL[:4], "typo.trec", *R4_LABEL[5:]],
+     {}, 2, ["typo.trec:1: query_id 'zz-typo' is not in the dataset"]),
+    ("label: a run of queries without gold answers", ["label", "--dataset", "beir:good",
+     "--run", "run.trec", "--output", "l.parquet", "--store", "new.sqlite"], {}, 2,
+     ["query 'q1' has no gold answers"]),
+    ("label: --store under a file", [*R4_LABEL[:-1], "run.trec/labels.sqlite"], {}, 2,
+     ["run.trec/labels.sqlite: cannot be a label store: run.trec is a file, not a folder"]),
+    ("gate: --store a folder, before any retrieval", [*GATE, "--baseline", "bm25",
+     "--candidate", "bm25", "--store", "a-folder"], {}, 2, ["a-folder: is a folder"]),
+    ("a registry reader with max_new_tokens 10000000000000 (any door: the gate)",
+     [*_cand("cand.trec"), "--registry", "bigreader.yaml"], {}, 2,
+     ["bigreader.yaml:5: reader 'r': max_new_tokens 10000000000000 is over 32768"]),
+    ("... (any door: retrieve)", ["retrieve", "--dataset", GATE_SPEC, "--retriever", "bm25",
+     "--registry", "bigreader.yaml", "--output", "o.trec"], {}, 2,
+     ["bigreader.yaml:5: reader 'r': max_new_tokens"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "code", "parts"), [c[1:] for c in ISSUE_45_CASES],
+    ids=[c[0] for c in ISSUE_45_CASES],
+)  # fmt: skip
+def test_issue_45_case_is_one_line_and_changes_nothing(
+    round4, monkeypatch, capsys, argv, env, code, parts
+) -> None:
+    """Exit status, ONE line naming what and where, nothing on stdout, every file byte-identical
+    after, no label store created."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    before = _snapshot(round4)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == code, err
+    assert out == ""
+    assert err.startswith("erag-dagster: error: ") and err.count("\n") == 1, err
+    for part in parts:
+        assert part in err, (part, err)
+    assert _snapshot(round4) == before
+    assert not (round4 / "new.sqlite").exists() and not (round4 / "l.parquet").exists()
+
+
+def test_issue_45_margin_is_printed_as_given(round4, capsys) -> None:
+    """``--margin 0.9999999`` is written as given, never ``:g``'s ``margin 1`` (two stored
+    baselines: no reader call)."""
+    status = main([*GATE, "--baseline", "gate.json", "--candidate", "gate.json",
+                   "--margin", "0.9999999", "--alpha", "0.0500001"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "margin 0.9999999, alpha 0.0500001 Holm-corrected" in out, out
+    assert "margin 1," not in out
+
+
+def test_issue_45_check_dataset_says_what_trec_cannot_hold(round4, capsys) -> None:
+    """A doc id with a space: usable (accepted), and the usable-for line says not with TREC
+    run files — the rule `retrieve` refuses by."""
+    assert main(["check-dataset", "beir:spaced"]) == 0
+    usable = capsys.readouterr().out.strip().splitlines()[-1]
+    assert usable.startswith("usable for: eRAG") is False  # BEIR without answers: judgments
+    assert "NOT with TREC run files or erag-dagster retrieve: document id 'd 1'" in usable
+    assert main(["retrieve", "--dataset", "beir:spaced", "--retriever", "bm25", "--output",
+                 "o.trec"]) == 2  # fmt: skip
+    assert "document id 'd 1' is empty or holds whitespace" in capsys.readouterr().err
+
+
+def test_issue_45_run_file_queries_outside_a_subset_are_named(round4, capsys) -> None:
+    """A registry run file over more questions than the spec keeps: accepted, and the queries
+    left out are named on stderr (they were counted only in metadata before)."""
+    (round4 / "wide.yaml").write_text(
+        "retrievers:\n  theirs:\n    kind: run_file\n    path: base.trec\n"
+        "readers:\n  r:\n    model: m\n")  # fmt: skip
+    spec = "sample?max_questions=4"
+    assert main(["retrieve", "--dataset", spec, "--retriever", "theirs", "--registry",
+                 "wide.yaml", "--output", "wide.trec"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+
+    def queries(name: str) -> set[str]:
+        return {line.split()[0] for line in (round4 / name).read_text().splitlines()}
+
+    left_out = sorted(queries("base.trec") - queries("wide.trec"))
+    assert len(left_out) == 2
+    assert "2 queries of the run are not among the dataset's questions and were left out" in err
+    assert all(repr(q) in err for q in left_out), err
+
+
+def test_issue_45_run_refuses_before_the_instance_warning(tmp_path: Path) -> None:
+    """``erag-dagster run --metric nosuch`` with a DAGSTER_HOME lacking dagster.yaml: the one
+    refusal line, no instance warning before it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    done = _cli(["run", "--metric", "nosuch"], tmp_path, {"DAGSTER_HOME": str(home)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("erag-dagster: error: ") and "'nosuch'" in done.stderr
+    assert "dagster.yaml" not in done.stderr
+
+
+def _r4_frame(**columns) -> pl.DataFrame:
+    return pl.DataFrame(columns)
+
+
+def _r4_pandas(**columns):
+    import pandas as pd
+
+    return pd.DataFrame(columns)
+
+
+ISSUE_45_API_CASES = [
+    ("label: a frame with a rank twice", lambda e: e.label(GATE_SPEC, _r4_frame(
+        query_id=["a", "a"], doc_id=["x", "y"], rank=[1, 1])),
+     "run frame (row 2): rank 1 appears twice for query 'a'"),
+    ("label: a frame with a NaN score", lambda e: e.label(GATE_SPEC, _r4_frame(
+        query_id=["a", "a"], doc_id=["x", "y"], rank=[1, 2], score=[1.0, float("nan")])),
+     "run frame (row 2): score nan of query 'a', doc 'y' is not finite"),
+    ("label: a frame with a document twice", lambda e: e.label(GATE_SPEC, _r4_frame(
+        query_id=["a", "a"], doc_id=["x", "x"], rank=[1, 2])),
+     "run frame (row 2): document 'x' appears twice for query 'a'"),
+    ("label: a frame with rank 0", lambda e: e.label(GATE_SPEC, _r4_frame(
+        query_id=["a"], doc_id=["x"], rank=[0])), "rank 0 of query 'a' is below 1"),
+    ("label: an empty frame", lambda e: e.label(GATE_SPEC, pl.DataFrame(
+        schema={"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64})),
+     "run frame: the run frame is empty"),
+    ("label: a pandas frame is read (then its unknown query named)", lambda e: e.label(
+        GATE_SPEC, _r4_pandas(query_id=["a"], doc_id=["x"], rank=[1])),
+     "run frame (row 1): query_id 'a' is not in the dataset"),
+    ("label: max_new_tokens on a new store", lambda e: e.label(
+        GATE_SPEC, "sample.trec", reader="bigtok.yaml", store="NEW.sqlite"),
+     "max_new_tokens 10000000000000 is over 32768"),
+    ("label: a missing model on a new store", lambda e: e.label(
+        GATE_SPEC, "sample.trec", reader="nomodel.yaml", store="NEW.sqlite"),
+     "model path '/nonexistent/model' does not exist"),
+    ("label: store under a file", lambda e: e.label(GATE_SPEC, "sample.trec",
+     store="run.trec/NEW.sqlite"), "run.trec is a file, not a folder"),
+    ("evaluate(store=a folder)", lambda e: e.evaluate(store="a-folder"),
+     "a-folder: is a folder, not a regular file"),
+    ("score: a pandas frame with a NaN label", lambda e: e.score(_r4_pandas(
+        query_id=["q"], rank=[1], label=[float("nan")]), "P@1"),
+     "labels frame (row 1): query 'q' rank 1: label is missing or not a number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "part"), [c[1:] for c in ISSUE_45_API_CASES], ids=[c[0] for c in ISSUE_45_API_CASES]
+)
+def test_issue_45_api_refuses_at_the_door(round4: Path, call, part) -> None:
+    """One InputError line; no store or storage folder created, every file as it was; well
+    under the seconds a reader build takes (nothing imported torch for it)."""
+    import time
+
+    import erag_dagster
+
+    before = _snapshot(round4)
+    began = time.monotonic()
+    with pytest.raises(InputError) as caught:
+        call(erag_dagster)
+    assert part in str(caught.value), str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert time.monotonic() - began < 10
+    assert _snapshot(round4) == before  # the storage folder too (the fixture made it)
+    assert not (round4 / "NEW.sqlite").exists()
+
+
+def test_issue_45_pandas_frames_score_as_polars(tmp_path: Path) -> None:
+    """A pandas labels frame is taken (the component takes pandas): the same scores as polars."""
+    import erag_dagster
+
+    data = {"query_id": ["a", "a", "b"], "rank": [1, 2, 1], "label": [0.0, 1.0, 1.0]}
+    from_pandas = erag_dagster.score(_r4_pandas(**data), ["RR", "P@1"])
+    from_polars = erag_dagster.score(pl.DataFrame(data), ["RR", "P@1"])
+    assert from_pandas.aggregate.equals(from_polars.aggregate)
+    assert from_polars.aggregate.get_column("value").to_list() == [0.75, 0.5]
+
+
+def test_issue_45_forged_baseline_with_a_recomputed_digest_is_the_documented_limit(
+    round4,
+) -> None:
+    """Ranks permuted and the digest recomputed: the file reads (the digest is no signature;
+    docs/gate.md says how to keep a baseline a pull request cannot write). Its answer keys
+    still hold, since a key names (question, document), not a rank."""
+    from erag_dagster.gate.baseline_file import read_baseline
+
+    forged = json.loads((round4 / "gate.json").read_text())
+    query = forged["labels"][0]["query_id"]
+    ranks = [r for r in forged["labels"] if r["query_id"] == query]
+    ranks[0]["rank"], ranks[-1]["rank"] = ranks[-1]["rank"], ranks[0]["rank"]
+    (round4 / "permuted.json").write_text(json.dumps(_recompute(forged)))
+    assert read_baseline(round4 / "permuted.json")["labels"][0]["rank"] == len(ranks)
+
+
+def test_issue_45_an_assets_run_frame_follows_the_same_rules() -> None:
+    """``kind: asset`` (the component's door) reads a run frame by the same rules: a rank twice
+    (rank-only frames: its ranks decide), no row, a pandas frame taken."""
+    from erag_dagster.retrieval.run_file import run_from_value
+
+    with pytest.raises(InputError, match=r"asset a/run \(row 2\): rank 1 appears twice"):
+        run_from_value(
+            _r4_frame(query_id=["q", "q"], doc_id=["x", "y"], rank=[1, 1]), "asset a/run"
+        )
+    with pytest.raises(InputError, match="asset a/run: the run frame is empty"):
+        run_from_value(pl.DataFrame(schema={"query_id": pl.String, "doc_id": pl.String,
+                                            "score": pl.Float64}), "asset a/run")  # fmt: skip
+    taken = run_from_value(_r4_pandas(query_id=["q", "q"], doc_id=["x", "y"], score=[0.1, 0.9]),
+                           "asset a/run")  # fmt: skip
+    assert taken.get_column("doc_id").to_list() == ["y", "x"]

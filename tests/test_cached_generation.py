@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.labels.cached import (
     CommitPolicy,
     Subject,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.chunking import PASSAGE_SCHEMA, split_dataset, split_passages
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.data.schema import Dataset
-from erag_dagster.errors import InputError
 
 
 def corpus(rows: list[tuple[str, str | None, str | None]]) -> pl.DataFrame:

@@ -47,7 +47,7 @@ def test_score_compat_erag_matches_reference_semantics(tmp_path: Path, capsys) -
 @pytest.mark.parametrize(
     ("content", "metrics", "message"),
     [
-        ({"q1": [0.5, float("nan")]}, "P@2", "query 'q1'"),
+        ({"q1": [0.5, float("nan")]}, "P@2", "labels.json:1: NaN is not a finite number"),
         ({"q1": [1.5, 0]}, "P@2", "query 'q1'"),
         ({"q1": [1, 0]}, "Bogus@3", "Bogus@3"),
         ({"q1": ["x"]}, "P@1", "rank 1 of query 'q1'"),

@@ -26,18 +26,18 @@ import yaml
 
 import erag_dagster
 from erag_dagster.cli import main
-from erag_dagster.code_versions import CodeVersion, asset_code_version, key_parts
-from erag_dagster.definitions import build_defs
+from erag_dagster.core.code_versions import CodeVersion, asset_code_version, key_parts
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.gate.compare import GateSettings, make_baseline
-from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.keys import score_key
 from erag_dagster.labels.store import open_store
 from erag_dagster.labels.tables import SCORES
 from erag_dagster.metrics import downstream
-from erag_dagster.pipeline import plan
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import plan
+from erag_dagster.orchestration.resources import EvalSettings
 from erag_dagster.readers import prompts
 from erag_dagster.readers.presets import PRESETS
-from erag_dagster.resources import EvalSettings
 from tests.answer_seed import FIXTURE_ANSWERS, shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
@@ -312,8 +312,8 @@ def test_audit_shows_the_evaluation_id_of_labels_made_by_evaluate_and_the_gate(
     # the gate's labels record their own id: a baseline of the same pairs scored with em (the
     # answers are read from the store; the em scores are new rows, made by this baseline)
     settings = GateSettings(
-        dataset="sample?spread_questions=6", reader="gemma3-270m", downstream_metric="em",
-        metrics=("nDCG@2",), k=2, store=str(store),
+        dataset="sample?spread_questions=6", reader="gemma3-270m", metric="em",
+        list_metrics=["nDCG@2"], label_k=2, store=str(store),
     )  # fmt: skip
     gated = make_baseline("bm25", storage / "baseline.json", settings)
     assert gated.judged_now == 0  # every answer from the store

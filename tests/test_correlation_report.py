@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from scipy import stats as sps
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.correlation import (
     CORRELATION_SCHEMA,
     PER_QUERY_COLUMNS,
@@ -25,6 +25,7 @@ from erag_dagster.stats.correlation import (
     kendall_tau_b,
     percentile_interval,
 )
+from tests.stats_fixture import STATS, stats
 
 N = 30
 QUERIES = [f"q{i:02d}" for i in range(N)]
@@ -58,7 +59,7 @@ def _inputs(seed: int = 0, shift: float = 0.0) -> tuple[pl.DataFrame, pl.DataFra
 
 def test_correlation_table_matches_scipy_on_inner_join() -> None:
     per_query, end_to_end, e2e = _inputs()
-    table = correlation_table(per_query, end_to_end, n_resamples=200)
+    table = correlation_table(per_query, end_to_end, stats(resamples=200))
     assert dict(table.schema) == CORRELATION_SCHEMA
     assert table.select("method", "metric").rows() == [
         ("erag", "P@1"),
@@ -92,7 +93,7 @@ def test_correlation_table_matches_scipy_on_inner_join() -> None:
 
 def test_constant_method_is_nan_not_an_error() -> None:
     per_query, end_to_end, _ = _inputs()
-    row = correlation_table(per_query, end_to_end, n_resamples=50).row(4, named=True)
+    row = correlation_table(per_query, end_to_end, stats(resamples=50)).row(4, named=True)
     assert row["method"] == "constant"
     for column in ("kendall_tau", "kendall_low", "kendall_high", "spearman_rho"):
         assert math.isnan(row[column])
@@ -111,7 +112,7 @@ def test_sparse_labels_report_the_undefined_share_and_no_biased_ci() -> None:
     )
     sparse = per_query.filter(pl.col("method") == "erag", pl.col("metric") == "P@1")
     sparse = sparse.with_columns(value=(pl.col("query_id") == "q05").cast(pl.Float64) / 3)
-    row = correlation_table(sparse, end_to_end, n_resamples=1000).row(0, named=True)
+    row = correlation_table(sparse, end_to_end, stats(resamples=1000)).row(0, named=True)
     # n = 28 matched, m = 3 ones: tau_b = -m / sqrt((n - 1) * m * (n - m)).
     assert row["kendall_tau"] == pytest.approx(-math.sqrt(3 / (27 * 25)))
     assert 0.3 < row["kendall_undefined"] < 0.45
@@ -121,20 +122,20 @@ def test_sparse_labels_report_the_undefined_share_and_no_biased_ci() -> None:
     # What dropping the undefined resamples gave: an interval entirely below 0.
     x = sparse.sort("query_id")["value"].to_numpy()[2:]
     y = end_to_end.sort("query_id")["value"].to_numpy()[:28]
-    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=1000, seed=0)
+    draws = bootstrap_distribution(x, y, kendall_tau_b, stats(resamples=1000, seed=0))
     assert percentile_interval(draws[~np.isnan(draws)], 0.95)[1] < 0
-    dense = correlation_table(per_query, _inputs()[1], n_resamples=200)
+    dense = correlation_table(per_query, _inputs()[1], stats(resamples=200))
     assert dense["kendall_undefined"].to_list()[:4] == [0.0] * 4
     assert dense["kendall_ci_note"].to_list()[:4] == [None] * 4
 
 
 def test_correlation_table_ignores_row_order() -> None:
     per_query, end_to_end, _ = _inputs(seed=3)
-    ordered = correlation_table(per_query, end_to_end, n_resamples=100)
+    ordered = correlation_table(per_query, end_to_end, stats(resamples=100))
     shuffled = correlation_table(
         per_query.sample(fraction=1.0, shuffle=True, seed=1),
         end_to_end.sample(fraction=1.0, shuffle=True, seed=2),
-        n_resamples=100,
+        stats(resamples=100),
     )
     assert shuffled.sort("method", "metric").equals(ordered.sort("method", "metric"))
 
@@ -144,7 +145,7 @@ def test_group_without_matched_queries_is_reported_with_n_zero() -> None:
         [("wow", "dense", "erag", "P@1", "x1", 1.0)], schema=list(PER_QUERY_COLUMNS), orient="row"
     )
     _, end_to_end, _ = _inputs()
-    row = correlation_table(per_query, end_to_end, n_resamples=20).row(0, named=True)
+    row = correlation_table(per_query, end_to_end, stats(resamples=20)).row(0, named=True)
     assert (row["n_queries"], row["n_unmatched"]) == (0, 1)
     assert math.isnan(row["kendall_tau"]) and math.isnan(row["spearman_high"])
 
@@ -152,14 +153,14 @@ def test_group_without_matched_queries_is_reported_with_n_zero() -> None:
 def test_correlation_table_input_errors() -> None:
     per_query, end_to_end, _ = _inputs()
     with pytest.raises(InputError, match="per_query: missing column"):
-        correlation_table(per_query.drop("metric"), end_to_end)
+        correlation_table(per_query.drop("metric"), end_to_end, STATS)
     with pytest.raises(InputError, match=r"end_to_end: more than one value for .*query_id='q05'"):
-        correlation_table(per_query, pl.concat([end_to_end, end_to_end.slice(3, 1)]))
+        correlation_table(per_query, pl.concat([end_to_end, end_to_end.slice(3, 1)]), STATS)
     bad = per_query.with_columns(
         value=pl.when(pl.col("query_id") == "q07").then(float("nan")).otherwise("value")
     )
     with pytest.raises(InputError, match=r"non-finite value nan at .*query_id='q07'"):
-        correlation_table(bad, end_to_end)
+        correlation_table(bad, end_to_end, STATS)
 
 
 def _frame(rows: list[tuple]) -> pl.DataFrame:
@@ -234,27 +235,27 @@ def test_the_closed_book_row_is_a_reference_never_marked_best() -> None:
 
 def test_correlation_vs_k_rows_and_values() -> None:
     per_k = {10: _inputs(seed=1, shift=0.0)[:2], 1: _inputs(seed=2)[:2]}
-    frame = correlation_vs_k(per_k, n_resamples=100)
+    frame = correlation_vs_k(per_k, stats(resamples=100))
     assert frame.columns == [
         "k", "dataset", "retriever", "method", "metric", "kendall_tau", "low", "high",
         "undefined", "ci_note", "n_queries",
     ]  # fmt: skip
     assert frame["k"].to_list() == [1] * 6 + [10] * 6
-    direct = correlation_table(*per_k[10], n_resamples=100)
+    direct = correlation_table(*per_k[10], stats(resamples=100))
     at_10 = frame.filter(pl.col("k") == 10)
     assert at_10["kendall_tau"].to_list()[:4] == direct["kendall_tau"].to_list()[:4]
     assert at_10["low"].to_list()[:4] == direct["kendall_low"].to_list()[:4]
-    spearman = correlation_vs_k(per_k, statistic="spearman_rho", n_resamples=50)
+    spearman = correlation_vs_k(per_k, stats(resamples=50), statistic="spearman_rho")
     assert "spearman_rho" in spearman.columns
     with pytest.raises(InputError, match="unknown statistic"):
-        correlation_vs_k(per_k, statistic="pearson")
+        correlation_vs_k(per_k, STATS, statistic="pearson")
     with pytest.raises(InputError, match="positive integer"):
-        correlation_vs_k({0: per_k[1]})
+        correlation_vs_k({0: per_k[1]}, STATS)
 
 
 def test_plot_correlation_vs_k_writes_png_atomically(tmp_path: Path) -> None:
     per_k = {k: _inputs(seed=k)[:2] for k in (1, 3, 5)}
-    frame = correlation_vs_k(per_k, n_resamples=50)
+    frame = correlation_vs_k(per_k, stats(resamples=50))
     target = tmp_path / "figs" / "figure1.png"
     assert plot_correlation_vs_k(frame, target, title="NQ") == target
     data = target.read_bytes()
@@ -266,7 +267,7 @@ def test_plot_correlation_vs_k_writes_png_atomically(tmp_path: Path) -> None:
 
 
 def test_plot_rejects_bad_frames(tmp_path: Path) -> None:
-    frame = correlation_vs_k({1: _inputs()[:2]}, n_resamples=20)
+    frame = correlation_vs_k({1: _inputs()[:2]}, stats(resamples=20))
     with pytest.raises(InputError, match="missing column"):
         plot_correlation_vs_k(frame.drop("kendall_tau"), tmp_path / "x.png")
     with pytest.raises(InputError, match="empty"):
@@ -289,7 +290,7 @@ def test_per_system_tables_from_label_frames(tmp_path: Path) -> None:
         ("r1", "bm25"): _labels([("a", 1, 0.0), ("a", 2, 1.0), ("b", 1, 1.0), ("b", 2, 0.5)]),
         ("r1", "dense"): _labels([("a", 1, 1.0), ("a", 2, 0.0), ("b", 1, 0.0), ("b", 2, 0.0)]),
     }
-    wide = erag_per_query(doc, ["P@1", "RR"])
+    wide = erag_per_query(doc, ["P@1", "RR"], ["a", "b"])
     assert wide.columns == ["reader", "retriever", "query_id", "P@1", "RR"]
     assert wide.rows() == [
         ("r1", "bm25", "a", 0.0, 0.5), ("r1", "bm25", "b", 1.0, 1.0),
@@ -317,10 +318,17 @@ def test_per_system_tables_from_label_frames(tmp_path: Path) -> None:
     ]  # fmt: skip
 
     report = correlation_report(
-        doc, baselines, e2e, dataset="nq", metrics=["P@1"], label_k=1, e2e_ks=[1, 2],
-        n_resamples=50, folder=tmp_path / "reports",
-    )  # fmt: skip
-    assert report.table.equals(correlation_table(per_query, end_to_end, n_resamples=50))
+        doc,
+        baselines,
+        e2e,
+        dataset="nq",
+        metrics=["P@1"],
+        label_k=1,
+        e2e_ks=[1, 2],
+        folder=tmp_path / "reports",
+        stats=stats(resamples=50),
+    )
+    assert report.table.equals(correlation_table(per_query, end_to_end, stats(resamples=50)))
     assert report.by_k["k"].unique().sort().to_list() == [1, 2]
     assert set(report.by_k["metric"]) == {"P@1", "Success@1", "nDCG@1", "P@2", "Success@2",
                                           "nDCG@2"}  # fmt: skip
@@ -364,7 +372,7 @@ def test_reader_transfer_rows_pair_one_readers_labels_with_anothers_end_to_end()
     on_a = per_query.filter(pl.col("retriever") == "bm25 / A")
     assert set(on_a["method"]) == {"eRAG", "eRAG (labels of B)"}
     assert end_to_end["retriever"].unique().to_list() == ["bm25 / B"]  # only B answered e2e
-    table = correlation_table(per_query, end_to_end, n_resamples=50)
+    table = correlation_table(per_query, end_to_end, stats(resamples=50))
     taus = dict(
         table.filter(pl.col("retriever") == "bm25 / B").select("method", "kendall_tau").rows()
     )

@@ -17,11 +17,12 @@ import polars as pl
 import pytest
 import yaml
 
+from erag_dagster.config.registry import default_registry_path, load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.meta.correlation_report import label_methods_table
 from erag_dagster.meta.per_query import erag_per_query, erag_summary
-from erag_dagster.registry import default_registry_path, load_registry
 from erag_dagster.reports.cross_leaderboard import (
     MEAN_OVER_DATASETS,
     DatasetRuns,
@@ -31,7 +32,6 @@ from erag_dagster.reports.cross_leaderboard import (
 )
 from erag_dagster.reports.cross_table1 import format_table1_across, table1_across
 from erag_dagster.reports.leaderboard import evaluate_runs, leaderboard, metric_scores
-from erag_dagster.retrievers import run_retriever
 from erag_dagster.stats.significance import (
     bootstrap_mean_ci,
     holm,
@@ -40,6 +40,7 @@ from erag_dagster.stats.significance import (
     stratified_randomisation_test,
 )
 from tests.reproductions import REPO_ROOT, load_reproductions
+from tests.stats_fixture import STATS, stats
 
 METRICS = ["nDCG@10", "R@100", "RR"]
 LABELS = REPO_ROOT / "reproductions" / "data" / "label_methods"
@@ -75,16 +76,16 @@ def test_stratified_tests_reduce_to_the_plain_ones() -> None:
     rng = np.random.default_rng(0)
     a, b = rng.normal(0.1, 1, 12), rng.normal(0, 1, 12)
     # equal group sizes: the weights are one constant, so the exact test is the plain one
-    p_strat, exact = stratified_randomisation_test([a[:6], a[6:]], n_permutations=5000)
-    p_plain, _ = randomisation_test(a, n_permutations=5000)
+    p_strat, exact = stratified_randomisation_test([a[:6], a[6:]], stats(permutations=5000))
+    p_plain, _ = randomisation_test(a, stats(permutations=5000))
     assert exact and p_strat == p_plain
-    low, high = stratified_bootstrap_mean_ci([a, b], n_resamples=500)
+    low, high = stratified_bootstrap_mean_ci([a, b], stats(resamples=500))
     assert low < (a.mean() + b.mean()) / 2 < high
-    one = stratified_bootstrap_mean_ci([a], n_resamples=2000)
-    plain = bootstrap_mean_ci(a, n_resamples=2000)
+    one = stratified_bootstrap_mean_ci([a], stats(resamples=2000))
+    plain = bootstrap_mean_ci(a, stats(resamples=2000))
     assert abs(one[0] - plain[0]) < 0.15 and abs(one[1] - plain[1]) < 0.15
     with pytest.raises(InputError):
-        stratified_bootstrap_mean_ci([a, []])
+        stratified_bootstrap_mean_ci([a, []], STATS)
 
 
 # --- BEIR leaderboard ----------------------------------------------------------------------------
@@ -120,7 +121,7 @@ def two_datasets(registry, shared_data: Path, tmp_path_factory: pytest.TempPathF
     sample = bm25_runs(registry, "sample", 100, storage)
     dl19 = bm25_runs(registry, f"beir:{shared_data / 'beir-msmarco-dl19-subset'}", 100, storage)
     return {
-        "sample": DatasetRuns(sample[0].qrels, sample[1]),
+        "sample": DatasetRuns(sample[0].qrels, sample[1], 1),
         "dl19": DatasetRuns(dl19[0].qrels, dl19[1], relevance_level=2),
     }
 
@@ -139,13 +140,13 @@ def cell(board: pl.DataFrame, dataset: str, retriever: str, metric: str, **more)
 
 
 def test_beir_cells_are_the_single_dataset_leaderboard(two_datasets) -> None:
-    board = beir_leaderboard(two_datasets, METRICS, n_resamples=300)
+    board = beir_leaderboard(two_datasets, METRICS, stats(resamples=300))
     assert board["dataset"].unique(maintain_order=True).to_list() == [
         "sample", "dl19", MEAN_OVER_DATASETS
     ]  # fmt: skip
     for name, ds in two_datasets.items():
         single = leaderboard(
-            ds.qrels, ds.runs, METRICS, relevance_level=ds.relevance_level, n_resamples=300
+            ds.qrels, ds.runs, METRICS, stats(resamples=300), relevance_level=ds.relevance_level
         )
         for row in single.iter_rows(named=True):
             for m in METRICS:
@@ -160,7 +161,7 @@ def test_beir_cells_are_the_single_dataset_leaderboard(two_datasets) -> None:
 
 
 def test_beir_mean_over_datasets(two_datasets) -> None:
-    board = beir_leaderboard(two_datasets, METRICS, n_resamples=300)
+    board = beir_leaderboard(two_datasets, METRICS, stats(resamples=300))
     reports = {
         name: evaluate_runs(ds.qrels, ds.runs, METRICS, relevance_level=ds.relevance_level)
         for name, ds in two_datasets.items()
@@ -187,7 +188,7 @@ def test_beir_mean_over_datasets(two_datasets) -> None:
 
 
 def test_beir_holm_family(two_datasets) -> None:
-    board = beir_leaderboard(two_datasets, METRICS, n_resamples=200)
+    board = beir_leaderboard(two_datasets, METRICS, stats(resamples=200))
     tested = board.filter(~pl.col("baseline"))
     # one retriever against the baseline on 2 datasets + the mean, 3 metrics
     assert tested.height == 9 and (board["family"] == 9).all()
@@ -198,7 +199,7 @@ def test_beir_holm_family(two_datasets) -> None:
     order = np.argsort(p, kind="stable")
     assert (np.diff(adjusted[order]) >= 0).all()
     assert board.filter(pl.col("baseline"))["p_holm"].is_null().all()
-    text = format_cross_leaderboard(board)
+    text = format_cross_leaderboard(board, STATS)
     assert "Holm-adjusted over 9 comparisons" in text
     assert "paired randomisation test" in text
     assert "bm25 (baseline)" in text
@@ -210,24 +211,26 @@ def test_beir_holm_family(two_datasets) -> None:
 def test_beir_missing_retriever_and_baseline(two_datasets) -> None:
     sample, dl19 = two_datasets["sample"], two_datasets["dl19"]
     only_base = DatasetRuns(dl19.qrels, {"bm25": dl19.runs["bm25"]}, 2)
-    board = beir_leaderboard({"sample": sample, "dl19": only_base}, ["nDCG@10"], n_resamples=100)
+    board = beir_leaderboard(
+        {"sample": sample, "dl19": only_base}, ["nDCG@10"], stats(resamples=100)
+    )
     assert board.filter((pl.col("dataset") == "dl19") & (pl.col("retriever") == "bm25-robertson")
                         ).height == 0  # fmt: skip
     mean = cell(board, MEAN_OVER_DATASETS, "bm25-robertson", "nDCG@10")
     assert mean["datasets"] == 1 and mean["mean"] is None and mean["p_holm"] is None
     assert board["family"][0] == 1  # only the sample cell is a comparison
-    text = format_cross_leaderboard(board, markdown=False)
+    text = format_cross_leaderboard(board, STATS, markdown=False)
     assert "–" in text
     # a dataset without the baseline: its cells are there, its comparisons are not
     no_base = DatasetRuns(dl19.qrels, {"bm25-robertson": dl19.runs["bm25-robertson"]}, 2)
-    board = beir_leaderboard({"sample": sample, "dl19": no_base}, ["nDCG@10"], n_resamples=100)
+    board = beir_leaderboard({"sample": sample, "dl19": no_base}, ["nDCG@10"], stats(resamples=100))
     row = cell(board, "dl19", "bm25-robertson", "nDCG@10")
     assert row["mean"] is not None and row["p_perm"] is None and row["diff"] is None
     assert cell(board, MEAN_OVER_DATASETS, "bm25-robertson", "nDCG@10")["diff"] is None
     with pytest.raises(InputError, match="baseline 'dense'"):
-        beir_leaderboard({"sample": sample}, ["nDCG@10"], n_resamples=10, baseline="dense")
+        beir_leaderboard({"sample": sample}, ["nDCG@10"], stats(resamples=10), baseline="dense")
     with pytest.raises(InputError, match="at least one dataset"):
-        beir_leaderboard({}, ["nDCG@10"], n_resamples=10)
+        beir_leaderboard({}, ["nDCG@10"], stats(resamples=10))
 
 
 @pytest.mark.slow
@@ -253,7 +256,7 @@ def test_readme_figures_reproduce_through_the_beir_leaderboard(
         ds, runs = bm25_runs(registry, spec, int(entry.condition["k"]), storage)
         per_dataset[file] = DatasetRuns(ds.qrels, runs, int(entry.condition["relevance_level"]))
     metrics = sorted({e.metric for e in entries})
-    board = beir_leaderboard(per_dataset, metrics, n_resamples=200)
+    board = beir_leaderboard(per_dataset, metrics, stats(resamples=200))
     for entry in entries:
         value = cell(board, entry.file, "bm25", entry.metric)["mean"]
         assert entry.passes(value), (entry.id, value, entry.expected)
@@ -280,13 +283,14 @@ def erag_tables() -> dict[str, pl.DataFrame]:
         labels = stored(name)[0].filter(pl.col("method") == "eRAG").drop("method")
         reversed_ = labels.with_columns(rank=4 - pl.col("rank"))
         doc_labels = {("smollm2", "bm25"): labels, ("smollm2", "bm25-reversed"): reversed_}
-        tables[name] = erag_per_query(doc_labels, ["P@1", "RR", "nDCG@3", "Success@3"])
+        questions = labels.get_column("query_id").unique().to_list()
+        tables[name] = erag_per_query(doc_labels, ["P@1", "RR", "nDCG@3", "Success@3"], questions)
     return tables
 
 
 def test_erag_leaderboard_on_stored_labels() -> None:
     tables = erag_tables()
-    board = erag_leaderboard(tables, n_resamples=300)
+    board = erag_leaderboard(tables, None, stats(resamples=300))
     assert board.columns[0] == "reader"
     metrics = ["P@1", "RR", "nDCG@3", "Success@3"]
     for name, table in tables.items():
@@ -308,33 +312,35 @@ def test_erag_leaderboard_on_stored_labels() -> None:
     assert (board["family"] == 3 * len(metrics)).all()
     # a second reader (same labels) doubles the family; its cells are the same numbers
     two = {n: pl.concat([t, t.with_columns(reader=pl.lit("copy"))]) for n, t in tables.items()}
-    board2 = erag_leaderboard(two, n_resamples=300)
+    board2 = erag_leaderboard(two, None, stats(resamples=300))
     assert (board2["family"] == 6 * len(metrics)).all()
     copy = board2.filter(pl.col("reader") == "copy").drop("reader", "p_holm", "family")
     assert copy.equals(board.drop("reader", "p_holm", "family"))
     # a larger family: no adjusted p-value can shrink
     again = board2.filter(pl.col("reader") == "smollm2")["p_holm"].drop_nulls().to_numpy()
     assert (again >= board["p_holm"].drop_nulls().to_numpy()).all()
-    text = format_cross_leaderboard(board)
+    text = format_cross_leaderboard(board, STATS)
     assert "| metric" in text and "reader" in text and "over 12 comparisons" in text
     # a reader that never judged the baseline's lists compares with its own first retriever
     other = {n: t.filter(pl.col("retriever") == "bm25-reversed").with_columns(reader=pl.lit("b"))
              for n, t in tables.items()}  # fmt: skip
-    mixed = erag_leaderboard({n: pl.concat([tables[n], other[n]]) for n in tables}, n_resamples=50)
+    mixed = erag_leaderboard(
+        {n: pl.concat([tables[n], other[n]]) for n in tables}, None, stats(resamples=50)
+    )
     assert mixed.filter(pl.col("reader") == "b")["baseline"].all()
     assert (mixed["family"] == 3 * len(metrics)).all()
     with pytest.raises(InputError, match="missing column"):
-        erag_leaderboard({"x": tables["squad200"].drop("RR")}, ["RR"])
+        erag_leaderboard({"x": tables["squad200"].drop("RR")}, ["RR"], STATS)
     broken = tables["squad200"].with_columns(RR=pl.when(pl.int_range(pl.len()) == 5)
                                             .then(None).otherwise(pl.col("RR")))  # fmt: skip
     with pytest.raises(InputError, match=r"missing or non-finite RR for reader 'smollm2'"):
-        erag_leaderboard({"squad200": broken})
+        erag_leaderboard({"squad200": broken}, None, STATS)
     with pytest.raises(InputError, match="baseline 'dense'"):
-        erag_leaderboard(tables, baseline="dense")
+        erag_leaderboard(tables, None, STATS, baseline="dense")
 
 
 def test_table1_across_datasets() -> None:
-    tables = {name: label_methods_table(*stored(name), 3, name, n_resamples=200)
+    tables = {name: label_methods_table(*stored(name), 3, name, stats(resamples=200))
               for name in ("sample30", "squad200")}  # fmt: skip
     wide = table1_across(tables)
     assert wide.columns[:3] == ["retriever", "method", "metric"]
@@ -356,7 +362,7 @@ def test_table1_across_datasets() -> None:
     )
     lacking = partial.filter(pl.col("method") == "containment")
     assert lacking.height and lacking["b kendall_tau"].is_null().all()
-    text = format_table1_across(partial)
+    text = format_table1_across(partial, STATS)
     assert "| retriever" in text and "–" in text and "no multiple-comparison correction" in text
     rho = table1_across(tables, statistic="spearman_rho")
     assert "squad200 spearman_rho" in rho.columns

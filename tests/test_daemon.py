@@ -6,8 +6,12 @@ never-observed inputs on its first tick and the automation sensor then materiali
 partition. A reader edit (a new system prompt for one reader, then "Reload definitions", here
 the ``reloadRepositoryLocation`` mutation) runs that reader's new ``doc_labels`` partition once,
 with that reader's observed version as ``dagster/input_data_version/reader_models``, and no other
-``doc_labels`` partition again. ``dagster dev`` (started as ``make dev`` starts it:
-``python -m erag_dagster.dev_server``) then stops on SIGINT.
+``doc_labels`` partition again. Then the dataset is edited (one of its two questions kept):
+after the reload, ``queries`` changes first and the label assets wait until ``retrieval_run``
+has been recomputed from the new questions (issue 42: they used to label the stale run, and
+``end_to_end`` "succeeded" with nothing answered); every run after the edit succeeds and every
+label it writes was made from the new run. ``dagster dev`` (started as ``make dev`` starts
+it: ``python -m erag_dagster.orchestration.dev_server``) then stops on SIGINT.
 """
 
 from __future__ import annotations
@@ -28,22 +32,25 @@ import dagster as dg
 import pytest
 import yaml
 
-from erag_dagster.assets.automation import reader_digest
-from erag_dagster.registry import default_registry_path, load_registry
+from erag_dagster.config.registry import default_registry_path, load_registry
+from erag_dagster.orchestration.assets.automation import reader_digest
 from tests.pipeline_fixtures import write_instance_yaml
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-LOCATION = "erag_dagster.definitions"
+LOCATION = "erag_dagster.orchestration.definitions"
 BUILD_TIMEOUT_S = 480  # the first build: about 10 runs, each a fresh process (2 loaded cores)
 EDIT_TIMEOUT_S = 300
 DOC_LABELS = dg.AssetKey("doc_labels")
 READER_MODELS = dg.AssetKey("reader_models")
 
 
-def _registry(path: Path, beta_prompt: str | None = None) -> Path:
-    """BM25 only, two readers (``alpha``, ``beta``: the packaged reader, 8 new tokens, float32)."""
+def _registry(
+    path: Path, beta_prompt: str | None = None, dataset: str = "sample?max_questions=2"
+) -> Path:
+    """BM25 only, two readers (``alpha``, ``beta``: the packaged reader, 8 new tokens, float32),
+    on ``dataset``."""
     packaged = yaml.safe_load(Path(default_registry_path()).read_text())
     reader = {**packaged["readers"]["smollm2-135m"], "max_new_tokens": 8, "dtype": "float32"}
     beta = dict(reader) if beta_prompt is None else {**reader, "system_prompt": beta_prompt}
@@ -52,7 +59,7 @@ def _registry(path: Path, beta_prompt: str | None = None) -> Path:
         "readers": {"alpha": reader, "beta": beta},
         "evaluation": {
             **packaged["evaluation"],
-            "dataset": "sample?max_questions=2",
+            "dataset": dataset,
             "k": 3,
             "label_k": 1,
             "e2e_ks": [1],
@@ -181,6 +188,21 @@ def _materialised(instance: dg.DagsterInstance, keys: tuple[str, ...]) -> bool:
     return all(instance.get_latest_materialization_event(dg.AssetKey(k)) for k in keys)
 
 
+def _records(instance: dg.DagsterInstance, asset: str) -> list[dg.EventLogRecord]:
+    """Every materialisation of ``asset``, oldest first."""
+    key = dg.AssetKey(asset)
+    return list(instance.fetch_materializations(key, limit=1000, ascending=True).records)
+
+
+def _materialised_since(instance: dg.DagsterInstance, keys: tuple[str, ...], t: float) -> bool:
+    """Every asset of ``keys`` has a materialisation after ``t`` (epoch seconds)."""
+    return all(
+        (event := instance.get_latest_materialization_event(dg.AssetKey(k))) is not None
+        and event.timestamp > t
+        for k in keys
+    )
+
+
 def _pair(reader: str, retriever: str) -> str:
     return str(dg.MultiPartitionKey({"reader": reader, "retriever": retriever}))
 
@@ -231,7 +253,7 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
         # what `make dev` runs: Dagster's `dagster dev`, with SIGINT handled even when this
         # test process inherited it ignored (a background CI job does)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "erag_dagster.dev_server", "-m", LOCATION,
+            [sys.executable, "-m", "erag_dagster.orchestration.dev_server", "-m", LOCATION,
              "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
         )  # fmt: skip
@@ -299,6 +321,46 @@ def test_fresh_daemon_builds_and_a_reader_edit_reruns_only_that_reader(tmp_path:
                 entry.name, entry.config
             ), record.partition_key
         assert not _failed_runs(instance)
+
+        # 4. edit the dataset (keep one of its two questions) and reload: nothing reads the
+        # stale retrieval_run (whose other question the new queries lack), nothing fails
+        edited_at = time.time()
+        _registry(registry_path, "Answer in as few words as possible.", "sample?max_questions=1")
+        reloaded = _graphql(
+            base,
+            "mutation($name: String!) { reloadRepositoryLocation(repositoryLocationName: $name)"
+            " { __typename } }",
+            {"name": LOCATION},
+        )
+        assert reloaded["data"]["reloadRepositoryLocation"]["__typename"] == (
+            "WorkspaceLocationEntry"
+        )
+        systems = {_pair(alpha, bm25), edited}
+
+        def rebuilt() -> bool:
+            after_edit = {
+                r.partition_key for r in _doc_label_events(instance) if r.timestamp > edited_at
+            }
+            return systems <= after_edit and _materialised_since(instance, REPORTS, edited_at)
+
+        _wait_until(instance, rebuilt, EDIT_TIMEOUT_S, "the rebuild after the dataset edit", log)
+        _wait_until(instance, _settled(base, instance, ticks=1), EDIT_TIMEOUT_S, "settling", log)
+        runs = [r for r in _records(instance, "retrieval_run") if r.timestamp > edited_at]
+        assert runs and all(r.asset_materialization.metadata["queries"].value == 1 for r in runs)
+        # which materialisation of retrieval_run each output read: Dagster's input event
+        # pointer (its input_data_version of a partitioned input is a hash over partitions)
+        fresh = {str(r.storage_id) for r in runs}
+        for asset in ("doc_labels", "end_to_end", "baseline_labels"):
+            later = [r for r in _records(instance, asset) if r.timestamp > edited_at]
+            assert {r.partition_key for r in later} == systems, (asset, later)
+            for record in later:  # made from the new run, never the stale one
+                tags = record.asset_materialization.tags
+                assert tags["dagster/input_event_pointer/retrieval_run"] in fresh, (asset, tags)
+        for record in _doc_label_events(instance):
+            if record.timestamp > edited_at:  # the one question's top document: not empty
+                meta = record.asset_materialization.metadata
+                assert meta["pairs_judged_now"].value + meta["pairs_from_store"].value == 1
+        assert not _failed_runs(instance)
     finally:
         stop_s = _stop(proc)
     # 4. a clean stop: the whole group is gone soon after one SIGINT
@@ -313,7 +375,8 @@ def _ignore_sigint() -> None:
 def test_dev_started_in_the_background_of_a_script_stops_on_sigint(tmp_path: Path) -> None:
     """Issue #15 §6: ``dagster dev`` that inherited an ignored SIGINT (so, through Dagster's
     SIGTERM→SIGINT mapping, an ignored SIGTERM too) hung after "Daemon threads shut down." until
-    SIGKILL. ``python -m erag_dagster.dev_server`` (what ``make dev`` runs) stops cleanly."""
+    SIGKILL. ``python -m erag_dagster.orchestration.dev_server`` (what ``make dev`` runs) stops
+    cleanly."""
     home = write_instance_yaml(tmp_path / "dagster_home")
     env = dict(os.environ)
     env.update(
@@ -327,7 +390,7 @@ def test_dev_started_in_the_background_of_a_script_stops_on_sigint(tmp_path: Pat
     port, log = _free_port(), tmp_path / "dagster-dev.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "erag_dagster.dev_server", "-m", LOCATION,
+            [sys.executable, "-m", "erag_dagster.orchestration.dev_server", "-m", LOCATION,
              "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0,
             preexec_fn=_ignore_sigint,

@@ -14,17 +14,17 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from erag_dagster.definitions import build_defs
-from erag_dagster.errors import EnvironmentFault, InputError
-from erag_dagster.pipeline import (
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import EnvironmentFault, InputError
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import (
     load_asset_value,
     materialize_all,
     plan,
     request_full_reevaluation,
     stage_selection,
 )
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings
+from erag_dagster.orchestration.resources import EvalSettings
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
@@ -243,7 +243,7 @@ def test_full_reevaluation_is_a_backfill_the_daemon_queues(tmp_path: Path) -> No
     with (tmp_path / "webserver.log").open("w") as out:
         proc = subprocess.Popen(
             [str(Path(sys.executable).with_name("dagster-webserver")), "-m",
-             "erag_dagster.definitions", "-h", "127.0.0.1", "-p", str(port)],
+             "erag_dagster.orchestration.definitions", "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -255,7 +255,7 @@ def test_full_reevaluation_is_a_backfill_the_daemon_queues(tmp_path: Path) -> No
     graph = defs.resolve_asset_graph()
     with scoped_env(DAGSTER_HOME=str(home)), dg.DagsterInstance.get() as instance:
         backfill = instance.get_backfill(backfill_id)
-        launched_by = "erag_dagster.pipeline.request_full_reevaluation"
+        launched_by = "erag_dagster.orchestration.pipeline.request_full_reevaluation"
         assert backfill.tags["erag/launched_by"] == launched_by
         target = backfill.asset_backfill_data.target_subset
         assert target.asset_keys == set(graph.materializable_asset_keys)
@@ -266,7 +266,7 @@ def test_full_reevaluation_is_a_backfill_the_daemon_queues(tmp_path: Path) -> No
                 assert got == set(partitions_def.get_partition_keys()), key
         assert "full_reevaluation" not in {job.name for job in defs.resolve_all_job_defs()}
         target = ModuleTarget(
-            module_name="erag_dagster.definitions", attribute=None,
+            module_name="erag_dagster.orchestration.definitions", attribute=None,
             working_directory=str(REPO), location_name="erag_dagster",
         )  # fmt: skip
         with create_test_daemon_workspace_context(target, instance) as context:

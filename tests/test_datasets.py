@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from erag_dagster.cli import main
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.spec import parse_spec
-from erag_dagster.definitions import build_defs
-from erag_dagster.errors import InputError
-from erag_dagster.pipeline import load_asset_value, materialize_all
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import load_asset_value, materialize_all
+from erag_dagster.orchestration.resources import EvalSettings
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 from tests.test_automation import _sensor_result, requested
@@ -239,7 +239,7 @@ def test_adding_a_dataset_materialises_only_its_assets(world, shared_data: Path)
 
 @pytest.mark.slow
 def test_run_prints_every_datasets_reports(world, capsys) -> None:
-    from erag_dagster.pipeline import print_reports
+    from erag_dagster.orchestration.pipeline import print_reports
 
     print_reports(world["instance"], str(world["registry"]))
     out = capsys.readouterr().out

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import yaml
 
-from erag_dagster.checks import scores_every_document
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
-from erag_dagster.registry import load_registry
+from erag_dagster.evaluation.checks import scores_every_document
+from erag_dagster.evaluation.retrievers import RetrievalTiming, run_retriever
 from erag_dagster.retrieval.ann import parse_index, recall_against_exact
 from erag_dagster.retrieval.encoder import TextEncoder, packaged_encoder_path
-from erag_dagster.retrievers import RetrievalTiming, run_retriever
 from tests.pipeline_fixtures import scoped_env
 
 DENSE = {"kind": "dense", "encoder": "packaged:all-minilm-l6-v2", "dtype": "float32"}

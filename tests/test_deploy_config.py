@@ -51,7 +51,7 @@ def test_production_instance_config_validates(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_reader_steps_request_a_gpu_on_kubernetes() -> None:
-    from erag_dagster.definitions import build_defs
+    from erag_dagster.orchestration.definitions import build_defs
 
     graph = build_defs().resolve_asset_graph()
     for key in ("doc_labels", "end_to_end", "baseline_labels", "efficiency_report"):
@@ -68,25 +68,26 @@ def test_workspace_yaml_names_the_definitions_module() -> None:
 
     workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
     target = workspace["load_from"][0]["python_module"]
-    assert target["module_name"] == "erag_dagster.definitions"
+    assert target["module_name"] == "erag_dagster.orchestration.definitions"
     module = importlib.import_module(target["module_name"])
     assert isinstance(module.defs, dg.Definitions)
 
 
-# --- the instance settings the project relies on (erag_dagster/instance_settings.py) -----------
+# --- the instance settings the project relies on (erag_dagster/orchestration/instance_settings.py)
+# -----------
 
 MISSING_FILE_WARNING = "No dagster instance configuration file"
 
 
 @pytest.mark.parametrize("deployment", ["local", "local-postgres", "production"])
 def test_shipped_instance_configs_carry_the_settings(deployment: str) -> None:
-    from erag_dagster.instance_settings import missing_settings
+    from erag_dagster.orchestration.instance_settings import missing_settings
 
     assert missing_settings(REPO / "deploy" / deployment / "dagster.yaml") == []
 
 
 def test_the_line_names_what_a_home_lacks_and_its_snippet_is_enough(tmp_path: Path) -> None:
-    from erag_dagster.instance_settings import SNIPPET, instance_settings_line
+    from erag_dagster.orchestration.instance_settings import SNIPPET, instance_settings_line
 
     home = tmp_path / "home"
     home.mkdir()
@@ -125,7 +126,8 @@ def test_dev_server_refuses_a_bare_home_in_one_line(tmp_path: Path) -> None:
     """``make dev``'s server on a home without dagster.yaml: one line and exit 2 before
     ``dagster dev`` starts, not a warning from each of its processes and an unlimited pool."""
     done = subprocess.run(
-        [sys.executable, "-m", "erag_dagster.dev_server", "-m", "erag_dagster.definitions"],
+        [sys.executable, "-m", "erag_dagster.orchestration.dev_server",
+         "-m", "erag_dagster.orchestration.definitions"],
         cwd=REPO, env=_bare_home_env(tmp_path), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
@@ -140,8 +142,8 @@ def test_a_code_server_load_and_the_run_command_say_it_once(tmp_path: Path) -> N
     instance as ``erag-dagster run`` does: the one line, once, and none of Dagster's own
     missing-file warnings."""
     code = (
-        "import erag_dagster.definitions\n"
-        "from erag_dagster.pipeline import _instance\n"
+        "import erag_dagster.orchestration.definitions\n"
+        "from erag_dagster.orchestration.pipeline import _instance\n"
         "lines = []\n"
         "instance = _instance(lines.append)\n"
         "instance.get_runs_count()\n"
@@ -159,8 +161,8 @@ def test_a_code_server_load_and_the_run_command_say_it_once(tmp_path: Path) -> N
 
 
 def test_the_run_command_says_it_through_its_log(tmp_path: Path, monkeypatch) -> None:
-    from erag_dagster import instance_settings
-    from erag_dagster.pipeline import _instance
+    from erag_dagster.orchestration import instance_settings
+    from erag_dagster.orchestration.pipeline import _instance
 
     env = _bare_home_env(tmp_path)
     monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])

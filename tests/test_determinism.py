@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
@@ -33,7 +34,6 @@ from erag_dagster.readers import hardware as hw
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.fingerprint import fingerprint_of
 from erag_dagster.readers.prompts import reader_passage
-from erag_dagster.registry import load_registry
 
 ANSWERS = Path(__file__).resolve().parents[1] / "reproductions" / "answers" / "reader_answers.yaml"
 SEEDED = ANSWERS.with_name("default_run.jsonl")
@@ -172,7 +172,8 @@ def test_auto_dtype_is_float32_and_bf16_records_the_hardware() -> None:
     assert bf16.fingerprint != auto.fingerprint
     # another machine kind gives another fingerprint: a store keeps their answers apart
 
-    other = {**bf16.identity(), "hardware": {**hardware, "flags": ["avx2"]}}
+    flags = ["avx2"] if hardware["flags"] != ["avx2"] else ["avx2", "avx512f"]
+    other = {**bf16.identity(), "hardware": {**hardware, "flags": flags}}
     assert fingerprint_of(other) != bf16.fingerprint
     assert hw.hardware_dependent(torch.bfloat16, torch.device("cpu"))
     assert not hw.hardware_dependent(torch.float32, torch.device("cpu"))
@@ -184,7 +185,7 @@ def test_the_default_runs_seeded_answers_are_this_machines() -> None:
     sample of each (four eRAG answers, two end-to-end answers, four P(yes) per reader) is
     answered anew here: the same text, and P(yes) within 1e-4 (float32 values, not bit for bit).
     """
-    from erag_dagster.hashing import sha256_text
+    from erag_dagster.core.hashing import sha256_text
     from erag_dagster.labels.store_base import read_recovery
     from erag_dagster.meta.baselines import annotation_fingerprint
     from erag_dagster.meta.end_to_end import end_to_end_fingerprint, list_text

@@ -3,9 +3,9 @@
 ``docs/cli.md`` has one ``## `erag-dagster <command>` `` section per leaf command of the real
 argparse parser (:func:`erag_dagster.cli.build_parser`), whose table rows name each of its
 options; ``docs/registry.md`` has one section per registry section (and retriever kind) whose
-table rows name each key the validators accept (:mod:`erag_dagster.registry`,
+table rows name each key the validators accept (:mod:`erag_dagster.config.registry`,
 :mod:`erag_dagster.readers.spec`, :mod:`erag_dagster.labels.executor`,
-:mod:`erag_dagster.registry_datasets`). A command, option or key added to the code without a row
+:mod:`erag_dagster.config.datasets`). A command, option or key added to the code without a row
 fails here, and so does a row for something the code no longer has. A documented item is the
 first backticked word of a table row's first cell (``| `--k N` | ...`` documents ``--k``).
 
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from erag_dagster import registry as reg
 from erag_dagster.cli import build_parser
+from erag_dagster.config import registry as reg
+from erag_dagster.config.datasets import _ENTRY_KEYS
 from erag_dagster.config.evaluation import DATASET_OVERRIDES, FIELDS
 from erag_dagster.data.spec import COMMON_OPTIONS, KIND_OPTIONS
 from erag_dagster.labels import executor
 from erag_dagster.readers import spec as reader_spec
-from erag_dagster.registry_datasets import _ENTRY_KEYS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")

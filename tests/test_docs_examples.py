@@ -51,6 +51,8 @@ NOT_RUN = {
     "tests/test_gate.py::test_the_documented_workflow_gates_a_pull_request",
     "check-dataset jsonl:my-set": "the page's own example folder: tests/test_check_dataset.py "
     "builds it and compares the output with the page",
+    "install-models": "installs wheels into the running environment (set-up installs the same "
+    "pins: tests/test_component.py::test_install_models_is_what_set_up_installs)",
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.downstream import (
     DOWNSTREAM_METRICS,
     accuracy,

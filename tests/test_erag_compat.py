@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.list_metrics import evaluate_labels
 
 erag = pytest.importorskip("erag", reason="reference erag 0.0.1: pip install --no-deps erag==0.0.1")

@@ -26,6 +26,7 @@ from erag_dagster.meta.fit import (
 )
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.reports.run_report import FIT_TITLE, RunReport
+from tests.stats_fixture import STATS, stats
 
 SENTENCE_PROMPT = "Reply with the whole sentence of the passage that answers the question."
 
@@ -42,7 +43,16 @@ def test_truncated_answers_warn_with_the_fix() -> None:
     labels = pairs.select("query_id", "doc_id").with_columns(
         label=pl.lit(0.0), answer=pl.Series(answers, dtype=pl.String)
     )
-    fit = reader_fit(labels, ds.queries, ds.qrels, reader, retriever="gold", metric="f1")
+    fit = reader_fit(
+        labels,
+        ds.queries,
+        ds.qrels,
+        reader,
+        retriever="gold",
+        metric="f1",
+        relevance_level=1,
+        stats=STATS,
+    )
     reader.close()
     assert fit.max_new_tokens == 4 and fit.answers == 3
     assert fit.cut_share is not None and fit.cut_share > CUT_SHARE, answers
@@ -70,9 +80,16 @@ def test_labels_that_fit_give_no_warning() -> None:
     qrels = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "doc_id": ["a", "c", "e"],
                           "relevance": [1, 1, 1]})  # fmt: skip
     fit = fit_diagnostics(
-        labels, queries, qrels, reader="r", metric="f1", max_new_tokens=16,
-        answer_tokens=[3, 2, 4, 2, 1, 1], n_resamples=200,
-    )  # fmt: skip
+        labels,
+        queries,
+        qrels,
+        reader="r",
+        metric="f1",
+        max_new_tokens=16,
+        answer_tokens=[3, 2, 4, 2, 1, 1],
+        relevance_level=1,
+        stats=stats(resamples=200),
+    )
     assert fit.cut_answers == 0 and fit.warnings() == []
     assert fit.mean_gold_words == pytest.approx((2 + 1.5 + 1) / 3)
     assert fit.separation is not None and fit.separation.auc == 1.0
@@ -91,7 +108,16 @@ def test_long_golds_scored_with_f1_and_poor_separation_warn() -> None:
         {"query_id": [f"q{i}" for i in range(6)], "doc_id": [f"d{i}0" for i in range(6)],
          "relevance": [1] * 6}
     )  # fmt: skip
-    fit = fit_diagnostics(labels, queries, qrels, reader="r", retriever="bm25", metric="f1")
+    fit = fit_diagnostics(
+        labels,
+        queries,
+        qrels,
+        reader="r",
+        retriever="bm25",
+        metric="f1",
+        relevance_level=1,
+        stats=STATS,
+    )
     text = "\n".join(fit.warnings())
     assert fit.cut_answers is None  # no token counts: the cut share is unknown, not 0
     assert "use metric rougel for long answers" in text
@@ -99,7 +125,9 @@ def test_long_golds_scored_with_f1_and_poor_separation_warn() -> None:
     assert fit.separation is not None and fit.separation.auc == 0.0 < MIN_AUC
     assert "separate judged-relevant from other documents poorly: AUC 0.00" in text
     assert fit_frame([fit])["warnings"][0] == text  # one string per run: the frame writes to CSV
-    contains = fit_diagnostics(labels, queries, qrels, reader="r", metric="contains")
+    contains = fit_diagnostics(
+        labels, queries, qrels, reader="r", metric="contains", relevance_level=1, stats=STATS
+    )
     assert any("contains needs a whole gold answer" in w for w in contains.warnings())
 
 
@@ -120,25 +148,41 @@ def test_separation_ci_is_seeded_and_holds_the_estimate() -> None:
         {"query_id": np.repeat([f"q{i}" for i in range(30)], 4),
          "label": rng.random(120), "relevant": np.tile([True, False, False, False], 30)}
     )  # fmt: skip
-    first = separation(frame, n_resamples=300, seed=5)
-    again = separation(frame, n_resamples=300, seed=5)
+    first = separation(frame, stats(resamples=300, seed=5))
+    again = separation(frame, stats(resamples=300, seed=5))
     assert first == again and first is not None
     assert first.low <= first.auc <= first.high and first.queries == 30
-    assert separation(frame.filter(~pl.col("relevant"))) is None
+    assert separation(frame.filter(~pl.col("relevant")), STATS) is None
 
 
 def test_run_report_prints_the_fit_after_the_verdict() -> None:
     labels = _labels([("q1", "a", 0.0, "x " * 16), ("q1", "b", 0.0, "y " * 16)])
     queries = pl.DataFrame({"query_id": ["q1"], "answers": [["x " * 16]]})
     fit = fit_diagnostics(
-        labels, queries, None, reader="r", retriever="bm25", metric="rougel", max_new_tokens=16,
+        labels,
+        queries,
+        None,
+        reader="r",
+        retriever="bm25",
+        metric="rougel",
+        max_new_tokens=16,
         count_tokens=lambda text: len(text.split()),
-    )  # fmt: skip
+        relevance_level=1,
+        stats=STATS,
+    )
     other = fit_diagnostics(
-        labels, queries, None, reader="r", retriever="dense", metric="rougel", max_new_tokens=64,
+        labels,
+        queries,
+        None,
+        reader="r",
+        retriever="dense",
+        metric="rougel",
+        max_new_tokens=64,
         count_tokens=lambda text: len(text.split()),
-    )  # fmt: skip
-    report = RunReport(sections=[], fits=[fit, other])
+        relevance_level=1,
+        stats=STATS,
+    )
+    report = RunReport(sections=[], statistics=STATS, fits=[fit, other])
     full = report.text(full=True)
     assert full.startswith(f"== {FIT_TITLE} ==")
     assert "fit warning [r / bm25]: 100% of the answers stop at max_new_tokens=16" in full
@@ -150,7 +194,7 @@ def test_run_report_prints_the_fit_after_the_verdict() -> None:
     )
     assert compact[1].endswith("[2 runs (answers cut at most 100%); each run and its fix: --full]")
     assert len(compact) == 2
-    quiet = RunReport(sections=[], fits=[other]).text().splitlines()
+    quiet = RunReport(sections=[], statistics=STATS, fits=[other]).text().splitlines()
     assert quiet[1] == (
         "no fit warning on 1 reader x retriever runs (answers cut at most 0%); each run: --full"
     )
@@ -163,8 +207,8 @@ def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch
     import dagster as dg
     import yaml
 
-    from erag_dagster.pipeline import load_fits, load_run_report, materialize_all
-    from erag_dagster.resources import EvalSettings
+    from erag_dagster.orchestration.pipeline import load_fits, load_run_report, materialize_all
+    from erag_dagster.orchestration.resources import EvalSettings
     from tests.pipeline_fixtures import small_registry
 
     monkeypatch.setenv("ERAG_STORAGE", str(tmp_path / "storage"))

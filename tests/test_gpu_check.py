@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))

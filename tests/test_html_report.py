@@ -21,13 +21,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from erag_dagster.assets.html_inputs import registry_specs
+from erag_dagster.config.registry import load_registry
 from erag_dagster.labels.store import open_store
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation_report import correlation_report
 from erag_dagster.meta.per_query import erag_per_query
 from erag_dagster.meta.plots import correlation_vs_k_figure
-from erag_dagster.registry import load_registry
+from erag_dagster.orchestration.assets.html_inputs import registry_specs
 from erag_dagster.reports.cross_leaderboard import erag_leaderboard
 from erag_dagster.reports.html import (
     DatasetSection,
@@ -42,6 +42,7 @@ from erag_dagster.reports.html_examples import WorkedExample, drilldown, example
 from erag_dagster.reports.html_words import DatasetFacts, LabelCost
 from erag_dagster.reports.leaderboard import leaderboard
 from erag_dagster.reports.verdict import verdict
+from tests.stats_fixture import STATS, stats
 
 #: Untrusted text: a script in a reader name, a document id, a dataset name and a model path.
 HOSTILE_READER = "<script>window.__pwned = 1</script>r2"
@@ -105,8 +106,8 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
         metrics=METRICS,
         label_k=2,
         e2e_ks=[1, 2],
-        n_resamples=50,
         folder=root / "reports",
+        stats=stats(resamples=50),
     )
     store = open_store(root / "labels.sqlite")
     for reader in READERS:
@@ -117,8 +118,8 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
     for name in ("erag_per_query.parquet", HOSTILE_FILE):
         (assets / "doc_labels" / name).write_bytes(b"PAR1")
     files = file_links(sorted(assets.rglob("*.parquet")), root / "reports")
-    per_query = erag_per_query(doc, METRICS)
-    found = verdict(per_query, "RR", n_resamples=100, n_permutations=500)
+    per_query = erag_per_query(doc, METRICS, QUERIES)
+    found = verdict(per_query, "RR", stats(resamples=100, permutations=500))
     questions = {qid: HOSTILE_QUESTION if q == 0 else f"question {q}?" for q, qid in
                  enumerate(QUERIES)}  # fmt: skip
     picks = example_picks(per_query, doc, "RR")
@@ -155,12 +156,16 @@ def section(tmp_path_factory: pytest.TempPathFactory) -> DatasetSection:
                 "spec": ["squad:/data/<i>dev</i>.json", '{"kind": "bm25"}'],
             }
         ),
-        erag_board=dataset_erag_leaderboard(per_query, METRICS, "bm25", n_resamples=100),
+        erag_board=dataset_erag_leaderboard(
+            per_query, METRICS, stats(resamples=100), baseline="bm25"
+        ),
         ranking_metric="RR",
         reports={
-            "retrieval_report": leaderboard(qrels, runs, ["P@2", "RR"], n_resamples=100),
+            "retrieval_report": leaderboard(
+                qrels, runs, ["P@2", "RR"], stats(resamples=100), relevance_level=1
+            ),
             "correlation_report": report.table,
-            "label_agreement": label_agreement_table(doc, baselines, qrels),
+            "label_agreement": label_agreement_table(doc, baselines, qrels, 1),
         },
         side_files={"correlation_vs_k.png": report.plot.read_bytes()},
         identities=reader_identities(doc, store.reader_identity),
@@ -207,7 +212,7 @@ def _parsed(page: str) -> _Tables:
 
 
 def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -> None:
-    page = render_html_report([section], run_id="run-1")
+    page = render_html_report(statistics=STATS, sections=[section], run_id="run-1")
     parsed = _parsed(page)
     # two eRAG leaderboards (one per reader), then human judgments, Table 1, agreement, readers
     erag = [t for t in parsed.tables if t[0][:5] == ["#", "retriever", "queries",
@@ -244,18 +249,21 @@ def test_page_holds_every_report_with_every_retriever(section: DatasetSection) -
     assert image.startswith("data:image/png;base64,")
     assert base64.b64decode(image.split(",", 1)[1]) == section.side_files["correlation_vs_k.png"]
     assert 'id="verdict"' in page
-    bare = render_html_report([dataclasses.replace(section, verdict=None)])
+    bare = render_html_report(
+        statistics=STATS, sections=[dataclasses.replace(section, verdict=None)]
+    )
     assert "Verdict" not in bare and 'id="verdict"' not in bare
 
 
 def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
     page = render_html_report(
         [dataclasses.replace(section, fit_warnings=["<script>window.__pwned = 4</script> cut"])],
+        statistics=STATS,
         across={  # a report across datasets, with the hostile reader name in its rows
             "erag_leaderboard": erag_leaderboard(
                 {"a": section.erag_per_query, "b": section.erag_per_query},
                 METRICS,
-                n_resamples=20,
+                stats(resamples=20),
             )
         },
     )
@@ -284,7 +292,7 @@ def test_every_untrusted_string_is_escaped(section: DatasetSection) -> None:
 
 
 def test_sections_without_inputs_say_so() -> None:
-    page = render_html_report([DatasetSection(name="bare")])
+    page = render_html_report(statistics=STATS, sections=[DatasetSection(name="bare")])
     assert "no eRAG labels in this run" in page
     assert "the dataset has no judgments" in page
     assert "no correlation report in this run (no Table 1, no Figure 1)" in page
@@ -301,7 +309,10 @@ def test_page_renders_in_chromium_without_any_request_outside_it(
 
     if not Path(CHROMIUM).exists():
         pytest.fail("Debian's chromium is not installed (.ci/run installs it)")
-    path = write_html_report(render_html_report([section], run_id="run-1"), tmp_path / "r.html")
+    path = write_html_report(
+        render_html_report(statistics=STATS, sections=[section], run_id="run-1"),
+        tmp_path / "r.html",
+    )
     requests: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(
@@ -342,7 +353,7 @@ def test_verdict_section_renders_the_runs_verdict_with_its_p_by_each_pair(
 ) -> None:
     """The sentence, one chart row per retriever and every pair with the verdict's own Holm p
     (the Verdict object handed in, not a second computation); each view names its test."""
-    page = render_html_report([section])
+    page = render_html_report(statistics=STATS, sections=[section])
     part = page.split('<section id="verdict">')[1].split("</section>")[0]
     found = section.verdict
     for reader in found.readers:
@@ -391,9 +402,9 @@ def test_names_drop_partition_hashes_except_in_the_details() -> None:
         [
             DatasetSection(
                 name="sample",
-                verdict=verdict(per_query, "P@2", n_resamples=50, n_permutations=200),
+                verdict=verdict(per_query, "P@2", stats(resamples=50, permutations=200)),
                 erag_per_query=per_query,
-                erag_board=dataset_erag_leaderboard(per_query, ["P@2"], n_resamples=50),
+                erag_board=dataset_erag_leaderboard(per_query, ["P@2"], stats(resamples=50)),
                 ranking_metric="P@2",
                 specs=pl.DataFrame(
                     {
@@ -404,7 +415,8 @@ def test_names_drop_partition_hashes_except_in_the_details() -> None:
                     }
                 ),
             )
-        ]
+        ],
+        statistics=STATS,
     )
     before, details = page.split("<h3>Details")
     assert not re.search(r"-[0-9a-f]{8}\b", before), re.findall(r"\S*-[0-9a-f]{8}\b", before)
@@ -417,7 +429,7 @@ def test_drilldown_is_sorted_by_disagreement(section: DatasetSection) -> None:
     assert spread == sorted(spread, reverse=True) and table.height == len(QUERIES)
     assert table.columns[0] == "question" and table.columns[-1] == "question id"
     assert len(table.columns) == 3 + 6  # 3 retrievers x 2 readers
-    page = render_html_report([section])
+    page = render_html_report(statistics=STATS, sections=[section])
     rows = next(t for t in _parsed(page).tables if t[0][0] == "question")[1:]
     assert [float(r[-2]) for r in rows] == pytest.approx(spread, abs=5e-4)
     top = table.row(0, named=True)
@@ -435,7 +447,7 @@ def test_worked_examples_come_from_the_most_disputed_question(section: DatasetSe
     scores = [e.score for e in examples]
     table = drilldown(section.erag_per_query, "RR", section.questions, section.names())
     assert max(scores) - min(scores) == pytest.approx(table["disagreement"][0])
-    page = render_html_report([section])
+    page = render_html_report(statistics=STATS, sections=[section])
     assert page.count('<div class="example">') == len(RETRIEVERS)
     # an excerpt centres on the gold answer and marks its cuts
     text = " ".join(f"w{i}" for i in range(200)) + " the Eiffel Tower " + "tail " * 100
@@ -444,7 +456,7 @@ def test_worked_examples_come_from_the_most_disputed_question(section: DatasetSe
 
 
 def test_table1_is_a_heat_map_with_the_best_marked(section: DatasetSection) -> None:
-    page = render_html_report([section])
+    page = render_html_report(statistics=STATS, sections=[section])
     heat = page.split('<table class="heat">')[1].split("</table>")[0]
     cells = re.findall(r"<td([^>]*)>(.*?)</td>", heat)
     numeric = [(attrs, text) for attrs, text in cells if 'class="num' in attrs]
@@ -455,7 +467,7 @@ def test_table1_is_a_heat_map_with_the_best_marked(section: DatasetSection) -> N
 
 
 def test_meaning_cost_and_fit_sections(section: DatasetSection) -> None:
-    page = render_html_report([section])
+    page = render_html_report(statistics=STATS, sections=[section])
     meaning = page.split("<h3>What the numbers mean</h3>")[1].split("<h3>")[0]
     assert meaning.count("<li>") == len(METRICS)  # one sentence per list metric
     assert "the reader&#x27;s em score" in meaning and "eRAG P@2 = " in meaning
@@ -463,12 +475,16 @@ def test_meaning_cost_and_fit_sections(section: DatasetSection) -> None:
     assert "16 generated (reader time 4.5 s)" in page
     stored = dataclasses.replace(section.cost, from_store=216, generated=0, reader_seconds=0.0)
     assert "all 216 distinct pairs came from the label store" in render_html_report(
-        [dataclasses.replace(section, cost=stored)]
+        [dataclasses.replace(section, cost=stored)], statistics=STATS
     )
     assert 'id="fit-diagnostics"' not in page  # no diagnostics given: no section
-    warned = render_html_report([dataclasses.replace(section, fit_warnings=["cut at 16"])])
+    warned = render_html_report(
+        statistics=STATS, sections=[dataclasses.replace(section, fit_warnings=["cut at 16"])]
+    )
     assert '<h3 id="fit-diagnostics">' in warned and "<li>cut at 16</li>" in warned
-    clean = render_html_report([dataclasses.replace(section, fit_warnings=[])])
+    clean = render_html_report(
+        statistics=STATS, sections=[dataclasses.replace(section, fit_warnings=[])]
+    )
     assert "No warning" in clean
 
 

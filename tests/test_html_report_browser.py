@@ -19,8 +19,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from erag_dagster.pipeline import materialize_all
-from erag_dagster.resources import EvalSettings
+from erag_dagster.orchestration.pipeline import materialize_all
+from erag_dagster.orchestration.resources import EvalSettings
 from tests.answer_seed import shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 

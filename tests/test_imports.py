@@ -8,10 +8,13 @@ plain ``pytest`` sees an upward import or a cycle, with the offending import nam
 
 from __future__ import annotations
 
+import ast
 import os
 import pkgutil
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import erag_dagster
@@ -79,7 +82,7 @@ HEAVY = ("torch", "transformers", "sklearn", "scipy", "pyserini")
 
 def test_definitions_and_cli_load_without_the_heavy_libraries() -> None:
     code = (
-        "import sys, erag_dagster.definitions, erag_dagster.cli; "
+        "import sys, erag_dagster.orchestration.definitions, erag_dagster.cli; "
         f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     done = subprocess.run(
@@ -136,3 +139,118 @@ def test_no_module_uses_dagster_private_api(tmp_path: Path) -> None:
     assert [use.split(" ")[1] for use in _private_dagster_uses(probe)] == [
         "dagster._core.utils", "dagster._cli", "_with_updated_values", "dagster._utils",
     ]  # fmt: skip
+
+
+# -- imports by name ----------------------------------------------------------------------------
+
+#: A module name in a string: ``erag_dagster.a.b``, or ``.b`` relative to the module's package,
+#: optionally ``:attribute`` (the ``"module:function"`` form).
+_NAMED_MODULE = re.compile(r"^(erag_dagster(?:\.\w+)+|\.\w+(?:\.\w+)*)(?::\w+)?$")
+
+#: The modules that import a computed name (never checkable by lint-imports): the package's lazy
+#: public names (its root), a reader backend picked by readers/backends.BACKENDS (within
+#: readers/), the packaged Gemma reader's chunk packages (third-party).
+_DYNAMIC_IMPORTERS = {
+    "erag_dagster/__init__.py",
+    "erag_dagster/readers/factory.py",
+    "erag_dagster/readers/models.py",
+}
+
+
+def _layers(contract_id: str) -> list[set[str]]:
+    """The layers of one ``[tool.importlinter]`` layers contract, highest first."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contract = next(c for c in config["contracts"] if c["id"] == contract_id)
+    return [set(re.split(r"\s*[|:]\s*", layer.strip())) for layer in contract["layers"]]
+
+
+def _rank(layers: list[set[str]], name: str) -> int | None:
+    """Index of the layer holding ``name`` (higher = lower in the house)."""
+    return next((i for i, layer in enumerate(layers) if name in layer), None)
+
+
+def _not_imports(tree: ast.Module) -> set[int]:
+    """The string constants that name no import: docstrings and logger names."""
+    ids = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            ids.add(id(body[0].value))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "getLogger":
+            ids.update(id(arg) for arg in node.args)
+    return ids
+
+
+def _named_imports(path: Path) -> list[tuple[str, str]]:
+    """(string, the module it names, absolute) for every module name written in a string of
+    ``path`` (not a docstring or a logger's name), plus ``("<dynamic>", call)`` for an
+    ``import_module`` or ``__import__`` call whose argument is not such a string."""
+    tree = ast.parse(path.read_text())
+    docs = _not_imports(tree)
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = module.rpartition(".")[0] if not module.endswith("__init__") else module
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            match = _NAMED_MODULE.match(node.value)
+            if match:
+                name = match.group(1)
+                found.append((node.value, package + name if name.startswith(".") else name))
+        if isinstance(node, ast.Call):
+            fn = node.func
+            called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if called in {"import_module", "__import__"}:
+                first = node.args[0] if node.args else None
+                if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                    found.append(("<dynamic>", ast.unparse(node)))
+    return found
+
+
+def _upward(importer: str, target: str) -> str | None:
+    """Why ``importer`` naming ``target`` breaks a layers contract, or ``None``."""
+    a, b = importer.split("."), target.split(".")
+    if len(b) < 2 or b[0] != "erag_dagster":
+        return None
+    contracts = [("layers", 1), ("orchestration-layers", 2), ("core-layers", 2)]
+    for contract_id, depth in contracts:
+        layers = _layers(contract_id)
+        if depth == 2 and (
+            len(a) < 3 or len(b) < 3 or a[1] != b[1] or a[1] != contract_id.split("-")[0]
+        ):
+            continue
+        ra, rb = _rank(layers, a[depth]), _rank(layers, b[depth])
+        if ra is not None and rb is not None and rb < ra:
+            return f"{importer} names {target}, a layer above it ({contract_id})"
+    return None
+
+
+def test_no_string_import_crosses_a_layer_upward(tmp_path: Path) -> None:
+    """A module named in a string (``"module:function"``, ``importlib.import_module("…")``)
+    is an import lint-imports cannot see: none may name a higher layer of the contracts, and
+    an import of a computed name is allowed only in :data:`_DYNAMIC_IMPORTERS`."""
+    problems = []
+    for path in sorted((ROOT / "erag_dagster").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        importer = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for text, target in _named_imports(path):
+            if text == "<dynamic>":
+                if rel not in _DYNAMIC_IMPORTERS:
+                    problems.append(f"{rel}: imports a computed name: {target}")
+            elif rel != "erag_dagster/__init__.py" and (why := _upward(importer, target)):
+                problems.append(f"{rel}: {why}")
+    assert problems == [], "\n".join(problems)
+    # the scan sees each kind of use it must refuse
+    probe = ROOT / "erag_dagster" / "metrics" / "_probe_upward.py"
+    try:
+        probe.write_text(
+            'COMPUTE = "erag_dagster.evaluation.steps:decide"\nREL = ".x"\n'
+            "def f(m):\n    return importlib.import_module(m)\n"
+        )
+        named = _named_imports(probe)
+        assert ("erag_dagster.evaluation.steps:decide", "erag_dagster.evaluation.steps") in named
+        assert any(text == "<dynamic>" for text, _ in named)
+        assert _upward("erag_dagster.metrics._probe_upward", "erag_dagster.evaluation.steps")
+        assert _upward("erag_dagster.core.errors", "erag_dagster.core.input_files")
+        assert not _upward("erag_dagster.evaluation.steps", "erag_dagster.metrics.names")
+    finally:
+        probe.unlink()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from erag_dagster.config.inputs import dataset_digest
 from erag_dagster.data.loaders import dataset_source_files, load_dataset
-from erag_dagster.inputs import dataset_digest
 
 
 @pytest.fixture(autouse=True)

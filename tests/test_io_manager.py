@@ -14,7 +14,7 @@ import fsspec
 import polars as pl
 import pytest
 
-from erag_dagster.resources.io import PolarsJsonIOManagerFactory
+from erag_dagster.orchestration.resources.io import PolarsJsonIOManagerFactory
 
 PARTS = dg.StaticPartitionsDefinition(["qwen2.5-7b", "smollm2"])
 

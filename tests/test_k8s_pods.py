@@ -37,7 +37,7 @@ from dagster._grpc.types import ExecuteStepArgs
 from dagster_k8s import K8sRunLauncher
 from dagster_k8s.executor import _K8S_EXECUTOR_CONFIG_SCHEMA, K8sStepHandler
 
-from erag_dagster.definitions import build_defs
+from erag_dagster.orchestration.definitions import build_defs
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCTION = yaml.safe_load((REPO / "deploy/production/dagster.yaml").read_text())
@@ -90,7 +90,7 @@ def production(tmp_path_factory) -> Any:
 def _job_for(defs: dg.Definitions, key: str) -> tuple[Any, dict[str, str]]:
     """The reconstructable asset job materialising one partition of ``key``, and run tags."""
     repo = ReconstructableRepository.for_module(
-        "erag_dagster.definitions", "defs", working_directory=os.getcwd()
+        "erag_dagster.orchestration.definitions", "defs", working_directory=os.getcwd()
     )
     job = defs.resolve_implicit_global_asset_job_def()
     recon = repo.get_reconstructable_job(job.name).get_subset(asset_selection={dg.AssetKey(key)})
@@ -214,8 +214,8 @@ def test_the_gpu_limit_applies_to_the_pool_the_reader_steps_use(production) -> N
 
 
 def test_the_local_deployment_keeps_dagsters_default_executor(monkeypatch) -> None:
-    from erag_dagster.deployment import step_executor
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.errors import InputError
+    from erag_dagster.orchestration.deployment import step_executor
 
     monkeypatch.delenv("DAGSTER_DEPLOYMENT", raising=False)
     monkeypatch.delenv("ERAG_STEP_EXECUTOR", raising=False)

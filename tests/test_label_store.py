@@ -24,8 +24,8 @@ import psycopg
 import pytest
 
 from erag_dagster.cli import main as cli_main
-from erag_dagster.errors import InputError, StorageError
-from erag_dagster.hashing import sha256_text
+from erag_dagster.core.errors import InputError, StorageError
+from erag_dagster.core.hashing import sha256_text
 from erag_dagster.labels.cached import CommitPolicy, Subject, generate_stored
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import (

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.labels import labeller
 from erag_dagster.labels.labeller import LABEL_COLUMNS, label_run
 from erag_dagster.labels.store import LabelStore

@@ -8,16 +8,17 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.metrics.human import evaluate_run
-from erag_dagster.registry import load_registry
 from erag_dagster.reports.leaderboard import (
     format_leaderboard,
     leaderboard,
     leaderboard_metrics,
 )
-from erag_dagster.retrievers import run_retriever
+from tests.stats_fixture import STATS, stats
 
 HAND_METRICS = ["R@5", "P@5", "Success@1", "RR", "AP", "nDCG@5"]
 
@@ -75,7 +76,7 @@ HAND_LEVEL_2 = {
 @pytest.mark.parametrize(("level", "expected"), [(1, HAND_LEVEL_1), (2, HAND_LEVEL_2)])
 def test_hand_computed_values(hand_case, level: int, expected: dict[str, float]) -> None:
     qrels, run = hand_case
-    board = leaderboard(qrels, {"system": run}, HAND_METRICS, relevance_level=level)
+    board = leaderboard(qrels, {"system": run}, HAND_METRICS, STATS, relevance_level=level)
     row = board.row(0, named=True)
     assert row["retriever"] == "system"
     assert row["baseline"] is True
@@ -93,7 +94,7 @@ def test_ties_follow_trec_eval(hand_case) -> None:
     tied = pl.DataFrame(
         {"query_id": ["q2", "q2"], "doc_id": ["d4", "d5"], "rank": [1, 2], "score": [1.0, 1.0]}
     )
-    board = leaderboard(qrels, {"tied": tied}, ["RR", "Success@1"])
+    board = leaderboard(qrels, {"tied": tied}, ["RR", "Success@1"], STATS, relevance_level=1)
     # d5 > d4 as strings, so d5 is ranked first and the relevant d4 second
     assert board["RR"][0] == pytest.approx(0.5)
     assert board["Success@1"][0] == 0.0
@@ -104,7 +105,9 @@ def test_baseline_choice_and_errors(hand_case) -> None:
     worse = run.with_columns(
         score=pl.when(pl.col("doc_id") == "d1").then(0.0).otherwise(pl.col("score"))
     )
-    board = leaderboard(qrels, {"a": run, "b": worse}, ["RR"], baseline="b")
+    board = leaderboard(
+        qrels, {"a": run, "b": worse}, ["RR"], STATS, baseline="b", relevance_level=1
+    )
     assert board["baseline"].to_list() == [False, True]
     # in "b" q1 reads d2 d3 d4 d5 d1: the first relevant document (d3) is at rank 2
     assert board["RR"].to_list() == pytest.approx([(1 + 1 / 3) / 2, (1 / 2 + 1 / 3) / 2])
@@ -113,17 +116,17 @@ def test_baseline_choice_and_errors(hand_case) -> None:
     # assignment is as extreme as the observed one
     assert board["RR_p_perm"][0] == 1.0
     with pytest.raises(InputError, match="baseline 'c' is not one of the runs: a, b"):
-        leaderboard(qrels, {"a": run, "b": worse}, ["RR"], baseline="c")
+        leaderboard(qrels, {"a": run, "b": worse}, ["RR"], STATS, baseline="c", relevance_level=1)
     with pytest.raises(InputError, match="at least one run"):
-        leaderboard(qrels, {}, ["RR"])
+        leaderboard(qrels, {}, ["RR"], STATS, relevance_level=1)
     with pytest.raises(InputError, match="at least one metric"):
-        leaderboard(qrels, {"a": run}, [])
+        leaderboard(qrels, {"a": run}, [], STATS, relevance_level=1)
 
 
 def test_format_leaderboard(hand_case) -> None:
     qrels, run = hand_case
-    board = leaderboard(qrels, {"base": run, "same": run}, ["RR"])
-    text = format_leaderboard(board)
+    board = leaderboard(qrels, {"base": run, "same": run}, ["RR"], STATS, relevance_level=1)
+    text = format_leaderboard(board, STATS)
     assert text.columns == ["retriever", "queries", "RR"]
     assert text["retriever"].to_list() == ["base (baseline)", "same"]
     assert text["RR"][0] == "0.6667 [0.333, 1.000]"
@@ -148,7 +151,7 @@ def test_dl19_graded_matches_evaluate_run(dl19) -> None:
     # A deliberately worse system: BM25's top 20 in reverse order.
     reversed_top = bm25.filter(pl.col("rank") <= 20).with_columns(score=pl.col("rank") * 1.0)
     runs = {"bm25": bm25, "bm25-copy": bm25.clone(), "reversed": reversed_top}
-    board = leaderboard(ds.qrels, runs, DL19_METRICS, relevance_level=2, n_resamples=500)
+    board = leaderboard(ds.qrels, runs, DL19_METRICS, stats(resamples=500), relevance_level=2)
     assert board["retriever"].to_list() == ["bm25", "bm25-copy", "reversed"]
     for name, run in runs.items():
         expected = evaluate_run(ds.qrels, run, DL19_METRICS, relevance_level=2)

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.labels.likelihood import (
     label_set,
     label_set_probability,
@@ -25,7 +26,7 @@ from erag_dagster.meta.per_query import correlation_inputs
 from erag_dagster.metrics.downstream import token_f1
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.passages import run_with_passages
-from erag_dagster.registry import load_registry
+from tests.stats_fixture import stats
 
 pytestmark = pytest.mark.slow  # loads the reader (~20 s) and runs it
 
@@ -197,7 +198,7 @@ def test_table1_has_rows_for_the_new_methods(reader, tmp_path: Path) -> None:
     per_query, end_to_end = correlation_inputs(
         {system: erag}, {system: baselines}, {system: e2e}, metrics, "toy", 2
     )
-    table = correlation_table(per_query, end_to_end, n_resamples=10)
+    table = correlation_table(per_query, end_to_end, stats(resamples=10))
     assert set(table["method"]) == {"eRAG", "eRAG_likelihood", "signed_utility"}
     assert set(table["metric"]) == set(metrics)
     assert (table["n_queries"] == 2).all()

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 import pytrec_eval
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.list_metrics import (
     DEFAULT_NDCG_IDEAL,
     ListMetricReport,

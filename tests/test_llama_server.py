@@ -154,8 +154,9 @@ def test_llm_annotation_baseline_runs_through_the_server(
     encoder = TextEncoder(dtype="float32", batch_size=8, num_threads=1)
     store = LabelStore(tmp_path / "labels.sqlite")
     labels = baseline_label_set(
-        RUN, QUERIES, CORPUS, qrels, encoder, reader, store=store, log=lines.append
-    )
+        RUN, QUERIES, CORPUS, qrels, encoder, reader, store=store, log=lines.append,
+        metric="em", relevance_level=1,
+    )  # fmt: skip
     assert f"LLM annotation of {EVERY_PAIR} (question, document) pairs" in lines
     assert not any("skipped" in line for line in lines)
     annotated = labels.filter(pl.col("method") == "llm_annotation")

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import (
     KNOWN_KINDS,
     SAMPLE_FILE,
@@ -20,7 +21,6 @@ from erag_dagster.data.loaders import (
     parse_spec,
 )
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA
-from erag_dagster.errors import InputError
 from tests.conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

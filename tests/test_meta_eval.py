@@ -7,7 +7,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.meta.baselines import (
     containment_labels,
@@ -18,8 +20,6 @@ from erag_dagster.meta.efficiency import MODES, measure_efficiency, round_orders
 from erag_dagster.meta.end_to_end import context_lists, evaluate_end_to_end
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.prompts import reader_passage
-from erag_dagster.registry import load_registry
-from erag_dagster.retrievers import run_retriever
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_end_to_end_batched_equals_one_by_one_and_k1_is_the_erag_prompt(small, r
 
 @pytest.mark.slow
 def test_baseline_labels(small, run, reader, tmp_path: Path) -> None:
-    prov = provenance_labels(run, small.qrels)
+    prov = provenance_labels(run, small.qrels, relevance_level=1)
     judged = run.join(small.qrels, on=["query_id", "doc_id"], how="semi")
     assert prov.get_column("label").sum() == judged.height
     contains = containment_labels(run, small.queries, small.corpus)

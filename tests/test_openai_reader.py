@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from erag_dagster.cli import main
-from erag_dagster.errors import InputError
+from erag_dagster.config.registry import default_registry_path
+from erag_dagster.core.errors import InputError
 from erag_dagster.labels.cached import CommitPolicy
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
@@ -32,7 +33,6 @@ from erag_dagster.readers.openai_reader import LogprobsUnavailable, OpenAIReader
 from erag_dagster.readers.prompts import build_messages, reader_passage
 from erag_dagster.readers.retry import BACKOFF_CAP, backoff_seconds, retry_after_seconds
 from erag_dagster.readers.spec import ReaderSpec
-from erag_dagster.registry import default_registry_path
 from tests.openai_server import RateLimitProxy, TransformersServer, free_port, running_server
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
@@ -217,8 +217,9 @@ def test_p_yes_without_logprobs_is_one_line_and_the_baseline_is_skipped(
     qrels = pl.DataFrame({"query_id": ["q-fr"], "doc_id": ["fr"], "relevance": [1]})
     encoder = TextEncoder(dtype="float32", batch_size=8, num_threads=1)
     labels = baseline_label_set(
-        RUN.head(2), QUERIES, CORPUS, qrels, encoder, reader, log=lines.append
-    )
+        RUN.head(2), QUERIES, CORPUS, qrels, encoder, reader, log=lines.append, metric="em",
+        relevance_level=1,
+    )  # fmt: skip
     assert "llm_annotation" not in set(labels["method"])
     assert {"provenance", "containment"} <= set(labels["method"])
     assert lines == [f"LLM annotation baseline skipped: {reason}"]
@@ -368,8 +369,8 @@ def test_api_key_never_reaches_storage_or_dagster_home(
     """Through the real Dagster graph (retrieval, labels, reports): the key is sent to the server
     but no byte of it lands under the storage root or DAGSTER_HOME; the token accounting and the
     estimate are in the doc_labels metadata."""
-    from erag_dagster.pipeline import materialize_all
-    from erag_dagster.resources import EvalSettings
+    from erag_dagster.orchestration.pipeline import materialize_all
+    from erag_dagster.orchestration.resources import EvalSettings
 
     secret = "sk-erag-test-" + "7f3a9c1e5b" * 3
     home = write_instance_yaml(tmp_path / "dagster_home")
@@ -452,7 +453,7 @@ def test_backoff_is_bounded_full_jitter_and_retry_after_is_read() -> None:
     importlib.util.find_spec("vllm") is not None, reason="vLLM installed: the engine would start"
 )
 def test_vllm_without_vllm_is_one_line() -> None:
-    from erag_dagster.errors import EnvironmentFault
+    from erag_dagster.core.errors import EnvironmentFault
 
     reader = reader_from_config("v", {"backend": "vllm"})
     with pytest.raises(EnvironmentFault) as info:

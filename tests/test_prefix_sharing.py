@@ -13,13 +13,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.readers.batching import pad_batch, until_eos
 from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.loading import eos_ids, generation_config
 from erag_dagster.readers.prefix_sharing import MIN_SHARED_TOKENS, shared_prefix
-from erag_dagster.registry import load_registry
+from erag_dagster.config.registry import load_registry
+from erag_dagster.readers.prompts import first_line_complete, postprocess_answer
 
 FP32 = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 8}
 
@@ -104,7 +106,7 @@ def test_likelihoods_and_yes_probability_equal_with_and_without_the_shared_prefi
 
 
 def test_share_prefix_setting() -> None:
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.errors import InputError
     from erag_dagster.readers.spec import ReaderSpec
 
     with pytest.raises(InputError, match="share_prefix must be true, false or auto"):

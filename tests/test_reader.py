@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers import models
 from erag_dagster.readers.batching import CPU_PAD_SLACK, length_batches
 from erag_dagster.readers.extraction import extract_answer

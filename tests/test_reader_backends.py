@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 import torch
 
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_json
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.readers.backends import BACKENDS
 from erag_dagster.readers.factory import reader_class, reader_for_spec, reader_from_config
 from erag_dagster.readers.fingerprint import fingerprint_of, reader_identity
@@ -35,7 +36,6 @@ from erag_dagster.readers.protocol import ReaderBackend
 from erag_dagster.readers.spec import COMMON_KEYS, ReaderSpec, backend_keys
 from erag_dagster.readers.transformers_options import TransformersOptions
 from erag_dagster.readers.vllm_options import VLLMOptions
-from erag_dagster.registry import load_registry
 
 #: The least config each backend builds a spec from (openai needs a server and a model id).
 MINIMAL: dict[str, dict[str, Any]] = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dagster as dg
 
+from erag_dagster.config.registry import load_registry
+from erag_dagster.orchestration.resources import ReaderResource
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import ReaderResource
 
 
 def test_teardown_closes_only_the_resources_own_readers() -> None:

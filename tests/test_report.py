@@ -7,7 +7,7 @@ import math
 import polars as pl
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.reports.tables import format_cell, format_table, format_table1, to_markdown
 
 NAN = math.nan

@@ -8,16 +8,17 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from erag_dagster.assets.reports import build_dataset_report
-from erag_dagster.definitions import build_defs
-from erag_dagster.pipeline import DEFAULT_REPORTS, plan
-from erag_dagster.registry import load_registry
+from erag_dagster.config.registry import load_registry
+from erag_dagster.orchestration.assets.reports import build_dataset_report
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import DEFAULT_REPORTS, plan
+from erag_dagster.orchestration.resources import EvalSettings
+from erag_dagster.orchestration.resources.io import PolarsJsonIOManagerFactory
 from erag_dagster.reports.catalog import REPORTS, dataset_reports_for, reports_across
 from erag_dagster.reports.declaration import Computed, PageBlock, Report, ReportInput
 from erag_dagster.reports.html import DatasetSection, render_html_report
 from erag_dagster.reports.run_report import ACROSS_TITLES, TITLES, RunReport, Section
-from erag_dagster.resources import EvalSettings
-from erag_dagster.resources.io import PolarsJsonIOManagerFactory
+from tests.stats_fixture import STATS
 
 AGREEMENT = pl.DataFrame(
     {
@@ -69,7 +70,7 @@ def test_terminal_titles_and_default_reports_come_from_the_declarations() -> Non
     assert tuple(r.key for r in REPORTS if r.printed) == DEFAULT_REPORTS
     assert "efficiency_report" not in DEFAULT_REPORTS  # minutes of fresh reader processes
     frame = AGREEMENT
-    report = RunReport(sections=[Section("label_agreement", None, frame)])
+    report = RunReport(sections=[Section("label_agreement", None, frame)], statistics=STATS)
     text = report.text()
     assert TITLES["label_agreement"] in text
     assert "0.250" in text  # the compact view: kappa per method, one column per system
@@ -77,7 +78,9 @@ def test_terminal_titles_and_default_reports_come_from_the_declarations() -> Non
 
 def test_the_page_draws_each_declared_block_or_says_it_is_missing() -> None:
     frame = AGREEMENT
-    page = render_html_report([DatasetSection(name="d", reports={"label_agreement": frame})])
+    page = render_html_report(
+        [DatasetSection(name="d", reports={"label_agreement": frame})], statistics=STATS
+    )
     for report in REPORTS:
         if report.scope == "dataset" and report.page is not None:
             assert f"<h3>{report.page.heading}</h3>" in page
@@ -96,8 +99,8 @@ TOY = Report(
     title="Judged documents per query",
     inputs=(ReportInput("qrels"),),
     compute=_toy,
-    text=lambda frame, _full: f"{frame.height} queries",
-    page=PageBlock("Judged documents", lambda frame, _f: f"<p>{frame.height}</p>", "none"),
+    text=lambda frame, _full, _stats: f"{frame.height} queries",
+    page=PageBlock("Judged documents", lambda frame, _f, _s: f"<p>{frame.height}</p>", "none"),
     printed=False,
 )
 

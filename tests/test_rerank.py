@@ -15,7 +15,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
+from erag_dagster.evaluation.retrievers import default_scorer
 from erag_dagster.readers.prompts import reader_passage
 from erag_dagster.retrieval.rerank import (
     LIFT_SCHEMA,
@@ -26,7 +27,7 @@ from erag_dagster.retrieval.rerank import (
     separate_ties,
 )
 from erag_dagster.retrieval.runs import rank_by_score
-from erag_dagster.retrievers import default_scorer
+from tests.stats_fixture import STATS
 
 CORPUS = pl.DataFrame(
     {
@@ -120,7 +121,9 @@ def test_top_n_truncates_before_scoring(scorer) -> None:
 
 def test_lift_report_before_after(scorer) -> None:
     result = rerank(FIRST_STAGE, QUERIES, CORPUS, scorer, top_n=5, k=3)
-    report = lift_report(QRELS, FIRST_STAGE, result, metrics=("nDCG@3", "RR", "R@3"))
+    report = lift_report(
+        QRELS, FIRST_STAGE, result, ("nDCG@3", "RR", "R@3"), STATS, relevance_level=1
+    )
     assert report.schema == pl.Schema(LIFT_SCHEMA)
     rows = {r["metric"]: r for r in report.iter_rows(named=True)}
     # before, cut to the reranker's depth 3: "wall" misses its passage (rank 4), "sky" has it at 2
@@ -136,7 +139,7 @@ def test_lift_report_before_after(scorer) -> None:
         assert row["docs_per_second"] == result.docs_per_second
         assert 0.0 < row["p_perm"] <= 1.0
     # a plain run as "after": no cost columns
-    plain = lift_report(QRELS, FIRST_STAGE, result.run, metrics=("RR",))
+    plain = lift_report(QRELS, FIRST_STAGE, result.run, ("RR",), STATS, relevance_level=1)
     assert plain["added_seconds_per_query"][0] is None
     assert plain["after"][0] == pytest.approx(1.0)
 

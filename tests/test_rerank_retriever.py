@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 import yaml
 
-from erag_dagster.definitions import build_defs
-from erag_dagster.errors import InputError
-from erag_dagster.registry import load_registry
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
+from erag_dagster.orchestration.definitions import build_defs
 from erag_dagster.retrieval.encoder import packaged_encoder_path
 from erag_dagster.retrieval.rerank import LIFT_SCHEMA
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml

@@ -8,15 +8,15 @@ import numpy as np
 import polars as pl
 import pytest
 
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
-from erag_dagster.registry import load_registry
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.retrieval.bm25 import build_bm25_index
 from erag_dagster.retrieval.dense import build_dense_index, passage_texts
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.hybrid import reciprocal_rank_fusion
 from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
-from erag_dagster.retrievers import run_retriever
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,13 @@ import polars as pl
 import pytest
 import yaml
 
-from erag_dagster import registry as reg
-from erag_dagster.errors import InputError
-from erag_dagster.registry import load_registry, parse_registry
+from erag_dagster.config import registry as reg
+from erag_dagster.config.registry import load_registry, parse_registry
+from erag_dagster.core.errors import InputError
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.retrieval.kinds import KINDS
 from erag_dagster.retrieval.kinds.base import RetrieverKind, Rule, RunRequest
 from erag_dagster.retrieval.runs import rank_by_score
-from erag_dagster.retrievers import run_retriever
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def test_docs_state_each_default_of_each_kind() -> None:
 def test_the_registry_loads_no_engine() -> None:
     engines = ("pyserini", "jnius", "faiss", "torch", "transformers")
     code = (
-        "import sys, erag_dagster.registry; "
+        "import sys, erag_dagster.config.registry; "
         f"print(' '.join(m for m in {engines!r} if m in sys.modules))"
     )
     done = subprocess.run(

@@ -12,13 +12,13 @@ import yaml
 from polars.testing import assert_frame_equal
 
 from erag_dagster.cli import main
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_file
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.definitions import build_defs
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_file
-from erag_dagster.pipeline import load_asset_value, materialize_all
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import load_asset_value, materialize_all
+from erag_dagster.orchestration.resources import EvalSettings
 from erag_dagster.retrieval.run_file import load_run_file
 from erag_dagster.retrieval.runs import read_trec_run
 from tests.answer_seed import shared_answers

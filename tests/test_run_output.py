@@ -19,13 +19,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from erag_dagster.callbacks import NOTES
 from erag_dagster.cli import main
-from erag_dagster.definitions import build_defs
-from erag_dagster.errors import InputError
-from erag_dagster.pipeline import StepFailed, _failure, _run_config
-from erag_dagster.progress import Progress, relaying_notes
-from erag_dagster.registry import load_registry
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.callbacks import NOTES
+from erag_dagster.core.errors import InputError
+from erag_dagster.orchestration.definitions import build_defs
+from erag_dagster.orchestration.pipeline import StepFailed, _failure, _run_config
+from erag_dagster.orchestration.progress import Progress, relaying_notes
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("erag-dagster")

@@ -20,7 +20,7 @@ import dagster as dg
 import psutil
 import pytest
 
-from erag_dagster.run_slots import (
+from erag_dagster.orchestration.run_slots import (
     PID_TAG,
     process_is_gone,
     process_tags,
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import dagster as dg
-    from erag_dagster.run_slots import process_tags
+    from erag_dagster.orchestration.run_slots import process_tags
 
     @dg.op(pool="gpu")
     def hold(context):

@@ -10,17 +10,17 @@ import polars as pl
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.errors import InputError
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.meta.semantic import (
     DEFAULT_THRESHOLDS,
     agreement,
     bertscore,
     semantic_labels,
 )
-from erag_dagster.registry import load_registry
 from erag_dagster.retrieval.encoder import TextEncoder
-from erag_dagster.retrievers import run_retriever
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_kappa_by_hand_and_with_sklearn() -> None:
         [("a", "1", 1.0), ("a", "2", 0.0), ("a", "3", 1.0), ("b", "1", 1.0), ("b", "4", 0.0),
          ("b", "5", 0.0), ("b", "6", 0.0)]
     )  # fmt: skip
-    got = agreement(labels, qrels)
+    got = agreement(labels, qrels, relevance_level=1)
     # p_o = 4/7; ours positive 3/7, humans 4/7: p_e = 3/7*4/7 + 4/7*3/7 = 24/49
     # kappa = (28/49 - 24/49) / (1 - 24/49) = 4/25
     assert got["n"] == 7
@@ -73,15 +73,15 @@ def test_identical_labels_give_kappa_one() -> None:
         {"query_id": ["q", "q", "q"], "doc_id": ["x", "y", "z"], "relevance": [1, 0, 1]}
     )
     same = _labels([("q", "x", 1.0), ("q", "y", 0.0), ("q", "z", 1.0), ("q", "w", 0.0)])
-    got = agreement(same, qrels)
+    got = agreement(same, qrels, relevance_level=1)
     assert got["kappa"] == 1.0
     assert got["agreement"] == 1.0
     # both sides constant and equal: kappa is undefined (p_e = 1) -> nan, agreement 1
-    constant = agreement(_labels([("q", "x", 1.0), ("q", "z", 1.0)]), qrels)
+    constant = agreement(_labels([("q", "x", 1.0), ("q", "z", 1.0)]), qrels, relevance_level=1)
     assert math.isnan(constant["kappa"])
     assert constant["agreement"] == 1.0
     with pytest.raises(InputError, match="at least one labelled"):
-        agreement(same.head(0), qrels)
+        agreement(same.head(0), qrels, relevance_level=1)
 
 
 def test_bertscore_formula_on_texts(encoder) -> None:
@@ -175,7 +175,7 @@ def test_scifact_relevant_documents_are_more_similar(scifact_top10, encoder, met
     assert np.all((labels["similarity"].to_numpy() > -1) & (labels["similarity"].to_numpy() <= 1))
     threshold = DEFAULT_THRESHOLDS[(method, "question")]
     assert labels["label"].to_list() == (labels["similarity"] >= threshold).cast(float).to_list()
-    stats = agreement(labels, ds.qrels)
+    stats = agreement(labels, ds.qrels, relevance_level=1)
     assert stats["n"] == 200
     assert stats["kappa"] > 0.2  # clearly better than chance agreement with the humans
 

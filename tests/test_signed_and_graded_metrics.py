@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
 from erag_dagster.metrics.names import parse_metric_name
@@ -113,8 +113,13 @@ def test_judged_runs_refuse_label_list_only_metrics() -> None:
     run = pl.DataFrame({"query_id": ["q"], "doc_id": ["d"], "rank": [1], "score": [1.0]})
     for name in ("nDCG(ideal=max)@3", "UDCG@3"):
         with pytest.raises(InputError, match="label lists only"):
-            evaluate_run(qrels, run, [name])
-    assert evaluate_run(qrels, run, ["nDCG(ideal=list)@3"]).aggregate["nDCG(ideal=list)@3"] == 1.0
+            evaluate_run(qrels, run, [name], relevance_level=1)
+    assert (
+        evaluate_run(qrels, run, ["nDCG(ideal=list)@3"], relevance_level=1).aggregate[
+            "nDCG(ideal=list)@3"
+        ]
+        == 1.0
+    )
 
 
 def test_signed_label_frames() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.stats.correlation import (
     CorrelationEstimate,
     bootstrap_ci,
@@ -18,6 +18,7 @@ from erag_dagster.stats.correlation import (
     percentile_interval,
     spearman_rho,
 )
+from tests.stats_fixture import stats
 
 # Hand-computed: of the 6 pairs, (0,1) (0,2) (0,3) are concordant, (1,3) discordant, (1,2)
 # tied in x only and (2,3) tied in y only: tau_b = (3 - 1) / sqrt((6 - 1) * (6 - 1)) = 0.4.
@@ -89,8 +90,8 @@ def test_vectorised_resamples_equal_per_resample_scipy(statistic, n: int) -> Non
     x = rng.integers(0, 3, n).astype(float)
     y = (x + rng.integers(0, 2, n)).astype(float)
     x[0], y[0] = -1.0, -1.0
-    fast = bootstrap_distribution(x, y, statistic, n_resamples=300, seed=7)
-    slow = bootstrap_distribution(x, y, lambda a, b: statistic(a, b), n_resamples=300, seed=7)
+    fast = bootstrap_distribution(x, y, statistic, stats(resamples=300, seed=7))
+    slow = bootstrap_distribution(x, y, lambda a, b: statistic(a, b), stats(resamples=300, seed=7))
     assert fast.shape == (300,)
     np.testing.assert_array_equal(np.isnan(fast), np.isnan(slow))
     np.testing.assert_allclose(fast[~np.isnan(fast)], slow[~np.isnan(slow)], atol=1e-12)
@@ -104,7 +105,7 @@ def test_kendall_resample_matches_scipy_on_explicit_indices(n: int) -> None:
     rng = np.random.default_rng(3)
     x = rng.integers(0, 5, n).astype(float)
     y = rng.integers(0, 5, n).astype(float)
-    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=5, seed=11)
+    draws = bootstrap_distribution(x, y, kendall_tau_b, stats(resamples=5, seed=11))
     idx = np.random.default_rng(11).integers(0, n, size=(5, n))
     expected = [sps.kendalltau(x[r], y[r], variant="b").statistic for r in idx]
     np.testing.assert_allclose(draws, expected, atol=1e-12)
@@ -126,8 +127,8 @@ def _sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("statistic", [kendall_tau_b, spearman_rho])
 def test_bootstrap_ci_contains_estimate_and_shrinks_with_n(statistic) -> None:
     x, y = _sample(640, 0)
-    small = bootstrap_ci(x[:40], y[:40], statistic, n_resamples=500, seed=1)
-    large = bootstrap_ci(x, y, statistic, n_resamples=500, seed=1)
+    small = bootstrap_ci(x[:40], y[:40], statistic, stats(resamples=500, seed=1))
+    large = bootstrap_ci(x, y, statistic, stats(resamples=500, seed=1))
     for est, n in ((small, 40), (large, 640)):
         assert isinstance(est, CorrelationEstimate)
         assert est.low < est.value < est.high
@@ -142,7 +143,7 @@ def test_bootstrap_ci_contains_estimate_and_shrinks_with_n(statistic) -> None:
 
 def test_bootstrap_ci_agrees_with_scipy_percentile_bootstrap() -> None:
     x, y = _sample(120, 4)
-    ours = bootstrap_ci(x, y, spearman_rho, n_resamples=1000, seed=0)
+    ours = bootstrap_ci(x, y, spearman_rho, stats(resamples=1000, seed=0))
     ref = sps.bootstrap(
         (x, y),
         lambda a, b: sps.spearmanr(a, b).statistic,
@@ -159,11 +160,11 @@ def test_bootstrap_ci_agrees_with_scipy_percentile_bootstrap() -> None:
 
 def test_bootstrap_is_deterministic_for_a_seed() -> None:
     x, y = _sample(50, 5)
-    assert bootstrap_ci(x, y, kendall_tau_b, 200, seed=3) == bootstrap_ci(
-        x, y, kendall_tau_b, 200, seed=3
+    assert bootstrap_ci(x, y, kendall_tau_b, stats(resamples=200, seed=3)) == bootstrap_ci(
+        x, y, kendall_tau_b, stats(resamples=200, seed=3)
     )
-    assert bootstrap_ci(x, y, kendall_tau_b, 200, seed=3) != bootstrap_ci(
-        x, y, kendall_tau_b, 200, seed=4
+    assert bootstrap_ci(x, y, kendall_tau_b, stats(resamples=200, seed=3)) != bootstrap_ci(
+        x, y, kendall_tau_b, stats(resamples=200, seed=4)
     )
 
 
@@ -171,8 +172,8 @@ def test_too_many_undefined_resamples_leave_the_ci_unreported() -> None:
     # A resample is undefined when x is constant (it draws only from {0, 1}, or only 2) or y is
     # (only from {1, 2}, or only 0): by inclusion-exclusion 9/27 + 9/27 - 3/27 = 5/9.
     x, y = [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]
-    est = bootstrap_ci(x, y, kendall_tau_b, n_resamples=600, seed=0)
-    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=600, seed=0)
+    est = bootstrap_ci(x, y, kendall_tau_b, stats(resamples=600, seed=0))
+    draws = bootstrap_distribution(x, y, kendall_tau_b, stats(resamples=600, seed=0))
     assert (est.n_resamples, est.n_undefined) == (600, int(np.isnan(draws).sum()))
     assert 280 < est.n_undefined < 390
     assert est.value == pytest.approx(0.5)
@@ -200,8 +201,8 @@ def test_reported_ci_contains_its_estimate_or_says_why_not(statistic, nonzero: i
     reported = 0
     for seed in range(40):
         x, y = _sparse_labels(seed, nonzero=nonzero)
-        est = bootstrap_ci(x, y, statistic, n_resamples=400, seed=seed)
-        draws = bootstrap_distribution(x, y, statistic, n_resamples=400, seed=seed)
+        est = bootstrap_ci(x, y, statistic, stats(resamples=400, seed=seed))
+        draws = bootstrap_distribution(x, y, statistic, stats(resamples=400, seed=seed))
         assert est.n_undefined == int(np.isnan(draws).sum())
         assert est.undefined_share == est.n_undefined / 400
         if est.ci_note is None:
@@ -229,8 +230,8 @@ def test_few_undefined_resamples_widen_the_ci_to_the_worst_case() -> None:
     x = np.zeros(30)
     x[:5] = [1 / 3, 2 / 3, 1.0, 1.0, 1 / 3]  # (25/30)^30 = 0.4% of resamples miss all five
     y = np.round(x + rng.normal(0, 0.4, 30), 1)
-    est = bootstrap_ci(x, y, kendall_tau_b, n_resamples=2000, seed=2)
-    draws = bootstrap_distribution(x, y, kendall_tau_b, n_resamples=2000, seed=2)
+    est = bootstrap_ci(x, y, kendall_tau_b, stats(resamples=2000, seed=2))
+    draws = bootstrap_distribution(x, y, kendall_tau_b, stats(resamples=2000, seed=2))
     undefined = np.isnan(draws)
     assert 0 < est.n_undefined == undefined.sum() < 50
     assert est.ci_note is None
@@ -252,14 +253,14 @@ def test_an_interval_excluding_its_estimate_is_not_reported() -> None:
     def all_distinct(a: np.ndarray, b: np.ndarray) -> float:
         return float(np.unique(a).size == a.size)
 
-    est = bootstrap_ci(x, x, all_distinct, n_resamples=200, seed=0)
+    est = bootstrap_ci(x, x, all_distinct, stats(resamples=200, seed=0))
     assert est.value == 1.0 and est.n_undefined == 0
     assert math.isnan(est.low) and math.isnan(est.high)
     assert est.ci_note == "no CI: [0.00, 0.00] excludes the estimate"
 
 
 def test_bootstrap_of_constant_side_is_all_nan() -> None:
-    est = bootstrap_ci([1, 2, 3, 4], [5, 5, 5, 5], spearman_rho, n_resamples=100)
+    est = bootstrap_ci([1, 2, 3, 4], [5, 5, 5, 5], spearman_rho, stats(resamples=100))
     assert math.isnan(est.value) and math.isnan(est.low) and math.isnan(est.high)
     assert (est.n, est.n_resamples, est.n_undefined) == (4, 100, 100)
     assert est.ci_note == "correlation undefined (constant scores, or n < 2)"
@@ -267,6 +268,6 @@ def test_bootstrap_of_constant_side_is_all_nan() -> None:
 
 def test_bootstrap_rejects_bad_arguments() -> None:
     with pytest.raises(InputError, match="confidence"):
-        bootstrap_ci([1, 2, 3], [1, 2, 3], kendall_tau_b, confidence=1.0)
-    with pytest.raises(InputError, match="n_resamples"):
-        bootstrap_ci([1, 2, 3], [1, 2, 3], kendall_tau_b, n_resamples=0)
+        bootstrap_ci([1, 2, 3], [1, 2, 3], kendall_tau_b, stats(confidence=1.0))
+    with pytest.raises(InputError, match="resamples must be an integer >= 1"):
+        bootstrap_ci([1, 2, 3], [1, 2, 3], kendall_tau_b, stats(resamples=0))

@@ -12,13 +12,13 @@ import logging
 import polars as pl
 import pytest
 
-from erag_dagster.callbacks import NOTES
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.callbacks import NOTES
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.step_notes import StepNotes, eta_seconds
 from erag_dagster.labels.store import open_store
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
 
 
 class _Notes:

@@ -18,19 +18,19 @@ import pytest
 import yaml
 
 from erag_dagster.cli import main as cli_main
+from erag_dagster.config.registry import load_registry
+from erag_dagster.core.errors import InputError, StorageError
 from erag_dagster.data.loaders import load_dataset
-from erag_dagster.definitions import build_defs, build_resources
-from erag_dagster.deployment import deployment as deployment_name
-from erag_dagster.errors import InputError, StorageError
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import COPY_ORDER, open_store
 from erag_dagster.labels.store_url import parse_store, redact_url
 from erag_dagster.labels.tables import GENERATIONS
-from erag_dagster.pipeline import DEFAULT_STAGES, materialize_all
+from erag_dagster.orchestration.definitions import build_defs, build_resources
+from erag_dagster.orchestration.deployment import deployment as deployment_name
+from erag_dagster.orchestration.pipeline import DEFAULT_STAGES, materialize_all
+from erag_dagster.orchestration.resources import EvalSettings, LabelStoreResource
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.transformers_reader import TransformersReader
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings, LabelStoreResource
 from tests.pipeline_fixtures import scoped_env, small_registry
 from tests.postgres_server import PostgresServer
 from tests.store_rows import _generations, _scores

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.meta.baselines import annotation_fingerprint, llm_annotation_labels
 from erag_dagster.meta.end_to_end import end_to_end_fingerprint
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
 
 
 def _reader(**changes):

@@ -25,7 +25,7 @@ import polars as pl
 import pytest
 import pytrec_eval
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run, interpolated_precision, read_trec_qrels
 from erag_dagster.metrics.names import parse_metric_name
 
@@ -144,7 +144,7 @@ def test_pytrec_eval_iprec_differs_from_trec_eval_10(shared_data: Path) -> None:
     assert f"{old['302']['iprec_at_recall_0.60']:.4f}" == "0.1420"
     ours = evaluate_run(
         read_trec_qrels(folder / "qrels.test"), read_trec_run(folder / "results.test"),
-        ["iprec_at_recall_0.60"],
+        ["iprec_at_recall_0.60"], relevance_level=1,
     )  # fmt: skip
     assert f"{ours.per_query['302']['iprec_at_recall_0.60']:.4f}" == "0.1528"
 
@@ -166,6 +166,7 @@ def test_cacm_bm25_run_names_agree(shared_data: Path) -> None:
         read_trec_qrels(folder / "qrels.cacm.txt"),
         read_trec_run(folder / "run.cacm-bm25.anserini.txt"),
         ["P_30", "map", "P@30", "AP", "num_q"],
+        relevance_level=1,
     )
     assert report.aggregate["P@30"] == report.aggregate["P_30"]
     assert report.aggregate["AP"] == report.aggregate["map"]
@@ -188,14 +189,14 @@ def test_ties_break_by_doc_id_descending_and_rank_is_ignored() -> None:
     qrels = _qrels([("q", "a", 1), ("q", "b", 0)])
     # equal scores: trec_eval ranks "b" before "a", whatever the rank column says
     run = _run([("q", "a", 1, 5.0), ("q", "b", 2, 5.0)])
-    report = evaluate_run(qrels, run, ["RR", "P@1", "RR@1"])
+    report = evaluate_run(qrels, run, ["RR", "P@1", "RR@1"], relevance_level=1)
     assert report.per_query["q"] == {"RR": 0.5, "P@1": 0.0, "RR@1": 0.0}
 
 
 def test_relevance_level_and_rel_in_the_name() -> None:
     qrels = _qrels([("q", "a", 1), ("q", "b", 2), ("q", "c", 0)])
     run = _run([("q", "a", 1, 3.0), ("q", "b", 2, 2.0), ("q", "c", 3, 1.0)])
-    default = evaluate_run(qrels, run, ["P@2", "P(rel=2)@2", "RR", "nDCG@2"])
+    default = evaluate_run(qrels, run, ["P@2", "P(rel=2)@2", "RR", "nDCG@2"], relevance_level=1)
     assert default.per_query["q"]["P@2"] == 1.0
     assert default.per_query["q"]["P(rel=2)@2"] == 0.5
     level2 = evaluate_run(qrels, run, ["P@2", "RR", "nDCG@2"], relevance_level=2)
@@ -212,11 +213,13 @@ def test_relevance_level_and_rel_in_the_name() -> None:
 def test_unjudged_run_queries_are_dropped_or_scored_as_without_relevant_docs() -> None:
     qrels = _qrels([("q1", "a", 1)])
     run = _run([("q1", "a", 1, 2.0), ("q2", "x", 1, 2.0), ("q2", "y", 2, 1.0)])
-    dropped = evaluate_run(qrels, run, ["P@1", "num_ret", "num_q"])
+    dropped = evaluate_run(qrels, run, ["P@1", "num_ret", "num_q"], relevance_level=1)
     assert dropped.dropped_queries == ("q2",)
     assert list(dropped.per_query) == ["q1"]
     assert dropped.aggregate == {"P@1": 1.0, "num_ret": 1.0, "num_q": 1.0}
-    kept = evaluate_run(qrels, run, ["P@1", "num_ret", "num_q", "num_rel"], judged_only=False)
+    kept = evaluate_run(
+        qrels, run, ["P@1", "num_ret", "num_q", "num_rel"], judged_only=False, relevance_level=1
+    )
     assert kept.dropped_queries == ()
     assert kept.per_query["q2"] == {"P@1": 0.0, "num_ret": 2.0, "num_q": 1.0, "num_rel": 0.0}
     assert kept.aggregate["P@1"] == 0.5 and kept.aggregate["num_ret"] == 3.0
@@ -225,7 +228,7 @@ def test_unjudged_run_queries_are_dropped_or_scored_as_without_relevant_docs() -
 def test_geometric_mean_floors_at_1e_5() -> None:
     qrels = _qrels([("q1", "a", 1), ("q2", "b", 1)])
     run = _run([("q1", "a", 1, 1.0), ("q2", "c", 1, 1.0)])
-    report = evaluate_run(qrels, run, ["gm_map", "map"])
+    report = evaluate_run(qrels, run, ["gm_map", "map"], relevance_level=1)
     assert report.per_query["q2"]["gm_map"] == pytest.approx(1e-5, rel=1e-12)
     assert report.aggregate["gm_map"] == pytest.approx(math.sqrt(1.0 * 1e-5), rel=1e-12)
     assert report.aggregate["map"] == 0.5
@@ -234,17 +237,26 @@ def test_geometric_mean_floors_at_1e_5() -> None:
 def test_evaluate_run_input_errors() -> None:
     qrels = _qrels([("q", "a", 1)])
     with pytest.raises(InputError, match="run: query 'q' lists doc 'a' twice"):
-        evaluate_run(qrels, _run([("q", "a", 1, 1.0), ("q", "a", 2, 0.5)]), ["P@1"])
+        evaluate_run(
+            qrels, _run([("q", "a", 1, 1.0), ("q", "a", 2, 0.5)]), ["P@1"], relevance_level=1
+        )
     with pytest.raises(InputError, match="NaN score"):
-        evaluate_run(qrels, _run([("q", "a", 1, float("nan"))]), ["P@1"])
+        evaluate_run(qrels, _run([("q", "a", 1, float("nan"))]), ["P@1"], relevance_level=1)
     with pytest.raises(InputError, match="no run query has judgments"):
-        evaluate_run(qrels, _run([("other", "a", 1, 1.0)]), ["P@1"])
+        evaluate_run(qrels, _run([("other", "a", 1, 1.0)]), ["P@1"], relevance_level=1)
     with pytest.raises(InputError, match="judged twice"):
-        evaluate_run(_qrels([("q", "a", 1), ("q", "a", 0)]), _run([("q", "a", 1, 1.0)]), ["P@1"])
+        evaluate_run(
+            _qrels([("q", "a", 1), ("q", "a", 0)]),
+            _run([("q", "a", 1, 1.0)]),
+            ["P@1"],
+            relevance_level=1,
+        )
     with pytest.raises(InputError, match="lacks column"):
-        evaluate_run(qrels.drop("relevance"), _run([("q", "a", 1, 1.0)]), ["P@1"])
+        evaluate_run(
+            qrels.drop("relevance"), _run([("q", "a", 1, 1.0)]), ["P@1"], relevance_level=1
+        )
     with pytest.raises(InputError, match="unknown metric name"):
-        evaluate_run(qrels, _run([("q", "a", 1, 1.0)]), ["Judged@10"])
+        evaluate_run(qrels, _run([("q", "a", 1, 1.0)]), ["Judged@10"], relevance_level=1)
 
 
 # --- read_trec_qrels ------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from erag_dagster.pipeline import materialize_all
-from erag_dagster.registry import load_registry
-from erag_dagster.resources import EvalSettings
+from erag_dagster.config.registry import load_registry
+from erag_dagster.orchestration.pipeline import materialize_all
+from erag_dagster.orchestration.resources import EvalSettings
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
         return json.loads(response.read())
 
 
-DEV_ARGS = ("-m", "erag_dagster.definitions", "-h", "127.0.0.1")
+DEV_ARGS = ("-m", "erag_dagster.orchestration.definitions", "-h", "127.0.0.1")
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +96,9 @@ def dagster_ui(tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     log = (root / "dagster-dev.log").open("w")
     # what `make dev` runs: a bare `dagster dev` started by an xdist worker inherits SIGINT
-    # ignored and hangs on the stop below until SIGKILL (erag_dagster/dev_server.py)
+    # ignored and hangs on the stop below until SIGKILL (erag_dagster/orchestration/dev_server.py)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "erag_dagster.dev_server", *DEV_ARGS, "-p", str(port)],
+        [sys.executable, "-m", "erag_dagster.orchestration.dev_server", *DEV_ARGS, "-p", str(port)],
         cwd=REPO,
         env=env,
         stdout=log,

@@ -13,10 +13,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.reports.run_report import headline_metric
 from erag_dagster.reports.verdict import short_name, verdict
 from erag_dagster.stats.significance import bootstrap_mean_ci, holm, randomisation_test
+from tests.stats_fixture import STATS, stats
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN_OUT = REPO_ROOT / ".dagster_home" / "test-default-run" / "run.out"
@@ -44,7 +45,7 @@ def test_a_clear_loser_is_named_with_its_corrected_p_value() -> None:
         {("r-0123abcd", "bm25-286b153c"): NEAR, ("r-0123abcd", "dense-0b52e784"): BAD,
          ("r-0123abcd", "hybrid-ab459aad"): GOOD}
     )  # fmt: skip
-    v = verdict(table, "nDCG@3")
+    v = verdict(table, "nDCG@3", STATS)
     assert v.ranking["retriever"].to_list() == [
         "hybrid-ab459aad",
         "bm25-286b153c",
@@ -53,7 +54,7 @@ def test_a_clear_loser_is_named_with_its_corrected_p_value() -> None:
     assert v.ranking["mean"].to_list() == pytest.approx(
         [np.mean(GOOD), np.mean(NEAR), np.mean(BAD)]
     )
-    assert (v.ranking["low"][0], v.ranking["high"][0]) == bootstrap_mean_ci(GOOD)
+    assert (v.ranking["low"][0], v.ranking["high"][0]) == bootstrap_mean_ci(GOOD, STATS)
     pairs = {(p["higher"], p["lower"]): p for p in v.pairs.iter_rows(named=True)}
     assert list(pairs) == [
         ("hybrid-ab459aad", "bm25-286b153c"),
@@ -61,7 +62,7 @@ def test_a_clear_loser_is_named_with_its_corrected_p_value() -> None:
         ("bm25-286b153c", "dense-0b52e784"),
     ]
     raw = [
-        randomisation_test(np.subtract(a, b), n_permutations=10_000)[0]
+        randomisation_test(np.subtract(a, b), stats(permutations=10_000))[0]
         for a, b in ((GOOD, NEAR), (GOOD, BAD), (NEAR, BAD))
     ]
     # n = 12: all 4096 sign flips are enumerated, so the p-values are exact (seed-free)
@@ -87,7 +88,7 @@ def test_identical_retrievers_are_indistinguishable_and_each_reader_has_its_fami
         {("a", "x"): GOOD, ("a", "y"): GOOD, ("b", "x"): GOOD, ("b", "y"): BAD,
          ("b", "z"): NEAR}
     )  # fmt: skip
-    v = verdict(table, "nDCG@3", dataset="sample")
+    v = verdict(table, "nDCG@3", STATS, dataset="sample")
     a = v.pairs.filter(pl.col("reader") == "a").row(0, named=True)
     assert (a["difference"], a["low"], a["high"], a["p_perm"], a["p_holm"]) == (0, 0, 0, 1, 1)
     assert v.sentences["a"] == (
@@ -102,27 +103,27 @@ def test_identical_retrievers_are_indistinguishable_and_each_reader_has_its_fami
 
 def test_the_verdict_is_deterministic_and_follows_the_metric_asked() -> None:
     table = _table({("a", "x"): GOOD, ("a", "y"): NEAR})
-    assert verdict(table, "P@3").text == verdict(table, "P@3").text
-    assert verdict(table, "P@3").ranking["mean"][0] == pytest.approx(np.mean(GOOD) / 2)
+    assert verdict(table, "P@3", STATS).text == verdict(table, "P@3", STATS).text
+    assert verdict(table, "P@3", STATS).ranking["mean"][0] == pytest.approx(np.mean(GOOD) / 2)
     assert headline_metric(table) == "nDCG@3"  # the first metric column
 
 
 def test_one_retriever_has_nothing_to_compare() -> None:
-    v = verdict(_table({("a", "bm25-286b153c"): GOOD}), "nDCG@3")
+    v = verdict(_table({("a", "bm25-286b153c"): GOOD}), "nDCG@3", STATS)
     assert v.pairs.height == 0
     assert v.sentences["a"] == "only one retriever (bm25): nothing to compare."
 
 
 def test_bad_tables_are_refused_in_one_line() -> None:
     with pytest.raises(InputError, match="non-empty erag_per_query"):
-        verdict(_table({}).clear(), "nDCG@3")
+        verdict(_table({}).clear(), "nDCG@3", STATS)
     with pytest.raises(InputError, match="missing column"):
-        verdict(_table({("a", "x"): GOOD}), "RR")
+        verdict(_table({("a", "x"): GOOD}), "RR", STATS)
     broken = _table({("a", "x"): [float("nan"), 1.0]})
     with pytest.raises(
         InputError, match="non-finite nDCG@3 for reader 'a', retriever 'x', query 'q00'"
     ):
-        verdict(broken, "nDCG@3")
+        verdict(broken, "nDCG@3", STATS)
 
 
 def test_short_names_drop_only_the_partition_hash() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.likelihood import label_set, label_set_probability, likelihood_labels
 from erag_dagster.labels.likelihood_gain import (
@@ -33,8 +34,8 @@ from erag_dagster.meta.label_methods import (
     label_method_code_versions,
 )
 from erag_dagster.readers.factory import reader_from_config
-from erag_dagster.registry import load_registry
 from tests.conftest import load_script
+from tests.stats_fixture import STATS
 
 LABELS = ("yes", "no", "maybe")
 
@@ -153,7 +154,7 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     queries = pl.DataFrame(
         {"query_id": ["a", "b", "c", "d"], "answers": [["yes"], ["yes"], ["maybe"], ["yes"]]}
     )
-    fit = fit_diagnostics(labels, queries, metric="accuracy")
+    fit = fit_diagnostics(labels, queries, metric="accuracy", relevance_level=1, stats=STATS)
     # d has one document; of a, b, c two answer one label on every document
     assert (fit.same_label_queries, fit.multi_doc_queries) == (2, 3)
     assert fit.same_label_share > SAME_LABEL_SHARE
@@ -163,11 +164,16 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     assert "add evaluation.verdict_labels: likelihood_gain" in fit.warnings()[0]
     assert fit_from_dict(fit.as_dict()) == fit
     # free-text metrics are not read this way
-    other = fit_diagnostics(labels, queries, metric="f1")
+    other = fit_diagnostics(labels, queries, metric="f1", relevance_level=1, stats=STATS)
     assert other.same_label_queries is None and "same_label" not in dict(other.findings())
     # answers that follow the documents raise nothing
     mixed = labels.with_columns(answer=pl.Series(["yes", "no", "yes", "no", "yes"] * 2)[:8])
-    assert fit_diagnostics(mixed, queries, metric="accuracy").findings() == []
+    assert (
+        fit_diagnostics(
+            mixed, queries, metric="accuracy", relevance_level=1, stats=STATS
+        ).findings()
+        == []
+    )
 
 
 def test_fit_fixes_know_what_is_already_configured() -> None:
@@ -183,21 +189,23 @@ def test_fit_fixes_know_what_is_already_configured() -> None:
         }
     )
     queries = pl.DataFrame({"query_id": ["a", "b"], "answers": [["yes"], ["yes"]]})
-    plain = fit_diagnostics(labels, queries, metric="accuracy").warnings()[0]
+    plain = fit_diagnostics(labels, queries, metric="accuracy", relevance_level=1, stats=STATS).warnings()[0]
     assert "add evaluation.verdict_labels: likelihood_gain" in plain
     computed = fit_diagnostics(
-        labels, queries, metric="accuracy", label_methods=("likelihood_gain",)
+        labels, queries, metric="accuracy", relevance_level=1, stats=STATS,
+        label_methods=("likelihood_gain",),
     ).warnings()[0]
     assert "eRAG_likelihood_gain is computed" in computed and "add evaluation" not in computed
     assert "evaluation.verdict_labels: likelihood_gain" in computed
     ranked = fit_diagnostics(
-        labels, queries, metric="accuracy", label_methods=("likelihood_gain",),
-        verdict_labels="likelihood_gain",
+        labels, queries, metric="accuracy", relevance_level=1, stats=STATS,
+        label_methods=("likelihood_gain",), verdict_labels="likelihood_gain",
     )  # fmt: skip
     assert "the verdict already ranks retrievers by eRAG_likelihood_gain" in ranked.warnings()[0]
     assert fit_from_dict(ranked.as_dict()) == ranked
     expected = fit_diagnostics(
-        labels, queries, metric="accuracy", expected={"same_label": "a reader with a prior"}
+        labels, queries, metric="accuracy", relevance_level=1, stats=STATS,
+        expected={"same_label": "a reader with a prior"},
     )
     assert expected.warnings() == [] and fit_lines([expected]) == []
     (line,) = expected.expected_lines()
@@ -215,7 +223,7 @@ def test_verdict_labels_and_expected_fit_settings() -> None:
     """``evaluation.verdict_labels`` names eRAG or a label method (computed as if listed) and
     ``evaluation.expected_fit`` maps finding kinds to reasons; anything else is one line."""
     from erag_dagster.config.evaluation import EvaluationConfig
-    from erag_dagster.errors import InputError
+    from erag_dagster.core.errors import InputError
 
     config = EvaluationConfig.from_mapping({"verdict_labels": "likelihood_gain"})
     assert config.verdict_labels == "likelihood_gain"

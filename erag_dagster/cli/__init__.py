@@ -20,8 +20,8 @@ lives in the library modules.
 
 from __future__ import annotations
 
-from erag_dagster import notices  # noqa: F401  (Dagster's beta notices filtered, before dagster)
 from erag_dagster.cli.boundary import main
 from erag_dagster.cli.parser import build_parser
+from erag_dagster.orchestration import notices  # noqa: F401  (Dagster's beta notices filtered, before dagster)
 
 __all__ = ["build_parser", "main"]

@@ -1,10 +1,10 @@
 """The one error boundary of ``erag-dagster``: :func:`main` runs one command.
 
 Every expected failure prints ONE line on stderr naming what and where, and exits 2 for bad
-input (:class:`~erag_dagster.errors.InputError`, including bad arguments) or 1 for an
-environment or storage fault (:class:`~erag_dagster.errors.EnvironmentFault`). Foreign
+input (:class:`~erag_dagster.core.errors.InputError`, including bad arguments) or 1 for an
+environment or storage fault (:class:`~erag_dagster.core.errors.EnvironmentFault`). Foreign
 exceptions from reading a user's file are mapped with the file they concern
-(:func:`~erag_dagster.errors.concerning`); an unexpected exception is a bug and keeps its
+(:func:`~erag_dagster.core.errors.concerning`); an unexpected exception is a bug and keeps its
 traceback. ``--debug`` (or ``ERAG_DEBUG=1``) prints the traceback of an expected failure too.
 Output files are checked for writability before the work that fills them runs (in the
 commands).
@@ -18,8 +18,8 @@ import traceback
 from collections.abc import Sequence
 
 from erag_dagster.cli.parser import build_parser
-from erag_dagster.credentials import mask_credentials
-from erag_dagster.errors import as_fault
+from erag_dagster.core.credentials import mask_credentials
+from erag_dagster.core.errors import as_fault
 
 
 def main(argv: Sequence[str] | None = None) -> int:

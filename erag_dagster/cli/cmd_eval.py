@@ -18,7 +18,7 @@ from erag_dagster.cli.common import (
     print_table,
     registry_inputs,
 )
-from erag_dagster.errors import InputError, concerning
+from erag_dagster.core.errors import concerning
 
 
 def _report_json(report) -> str:
@@ -35,24 +35,26 @@ def _report_frame(report, metrics: Sequence[str]):
 
 
 def cmd_retrieve(args: argparse.Namespace) -> int:
-    from erag_dagster.data.spec import parse_spec
-    from erag_dagster.output_guard import guard_output
+    """``retrieve``: the evaluation session's retrieve step (the one the assets, the API and
+    the gate run), its run written as TREC to ``--output``."""
+    from erag_dagster.core.callbacks import notes_to
+    from erag_dagster.core.output_guard import guard_output
+    from erag_dagster.evaluation.session import EvaluationSession
     from erag_dagster.retrieval.runs import check_trec_ids, write_trec_run
-    from erag_dagster.retrievers import run_retriever
 
     registry = load_registry(args.registry)
     entry = registry.retriever(args.retriever)
-    k = registry.evaluation.with_overrides("--k", k=args.k).k
+    config = registry.evaluation.with_overrides("--k", k=args.k)
+    k = config.k
     reads = [*registry_inputs(registry), *dataset_inputs(args.dataset)]
     guard_output(args.output, "retrieve", reads, force=args.force)
     ds = load_dataset(args.dataset)
     check_trec_ids(ds.queries, "query_id", args.dataset)
     check_trec_ids(ds.corpus, "doc_id", args.dataset)
     log = (lambda m: print(m, file=sys.stderr)) if args.verbose else None
-    subset = parse_spec(args.dataset).question_subset
-    run = run_retriever(
-        registry, entry.name, ds.corpus, ds.queries, k, log=log, question_subset=subset
-    )
+    config = config.with_overrides("--dataset", dataset=args.dataset)  # its question subset
+    with notes_to(lambda line: print(f"erag-dagster: note: {line}", file=sys.stderr)):
+        run = EvaluationSession(config, registry, ds, log=log).retrieve(entry.name)
     write_trec_run(run, args.output, tag=entry.partition_key, command="retrieve")
     print(
         f"wrote {run.height} lines ({run.get_column('query_id').n_unique()} queries, k={k}) "
@@ -64,19 +66,24 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
     from erag_dagster.metrics.human import evaluate_run
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run
 
-    metrics = metrics_arg(args.metrics)
+    config = load_registry(args.registry).evaluation.with_overrides(
+        "evaluate-run", human_metrics=args.metrics, relevance_level=args.relevance_level
+    )
+    metrics = list(config.human_metrics)
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
-    unknown = set(run.get_column("doc_id").to_list()) - set(ds.corpus.get_column("doc_id"))
-    if unknown:
-        raise InputError(
-            f"{args.run}: names {len(unknown)} document(s) not in {args.dataset}, "
-            f"e.g. {sorted(unknown)[0]!r}"
-        )
-    report = evaluate_run(ds.qrels, run, metrics, relevance_level=args.relevance_level)
+    # the run-file rule (unknown documents at file:line); a query the dataset lacks is left out
+    # as trec_eval leaves out an unjudged one — and named, never dropped without a word
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=True
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    report = evaluate_run(ds.qrels, loaded.run, metrics, relevance_level=config.relevance_level)
     if args.json:
         print(_report_json(report))
     else:
@@ -87,9 +94,9 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
 def cmd_label(args: argparse.Namespace) -> int:
     """``label``: :func:`erag_dagster.api.label`, its labels written to ``--output``."""
     from erag_dagster.api import label
+    from erag_dagster.core.output_guard import guard_output, writing_output
     from erag_dagster.labels.store import resolve_store
     from erag_dagster.labels.store_url import store_files
-    from erag_dagster.output_guard import guard_output, writing_output
 
     registry = load_registry(args.registry)
     reads = [
@@ -132,15 +139,20 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
-    from erag_dagster.output_guard import guard_output
+    from erag_dagster.core.output_guard import guard_output
+    from erag_dagster.data.spec import parse_spec
+    from erag_dagster.evaluation.retrievers import default_scorer
     from erag_dagster.retrieval.rerank import CrossEncoderScorer, lift_report, rerank
+    from erag_dagster.retrieval.run_file import run_against_dataset
     from erag_dagster.retrieval.runs import read_trec_run, write_trec_run
-    from erag_dagster.retrievers import default_scorer
 
-    metrics = metrics_arg(args.metrics)
-    registry = None if args.cross_encoder else load_registry(args.registry)
+    registry = load_registry(args.registry)
+    config = registry.evaluation.with_overrides(
+        "rerank", human_metrics=args.metrics, relevance_level=args.relevance_level
+    )
+    metrics = list(config.human_metrics)
     reads = [
-        *(registry_inputs(registry) if registry else []),
+        *(registry_inputs(registry) if not args.cross_encoder else []),
         *dataset_inputs(args.dataset),
         ("the run file", args.run),
         ("the cross-encoder", args.cross_encoder),
@@ -149,6 +161,13 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     ds = load_dataset(args.dataset)
     with concerning(args.run):
         run = read_trec_run(args.run)
+    subset = parse_spec(args.dataset).question_subset  # the registry run_file's rule
+    loaded = run_against_dataset(
+        run, ds.queries, ds.corpus, None, path=args.run, question_subset=subset
+    )
+    if loaded.outside_ids:
+        print(f"erag-dagster: note: {loaded.left_out_line(args.run)}", file=sys.stderr)
+    run = loaded.run
     if args.cross_encoder:
         scorer = CrossEncoderScorer(args.cross_encoder, device=args.device or "auto")
         tag = f"rerank-{Path(args.cross_encoder).name}"
@@ -167,8 +186,9 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     )
     if ds.qrels.height and not args.no_report:
         report = lift_report(
-            ds.qrels, run, result, metrics=metrics, relevance_level=args.relevance_level
-        )
+            ds.qrels, run, result, metrics, config.statistics,
+            relevance_level=config.relevance_level,
+        )  # fmt: skip
         print_table(
             report.select("metric", "depth", "before", "after", "difference", "p_perm", "p_t")
         )
@@ -176,9 +196,9 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 
 
 def cmd_correlate(args: argparse.Namespace) -> int:
-    from erag_dagster.pipeline import materialize_all, print_reports
-    from erag_dagster.progress import relaying_notes
-    from erag_dagster.resources import EvalSettings
+    from erag_dagster.orchestration.pipeline import materialize_all, print_reports
+    from erag_dagster.orchestration.progress import relaying_notes
+    from erag_dagster.orchestration.resources import EvalSettings
 
     registry = load_registry(args.registry)
     wanted = [r.strip() for r in args.retrievers.split(",") if r.strip()]
@@ -187,12 +207,13 @@ def cmd_correlate(args: argparse.Namespace) -> int:
     if args.reader:
         registry.reader(args.reader)
     path = _narrowed_registry(registry, wanted, args.reader)
+    # --k: the depth labelled and given end-to-end (the config's label_k; retrieval at least as
+    # deep); the end-to-end depths follow it by the configuration's own rule
     settings = EvalSettings(
         dataset=args.dataset,
         registry_path=str(path),
-        k=max(args.k, registry.evaluation.k),
+        k=max(args.k, registry.evaluation.k) if args.k else None,
         label_k=args.k,
-        e2e_ks=sorted({1, args.k} | ({3} if args.k > 3 else set())),
     )
     with relaying_notes() as progress:  # + each doc_labels partition's estimate (issue #11)
         materialize_all(
@@ -210,8 +231,8 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
     """A registry file holding only the chosen retrievers (and what hybrids fuse) and reader."""
     import yaml
 
-    from erag_dagster.input_files import load_yaml
-    from erag_dagster.paths import storage_dir
+    from erag_dagster.core.input_files import load_yaml
+    from erag_dagster.core.paths import storage_dir
 
     raw = load_yaml(registry.path)
     keep: set[str] = set()
@@ -228,7 +249,7 @@ def _narrowed_registry(registry, retrievers: list[str], reader: str | None) -> P
         name = registry.reader(reader).name
         raw["readers"] = {n: raw["readers"][n] for n in raw["readers"] if n in scorers | {name}}
     target = storage_dir("registries") / f"correlate-{'-'.join(sorted(keep))}.yaml"
-    from erag_dagster.paths import atomic_write_text
+    from erag_dagster.core.paths import atomic_write_text
 
     atomic_write_text(target, yaml.safe_dump(raw, sort_keys=False))
     return target

@@ -1,6 +1,6 @@
 """The regression-gate commands of ``erag-dagster`` (docs/gate.md): ``compare``, ``baseline``.
 
-Both follow the one output rule (:func:`erag_dagster.output_guard.guard_output`) for every file
+Both follow the one output rule (:func:`erag_dagster.core.output_guard.guard_output`) for every file
 they write — ``--output`` and ``--save-candidate`` — checked before any work: never a file the
 run reads (the label store, a ref, the registry and its run files, the dataset), never a
 stranger's file without ``--force``. ``--save-candidate`` is written only after the gate
@@ -13,20 +13,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from erag_dagster.cli.common import metrics_arg
-
 
 def _gate_settings(args: argparse.Namespace):
     from erag_dagster.gate import GateSettings
 
     return GateSettings(
-        dataset=args.dataset or "",
+        dataset=args.dataset,
+        metric=args.metric,
+        list_metrics=args.metrics,
+        label_k=args.k,
         reader=args.reader or "",
-        downstream_metric=args.metric or "",
-        metrics=tuple(metrics_arg(args.metrics)) if args.metrics else (),
-        k=args.k or 0,
         store=args.store or "",
         registry=args.registry or "",
+        drop_unknown_queries=bool(args.drop_unknown_queries),
     )
 
 
@@ -42,8 +41,8 @@ def _heartbeat(args: argparse.Namespace, what: str):
 def _guard_outputs(args: argparse.Namespace, settings) -> None:
     """``--output`` and ``--save-candidate`` under the output rule, before any work; the two
     may not name the same file."""
+    from erag_dagster.core.output_guard import guard_output
     from erag_dagster.gate.compare import gate_inputs
-    from erag_dagster.output_guard import guard_output
 
     reads = gate_inputs(settings, [args.baseline, args.candidate])
     if args.output:
@@ -56,7 +55,7 @@ def _guard_outputs(args: argparse.Namespace, settings) -> None:
 
 
 def _write_report(path: str, text: str) -> None:
-    from erag_dagster.output_guard import writing_output
+    from erag_dagster.core.output_guard import writing_output
 
     with writing_output(path, "compare") as tmp, open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text + "\n")
@@ -124,4 +123,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         f"{found.from_store} from the store)",
         file=sys.stderr,
     )
+    if found.left_out:
+        from erag_dagster.gate.compare import left_out_note
+
+        print(f"erag-dagster: note: {shown(left_out_note('run', found))}", file=sys.stderr)
     return 0

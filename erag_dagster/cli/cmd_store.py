@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from erag_dagster.errors import InputError, concerning
+from erag_dagster.core.errors import InputError, concerning
 
 if TYPE_CHECKING:
     from erag_dagster.labels.recovery import RecoveryFile

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 
 def load_dataset(spec: str):

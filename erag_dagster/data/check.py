@@ -1,7 +1,7 @@
 """What a dataset spec holds, read through the loaders every command uses: ``check-dataset``.
 
 :func:`check_dataset` loads the spec with :func:`~erag_dagster.data.loaders.load_dataset` (the
-same files, rules and one-line :class:`~erag_dagster.errors.InputError` at ``file:line`` as
+same files, rules and one-line :class:`~erag_dagster.core.errors.InputError` at ``file:line`` as
 ``run``, ``label`` and ``evaluate()``), then counts what it found and notes what will limit an
 evaluation. :func:`format_check` renders it as text.
 
@@ -13,8 +13,12 @@ as one document), and the first row of each table as loaded (canonical columns).
 
 Usable: a dataset is usable when some query has gold answers (eRAG labels) or judgments exist
 (human-judgment metrics); one with neither raises :class:`InputError` (nothing to evaluate
-against). Notes (not errors): queries without judgments, some but not all queries without gold
-answers (labelling refuses a run that holds one), documents without text.
+against). A query or document id that a TREC file cannot hold (empty, or holding whitespace:
+:func:`~erag_dagster.data.schema.ids_trec_cannot_hold`, the rule ``retrieve`` refuses by) is
+said on the "usable for" line itself — such a dataset is not usable with TREC runs (``retrieve``
+refuses it; no TREC run file can name the id), only with runs given as parquet or frames.
+Notes (not errors): queries without judgments, some but not all queries without gold answers
+(labelling refuses a run that holds one), documents without text.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import text_lines
 from erag_dagster.data.loaders import dataset_source_files, load_dataset
+from erag_dagster.data.schema import ids_trec_cannot_hold
 from erag_dagster.data.spec import parse_spec
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import text_lines
 
 SAMPLE_CHARS = 240
 """Longest sample record shown, in characters (longer ones end in ``...``)."""
@@ -52,16 +57,20 @@ class DatasetCheck:
     file_samples: dict[str, str | None] = field(default_factory=dict)
     table_samples: dict[str, str | None] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    not_trec: str = ""
+    """Why TREC runs cannot be used (an id a TREC file cannot hold, named); ``""`` if they can."""
 
     @property
     def uses(self) -> str:
-        """What the dataset supports: eRAG labels, human-judgment metrics or both."""
+        """What the dataset supports: eRAG labels, human-judgment metrics or both — and, when
+        an id rules them out, that TREC run files are not among them (:attr:`not_trec`)."""
         parts = []
         if self.queries_with_answers:
             parts.append("eRAG labels (gold answers)")
         if self.judgments:
             parts.append("human-judgment metrics (judgments)")
-        return " and ".join(parts)
+        limit = f"; NOT with TREC run files or erag-dagster retrieve: {self.not_trec}"
+        return " and ".join(parts) + (limit if self.not_trec else "")
 
 
 def _cut(text: str) -> str:
@@ -146,6 +155,9 @@ def check_dataset(spec: str) -> DatasetCheck:
     empty = ds.corpus.filter(pl.col("text").str.strip_chars() == "").height
     if empty:
         notes.append(f"{empty} of {ds.corpus.height} documents have no text")
+    not_trec = _not_trec(ds.queries, "query_id", "query") or _not_trec(
+        ds.corpus, "doc_id", "document"
+    )
     left_out = _left_out_queries(spec, n_queries)
     if left_out:
         notes.append(
@@ -170,6 +182,19 @@ def check_dataset(spec: str) -> DatasetCheck:
             "qrels": _first_row(ds.qrels),
         },
         notes=tuple(notes),
+        not_trec=not_trec,
+    )
+
+
+def _not_trec(frame: pl.DataFrame, column: str, what: str) -> str:
+    """Why the ids of ``frame[column]`` rule out TREC files (:func:`ids_trec_cannot_hold`),
+    naming the first one; ``""`` when every id fits."""
+    bad = ids_trec_cannot_hold(frame, column)
+    if not bad.height:
+        return ""
+    return (
+        f"{what} id {bad.get_column(column)[0]!r} is empty or holds whitespace ({bad.height} "
+        f"such {what} ids; a TREC line splits there): rename them, or give runs as parquet"
     )
 
 

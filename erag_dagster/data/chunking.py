@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.schema import Dataset
-from erag_dagster.errors import InputError
 
 __all__ = ["PASSAGE_SCHEMA", "split_dataset", "split_passages"]
 

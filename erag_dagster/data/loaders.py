@@ -19,12 +19,12 @@ instead (a deterministic sample covering all of it, e.g. every SQuAD article).
 ``passages=W`` then splits every document into *W*-word passages
 (:func:`erag_dagster.data.chunking.split_dataset`).
 
-Error policy: every problem is one :class:`~erag_dagster.errors.InputError` whose message names the
-file and 1-based line (``path:line``), or the offending id where a line does not apply (a SQuAD
+Error policy: every problem is one :class:`~erag_dagster.core.errors.InputError` whose message names
+the file and 1-based line (``path:line``), or the offending id where a line does not apply (a SQuAD
 question id, a parquet row). A missing file, an unknown kind or option, malformed JSON, duplicate
 ids, a judgment naming an unknown document or query, a query without gold answers (SQuAD, KILT)
 and an empty corpus are all errors; nothing is silently dropped except what a kind's docstring
-says it drops. Every file is opened under the one input rule of :mod:`erag_dagster.input_files`
+says it drops. Every file is opened under the one input rule of :mod:`erag_dagster.core.input_files`
 (regular files only, bounded, a leading BOM stripped, duplicate keys refused; docs/inputs.md).
 """
 
@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.chunking import split_dataset
 from erag_dagster.data.formats.beir import beir_files, load_beir
 from erag_dagster.data.formats.kilt import kilt_files, load_kilt
@@ -48,7 +49,6 @@ from erag_dagster.data.spec import (
     DatasetSpec,
     parse_spec,
 )
-from erag_dagster.errors import InputError
 
 __all__ = [
     "CANONICAL_COLUMNS",

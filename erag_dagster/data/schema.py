@@ -3,7 +3,7 @@
 * ``corpus``  — ``doc_id: str, title: str, text: str`` (one row per document or passage)
 * ``queries`` — ``query_id: str, question: str, answers: list[str]`` (``answers`` may be empty
   for retrieval-only collections such as BEIR; labelling with a downstream metric then refuses
-  those queries with an :class:`~erag_dagster.errors.InputError`)
+  those queries with an :class:`~erag_dagster.core.errors.InputError`)
 * ``qrels``   — ``query_id: str, doc_id: str, relevance: int64`` (human / provenance judgments)
 
 Validation policy: ids are non-empty strings and unique within their table; every qrels row
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 CORPUS_SCHEMA = {"doc_id": pl.String, "title": pl.String, "text": pl.String}
 QUERIES_SCHEMA = {"query_id": pl.String, "question": pl.String, "answers": pl.List(pl.String)}
@@ -97,6 +97,19 @@ def validate_queries(queries: pl.DataFrame, source: str) -> None:
         ),
     )
     require_questions(queries, source)
+
+
+TREC_ID_SPLITS = r"[\s\x1c-\x1f]"
+"""What :meth:`str.split` splits a TREC line on (Unicode White_Space and ``\x1c``-``\x1f``): an
+id holding one (or an empty id) cannot stand in a TREC run or qrels file."""
+
+
+def ids_trec_cannot_hold(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """The rows of ``frame`` whose ``column`` id a TREC file cannot hold (null, empty, or
+    holding :data:`TREC_ID_SPLITS`): the one rule ``retrieve`` refuses by
+    (:func:`erag_dagster.retrieval.runs.check_trec_ids`) and ``check-dataset`` reports by."""
+    value = pl.col(column)
+    return frame.filter(value.is_null() | (value == "") | value.str.contains(TREC_ID_SPLITS))
 
 
 _INVISIBLE = r"[\s\x1c-\x1f\p{Cf}]"

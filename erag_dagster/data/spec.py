@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 __all__ = [
     "CANONICAL_COLUMNS",

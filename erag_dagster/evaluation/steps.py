@@ -6,13 +6,15 @@ through these functions, with the settings of one
 :class:`~erag_dagster.config.evaluation.EvaluationConfig` — so the same labels give the same
 metric set, means and verdict (p-values included) whichever door asked:
 
-- :func:`score`: per-query list metrics of every (reader, retriever) system — the config's
-  ``list_metrics`` in its order (:func:`erag_dagster.meta.per_query.erag_per_query`);
-- :func:`summarise`: their means per system (the eRAG report);
+- :func:`score`: per-query list metrics of every (reader, retriever) system on every question
+  of the evaluated set (a question a system has no labelled document for scores 0;
+  :func:`missing_notes` names them: docs/metrics.md), and :func:`summarise`: their means per
+  system — the eRAG report tables' own steps, defined with them in
+  :mod:`erag_dagster.reports.erag_tables` (below this layer) and named here;
 - :func:`decide`: the verdict on the *headline* metric, the first of ``list_metrics`` — the
-  bootstrap CIs with ``bootstrap_resamples`` resamples, the randomisation tests and the Holm
-  correction at ``alpha``, every draw seeded with ``seed``
-  (:func:`erag_dagster.reports.verdict.verdict`) — of the labels ``verdict_labels`` names:
+  bootstrap CIs, the randomisation tests and the Holm correction with ``config.statistics``
+  (resamples, seed, alpha, confidence, permutations;
+  :func:`erag_dagster.reports.verdict.verdict`) — of the labels ``verdict_labels`` names:
   eRAG's (the per-query table of :func:`score`) or a label method's (its labels, scored the
   same way: :func:`verdict_table`). In Dagster it is computed once per run, by the
   ``verdict`` asset; every view renders that object (:meth:`Verdict.from_dict`).
@@ -28,24 +30,13 @@ from collections.abc import Mapping
 import polars as pl
 
 from erag_dagster.config.evaluation import EvaluationConfig
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.label_methods import SIGNED_METHODS, verdict_method
-from erag_dagster.meta.per_query import System, erag_per_query, erag_summary, per_query_metrics
+from erag_dagster.meta.per_query import System, per_query_metrics
+from erag_dagster.reports.erag_tables import missing_notes, score, summarise
 from erag_dagster.reports.verdict import Verdict, verdict
 
-__all__ = ["decide", "headline_metric", "score", "summarise", "verdict_table"]
-
-
-def score(labels: Mapping[System, pl.DataFrame], config: EvaluationConfig) -> pl.DataFrame:
-    """``reader, retriever, query_id`` + one column per ``config.list_metrics`` (in order), one
-    row per labelled query of each system; an empty frame without labels."""
-    return erag_per_query(labels, config.list_metrics)
-
-
-def summarise(per_query: pl.DataFrame, config: EvaluationConfig) -> pl.DataFrame:
-    """The mean of each list metric per (reader, retriever): ``reader, retriever, queries`` +
-    the metrics of ``config`` that ``per_query`` has, in the config's order."""
-    return erag_summary(per_query, _metrics_of(per_query, config))
+__all__ = ["decide", "headline_metric", "missing_notes", "score", "summarise", "verdict_table"]
 
 
 def headline_metric(per_query: pl.DataFrame, config: EvaluationConfig) -> str:
@@ -105,18 +96,7 @@ def decide(
     return verdict(
         table,
         headline_metric(table, config),
+        config.statistics,
         dataset,
-        alpha=config.alpha,
-        n_resamples=config.bootstrap_resamples,
-        seed=config.seed,
         labels=verdict_method(config.verdict_labels),
     )
-
-
-def _metrics_of(per_query: pl.DataFrame, config: EvaluationConfig) -> list[str]:
-    if per_query.height == 0:
-        return list(config.list_metrics)
-    missing = [m for m in config.list_metrics if m not in per_query.columns]
-    if missing:
-        raise InputError(f"the per-query table has no column for {', '.join(missing)}")
-    return list(config.list_metrics)

@@ -3,26 +3,27 @@
 A *system* is one (reader, retriever) pair. These plain functions turn a registry retriever
 into its run and a run into the reader's eRAG labels and their fit diagnostics, each with the
 settings of one :class:`~erag_dagster.config.evaluation.EvaluationConfig` (no loose depth,
-metric, resamples or seed arguments), so the Python API (:func:`erag_dagster.evaluate`), the
-regression gate (``erag-dagster baseline``/``compare``) and the Dagster assets (``doc_labels``,
-``fit``) retrieve, cut, label and diagnose the same way:
+metric, resamples or seed arguments). They are the steps of the evaluation session
+(:class:`~erag_dagster.evaluation.session.EvaluationSession`), which every front door — the
+Python API, the regression gate, the command line and the Dagster assets — calls instead, so
+each retrieves, cuts, labels and diagnoses the same way:
 
 - :func:`retrieve`: the top ``config.k`` run of a registry retriever
-  (:func:`erag_dagster.retrievers.run_retriever`); a dataset that keeps a subset of its
+  (:func:`erag_dagster.evaluation.retrievers.run_retriever`); a dataset that keeps a subset of its
   questions (``config.dataset``'s ``question_subset``) drops a run file's other queries;
 - :func:`labelled_run`: the rows that are labelled — ranks ``1..config.label_k`` of each query;
 - :func:`label`: eRAG labels of :func:`labelled_run` with ``config.metric`` through the label
   store (:func:`erag_dagster.labels.labeller.label_run`), each new row recording ``producer``
   (a Dagster run id, or an :func:`~erag_dagster.labels.audit.evaluation_id` outside Dagster);
 - :func:`fit`: whether those labels fit the data (:func:`erag_dagster.meta.fit.reader_fit`,
-  with ``config.relevance_level``, ``bootstrap_resamples`` and ``seed``);
+  with ``config.relevance_level`` and ``config.statistics``);
 - :func:`label_system`: :func:`label` then :func:`fit`, as one :class:`SystemLabels` (the API
   and the gate; in Dagster the two are separate assets — ``doc_labels`` per partition, ``fit``
   once over all of them — which call :func:`label` and :func:`fit`).
 
 Edge cases: an empty run, or one naming an unknown query or document, is the labeller's
-:class:`~erag_dagster.errors.InputError`; a foreign store error inside :func:`label` is one
-line naming ``store_name`` when it is given (:func:`erag_dagster.errors.concerning`).
+:class:`~erag_dagster.core.errors.InputError`; a foreign store error inside :func:`label` is one
+line naming ``store_name`` when it is given (:func:`erag_dagster.core.errors.concerning`).
 """
 
 from __future__ import annotations
@@ -34,23 +35,23 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from erag_dagster.callbacks import Log, Progress
 from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.core.callbacks import Log, Progress
+from erag_dagster.core.errors import concerning
 from erag_dagster.data.spec import parse_spec
-from erag_dagster.errors import concerning
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.labeller import LabelResult, label_run
 from erag_dagster.meta.fit import FitDiagnostics, reader_fit
 from erag_dagster.retrieval.runs import top_k
-from erag_dagster.retrievers import run_retriever
 
 if TYPE_CHECKING:
+    from erag_dagster.config.registry import Registry
     from erag_dagster.data.schema import Dataset
+    from erag_dagster.evaluation.retrievers import RetrievalTiming
     from erag_dagster.labels.executor import ExecutorSpec
     from erag_dagster.labels.labeller import Reader
     from erag_dagster.labels.reader_calls import ReaderCalls
     from erag_dagster.labels.store import LabelStoreBase
-    from erag_dagster.registry import Registry
-    from erag_dagster.retrievers import RetrievalTiming
 
 __all__ = ["SystemLabels", "fit", "label", "label_system", "labelled_run", "retrieve"]
 
@@ -71,7 +72,7 @@ def retrieve(
 
     ``timing`` receives index and search seconds; ``asset_runs``: the runs ``kind: asset``
     retrievers read (only Dagster has them; elsewhere such a retriever is refused in one line).
-    An unknown retriever is the registry's :class:`~erag_dagster.errors.InputError` listing
+    An unknown retriever is the registry's :class:`~erag_dagster.core.errors.InputError` listing
     the known ones.
     """
     return run_retriever(
@@ -157,7 +158,7 @@ def fit(
     """The fit diagnostics of one system's ``labels`` (docs/label-methods.md, "Fit
     diagnostics"): answers cut at the reader's ``max_new_tokens``, answer vs gold length, and
     the label-vs-judgment AUC with its bootstrap CI (``config.relevance_level``,
-    ``bootstrap_resamples``, ``seed``; no AUC without ``qrels``). The metric named is the one
+    ``config.statistics``; no AUC without ``qrels``). The metric named is the one
     the labels record (their ``metric`` column; ``""`` when there are no labels). The
     configured ``label_methods`` and ``verdict_labels`` shape the fixes a warning names (one
     already configured is not asked for again); ``expected_fit`` the findings printed as
@@ -165,8 +166,8 @@ def fit(
     return reader_fit(
         labels, queries, qrels, reader, reader_name=reader_name, retriever=retriever,
         metric=str(labels["metric"][0]) if labels.height else "",
-        relevance_level=config.relevance_level, n_resamples=config.bootstrap_resamples,
-        seed=config.seed, label_methods=tuple(config.label_methods),
+        relevance_level=config.relevance_level, stats=config.statistics,
+        label_methods=tuple(config.label_methods),
         verdict_labels=config.verdict_labels, expected=config.expected_fit,
     )  # fmt: skip
 

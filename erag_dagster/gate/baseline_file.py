@@ -17,12 +17,14 @@ Format (JSON object, ``"format": "erag-gate-baseline/2"``)::
     aggregate, per_query   the metric values, for people reading the file (recomputed on read)
 
 Reading (:func:`read_baseline`) goes through the one input rule
-(:func:`erag_dagster.input_files.load_json`: a regular file within ``ERAG_MAX_INPUT_BYTES``, a
+(:func:`erag_dagster.core.input_files.load_json`: a regular file within ``ERAG_MAX_INPUT_BYTES``, a
 BOM stripped, duplicate keys and deep nesting refused) and checks every field: its type, the
 label rows (each query in ``query_ids``, ranks ``1..n`` without gaps or repeats and at most
-``k``, a doc once per query, labels finite in [0, 1], an answer key of 64 hex digits) and the
-digest. Anything else is ONE :class:`~erag_dagster.errors.InputError` naming the file and the
-field. A file of format 1 (no answer keys, no digest) is refused: it cannot be verified; write
+``k``, a doc once per query, labels finite in [0, 1], an answer key of 64 hex digits), the
+metric names (the grammar of :mod:`erag_dagster.metrics.names`), no field outside
+:data:`TOP_FIELDS`, and the digest. Anything else is ONE
+:class:`~erag_dagster.core.errors.InputError` naming the file and the field. A file of format 1
+(no answer keys, no digest) is refused: it cannot be verified; write
 it again. The labels are then checked against the label store and the dataset by
 :mod:`erag_dagster.gate.verify`.
 """
@@ -35,13 +37,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.identity import EvalIdentity, RetrieverIdentity
-from erag_dagster.hashing import sha256_json
+from erag_dagster.metrics.names import parse_metric_names
 
 BASELINE_FORMAT = "erag-gate-baseline/2"
 LABEL_FIELDS = ("query_id", "doc_id", "rank", "label", "answer_key")
+TOP_FIELDS = ("format", "identity", "retriever", "dataset", "reader", "query_ids", "labels",
+              "digest", "aggregate", "per_query")  # fmt: skip
+"""Every field a baseline file may hold (module docstring); any other is refused."""
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -126,6 +132,10 @@ def _identity(data: dict[str, Any], path: str | Path) -> EvalIdentity:
         or not all(isinstance(m, str) and m for m in metrics)
     ):
         raise _fail(path, "identity.metrics must be a non-empty list of metric names")
+    try:  # the metric grammar every front door reads names with, the file named
+        parse_metric_names(metrics)
+    except InputError as exc:
+        raise _fail(path, f"identity.metrics: {exc}") from None
     k = raw["k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise _fail(path, f"identity.k must be an integer >= 1, got {k!r}")
@@ -196,7 +206,7 @@ def read_baseline(path: str | Path) -> dict[str, Any]:
     """The baseline file at ``path``, checked field by field (module docstring): a dict with
     ``identity`` (:class:`EvalIdentity`), ``retriever`` (:class:`RetrieverIdentity`),
     ``dataset``, ``reader``, ``query_ids`` and ``labels`` (rows of :data:`LABEL_FIELDS`)."""
-    from erag_dagster.input_files import load_json
+    from erag_dagster.core.input_files import load_json
 
     data = load_json(path)
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
@@ -212,6 +222,13 @@ def read_baseline(path: str | Path) -> dict[str, Any]:
     missing = [key for key in needed if key not in data]
     if missing:
         raise _fail(path, f"baseline lacks {', '.join(missing)}")
+    unknown = sorted(set(data) - set(TOP_FIELDS))
+    if unknown:  # a field added by hand is refused, not carried along unread
+        raise _fail(
+            path,
+            f"unknown field(s) {', '.join(repr(shown(u)) for u in unknown)} (a baseline holds "
+            f"{', '.join(TOP_FIELDS)}); write it again with erag-dagster baseline",
+        )
     identity, retriever = _identity(data, path), _retriever(data, path)
     dataset = _string(data.get("dataset", ""), path, "dataset")
     reader = _string(data.get("reader", ""), path, "reader")
@@ -236,11 +253,11 @@ def read_baseline(path: str | Path) -> dict[str, Any]:
 
 def write_baseline(path: str | Path, payload: dict[str, Any], command: str, option: str) -> None:
     """Write ``payload`` to ``path`` atomically as ``command``'s output
-    (:func:`erag_dagster.output_guard.writing_output`: a full disk is one StorageError naming
+    (:func:`erag_dagster.core.output_guard.writing_output`: a full disk is one StorageError naming
     ``option`` and the path; nothing is replaced then)."""
     import json
 
-    from erag_dagster.output_guard import writing_output
+    from erag_dagster.core.output_guard import writing_output
 
     with writing_output(path, command, option) as tmp:
         Path(tmp).write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")

@@ -9,21 +9,27 @@ A *ref* names what is evaluated, tried in this order:
    refused naming the option;
 2. any other existing file: a run file, TREC (``qid Q0 docid rank score tag``) or ``.parquet``
    (``query_id, doc_id, score``), read and checked as a registry ``run_file`` is
-   (:func:`~erag_dagster.retrieval.run_file.load_run_file`);
+   (:func:`~erag_dagster.retrieval.run_file.load_run_file`) — except that a query id the
+   dataset (as the spec keeps it) does not have is refused, naming ``file:line``, unless
+   :attr:`GateSettings.drop_unknown_queries` (``--drop-unknown-queries``) says to leave such
+   queries out; they are then named in the result's notes (every one in JSON), never dropped
+   without a word;
 3. otherwise a registry retriever (name or partition key), run on the dataset.
 
 Something that exists but is not a regular file (a folder, a FIFO, ``/dev/null``) is refused
-saying what it is (:func:`erag_dagster.input_files.regular_file`). Every ref is checked, and
+saying what it is (:func:`erag_dagster.core.input_files.regular_file`). Every ref is checked, and
 the power the query count allows computed (:mod:`.power`), before any retrieval or reader call.
 
-A run is cut to ``k`` per query and labelled with eRAG, with its fit diagnostics, by the step
-the Python API calls too (:func:`~erag_dagster.evaluation.systems.label_system`; a registry
-retriever is run by :func:`~erag_dagster.evaluation.systems.retrieve`, at depth ``k``: the
-gate's config has ``k`` = ``label_k``) through the label store, so only (query,
-document text) pairs the store lacks cost reader calls. A dataset query the run has no
-document for is an empty list (0 on every metric), never dropped. The list metrics
-(:func:`~erag_dagster.metrics.list_metrics.evaluate_labels`) of each query are then compared
-(:mod:`.verdict`). Both sides must share every field of
+Both sides are evaluated by the evaluation session every front door runs
+(:class:`~erag_dagster.evaluation.session.EvaluationSession`): a registry retriever is run by
+its ``retrieve`` step (at depth ``k``: the gate's config has ``k`` = ``label_k``), a run is cut
+to ``k`` per query and labelled with eRAG, with its fit diagnostics, by its ``label_system``
+step through the label store, so only (query, document text) pairs the store lacks cost reader
+calls; and scored by its missing-query rule (:func:`~erag_dagster.meta.per_query.
+scored_queries`, docs/metrics.md): a dataset query the run has no document for is an empty list
+(0 on every metric), never dropped, and named in a note. The list metrics of each query are
+then compared (:mod:`.verdict`) with the registry's statistics (``--alpha`` may replace its
+alpha). Both sides must share every field of
 :class:`~erag_dagster.gate.identity.EvalIdentity`; otherwise :func:`compare` refuses in one
 line naming what differs.
 """
@@ -33,15 +39,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.config.evaluation import EvaluationConfig
-from erag_dagster.errors import InputError, concerning
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import InputError, concerning
+from erag_dagster.core.output_guard import Input
 from erag_dagster.gate.baseline_file import baseline_payload, read_baseline, write_baseline
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.identity import (
@@ -58,27 +64,96 @@ from erag_dagster.gate.verdict import (
     metric_verdicts,
     overall_verdict,
 )
-from erag_dagster.output_guard import Input
+from erag_dagster.meta.per_query import missing_queries_note, scored_queries, unlabelled_queries
+from erag_dagster.stats.settings import Statistics
 
 LABEL_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64,
                 "label": pl.Float64, "answer_key": pl.String}  # fmt: skip
 """The columns of an :class:`Evaluation`'s ``labels``."""
 
 
-@dataclass(frozen=True)
 class GateSettings:
-    """How both sides are evaluated. Empty values take the registry's ``evaluation`` defaults
-    (``dataset``, ``label_k`` as ``k``, ``metric``, ``list_metrics``) and its first reader;
-    ``store`` empty: the default label store (:func:`~erag_dagster.labels.store.resolve_store`).
-    """
+    """How both sides are evaluated: evaluation settings by their own names — any field of
+    :class:`~erag_dagster.config.evaluation.EvaluationConfig` (``dataset``, ``label_k``: the
+    depth labelled and compared, ``metric``, ``list_metrics``, ``alpha``, ...), not re-declared
+    here: checked by the configuration's rules when the gate starts — over the registry's
+    ``evaluation`` section, whose values the ones left out take (a stored baseline's, when a
+    ref is one); ``reader``: a registry reader (empty: its first); ``store``: the label store
+    (empty: the default, :func:`~erag_dagster.labels.store.resolve_store`); ``registry``: the
+    registry file (empty: packaged or ``$ERAG_REGISTRY``). Frozen; :meth:`replace` copies.
 
-    dataset: str = ""
-    reader: str = ""
-    downstream_metric: str = ""
-    metrics: tuple[str, ...] = ()
-    k: int = 0
-    store: str = ""
-    registry: str = ""
+    ``drop_unknown_queries``: leave out (and name) a run file's queries that the dataset
+    lacks, instead of refusing (``--drop-unknown-queries``).
+
+    A name that is not an evaluation setting is refused at once (:class:`InputError`)."""
+
+    __slots__ = ("drop_unknown_queries", "evaluation", "reader", "registry", "store")
+
+    evaluation: dict[str, Any]
+    reader: str
+    store: str
+    registry: str
+    drop_unknown_queries: bool
+
+    def __init__(
+        self,
+        *,
+        reader: str = "",
+        store: str = "",
+        registry: str = "",
+        drop_unknown_queries: bool = False,
+        **evaluation: Any,
+    ) -> None:
+        from erag_dagster.config.evaluation import FIELDS
+
+        unknown = sorted(set(evaluation) - set(FIELDS))
+        if unknown:
+            raise InputError(
+                f"GateSettings: {', '.join(unknown)} is not an evaluation setting; known: "
+                f"{', '.join(FIELDS)}"
+            )
+        given = {k: v for k, v in evaluation.items() if v is not None}
+        own = {"evaluation": given, "reader": reader, "store": store, "registry": registry,
+               "drop_unknown_queries": drop_unknown_queries}  # fmt: skip
+        for name, value in own.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GateSettings is frozen; use replace()")
+
+    def __getattr__(self, name: str) -> Any:
+        """An evaluation setting given (``None`` when it was left to the registry)."""
+        from erag_dagster.config.evaluation import FIELDS
+
+        if name in FIELDS:
+            return self.evaluation.get(name)
+        raise AttributeError(name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GateSettings) and all(
+            getattr(self, n) == getattr(other, n) for n in self.__slots__
+        )
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.evaluation.items())
+        return (
+            f"GateSettings({given}{', ' if given else ''}reader={self.reader!r}, "
+            f"store={self.store!r}, registry={self.registry!r}, "
+            f"drop_unknown_queries={self.drop_unknown_queries!r})"
+        )
+
+    def replace(self, **changes: Any) -> GateSettings:
+        """A copy with ``changes`` (evaluation settings or ``reader``/``store``/``registry``)."""
+        values = {"reader": self.reader, "store": self.store, "registry": self.registry,
+                  "drop_unknown_queries": self.drop_unknown_queries}  # fmt: skip
+        return GateSettings(**{**values, **self.evaluation, **changes})
+
+
+DROP_HINT = (
+    "; a query the gate does not score is never dropped silently: fix the id, or pass "
+    "--drop-unknown-queries to leave such queries out (each is then named in the report)"
+)
+"""How the refusal of an unknown query id ends (the option that drops them instead)."""
 
 
 @dataclass(frozen=True)
@@ -104,18 +179,22 @@ class Evaluation:
     fit: Any = None
     """The labels' fit diagnostics (:class:`~erag_dagster.meta.fit.FitDiagnostics`; ``None``
     for a stored baseline, which keeps no answers, or a run without documents)."""
+    left_out: tuple[str, ...] = ()
+    """The run's query ids that are not queries of the dataset, left out with
+    ``--drop-unknown-queries`` (sorted; named in the notes)."""
 
 
 @dataclass(frozen=True)
 class GateResult:
     """:func:`compare`'s answer: both sides, the per-metric verdicts, the overall verdict and
-    the rule they were reached with."""
+    the rule and statistics they were reached with."""
 
     baseline: Evaluation
     candidate: Evaluation
     metrics: list[MetricVerdict]
     verdict: str
     rule: GateRule
+    statistics: Statistics
     notes: list[str] = field(default_factory=list)
     power: Power | None = None
 
@@ -124,8 +203,8 @@ class _Context:
     """The dataset, registry, reader and store shared by both sides (each loaded once)."""
 
     def __init__(self, settings: GateSettings, reader: Any = None, log: Log | None = None):
+        from erag_dagster.config.registry import load_registry
         from erag_dagster.labels.audit import evaluation_id
-        from erag_dagster.registry import load_registry
 
         self.log = log or (lambda _m: None)
         with concerning(settings.registry or None):
@@ -133,20 +212,23 @@ class _Context:
         # The registry's EvaluationConfig with the gate's flags applied, checked by the same
         # rules before any work: the gate evaluates at the labelled depth, so it retrieves
         # label_k documents per query (its config's k is its label_k) and labels them all.
-        config = self.registry.evaluation.with_overrides(
-            "compare",
-            dataset=settings.dataset or None,
-            k=max(settings.k, self.registry.evaluation.k) if settings.k else None,
-            label_k=settings.k or None,
-            metric=settings.downstream_metric or None,
-            list_metrics=list(settings.metrics) or None,
-        )
+        depth = settings.label_k
+        given = {**settings.evaluation}
+        if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0:
+            given.setdefault("k", max(depth, self.registry.evaluation.k))
+        config = self.registry.evaluation.with_overrides("compare", **given)
         self.config = config.with_overrides("compare", k=config.label_k)
         self.spec = self.config.dataset
         self.k = self.config.label_k
         self.downstream = self.config.metric
         self.metrics = tuple(self.config.list_metrics)
         self.store_target = settings.store
+        self.drop_unknown_queries = settings.drop_unknown_queries
+        from erag_dagster.labels.store import resolve_store
+        from erag_dagster.labels.store_url import check_store_location
+
+        # the store's location before any work (a folder, a FIFO, a file that is not SQLite)
+        check_store_location(resolve_store(settings.store or None, writable=False))
         # one id for this baseline or comparison: every label row it writes records it (audit)
         self.evaluation_id = evaluation_id("gate")
         self._reader, self._reader_name = reader, settings.reader
@@ -194,7 +276,7 @@ class _Context:
     def read_store(self):
         """The label store to check stored labels against, or None when there is none (a
         store is never created for that)."""
-        from erag_dagster.errors import StorageError
+        from erag_dagster.core.errors import StorageError
         from erag_dagster.labels.store import open_store, resolve_store
 
         if self._store is not None:
@@ -207,6 +289,17 @@ class _Context:
                 self._read_store = False
         return self._read_store or None
 
+    def session(self, store: Any = None, store_name: str | None = None):
+        """The evaluation session of this gate (:class:`~erag_dagster.evaluation.session.
+        EvaluationSession`): its config, registry and dataset, ``store`` (``None``: one that
+        does not label) and this gate's evaluation id as the producer of every new row."""
+        from erag_dagster.evaluation.session import EvaluationSession
+
+        return EvaluationSession(
+            self.config, self.registry, self.dataset, store, producer=self.evaluation_id,
+            log=self.log, store_name=store_name,
+        )  # fmt: skip
+
     def close(self) -> None:
         """Close the stores this context opened (their files can then be unmounted)."""
         for store in (self._store, self._read_store):
@@ -215,7 +308,7 @@ class _Context:
         self._store = self._read_store = None
 
     def identity(self) -> EvalIdentity:
-        from erag_dagster.inputs import dataset_digest
+        from erag_dagster.config.inputs import dataset_digest
         from erag_dagster.metrics.downstream import get_downstream_metric
 
         return EvalIdentity(
@@ -250,7 +343,7 @@ def _ref_kind(ref: str, ctx: _Context | None = None) -> str:
     but is not a regular file (a folder, a FIFO, ``/dev/null``) is refused saying what it is —
     unless the registry has a retriever of that name; a file over ``ERAG_MAX_INPUT_BYTES`` is
     refused too."""
-    from erag_dagster.input_files import regular_file
+    from erag_dagster.core.input_files import regular_file
 
     if not ref:
         raise InputError("a ref is empty: give a baseline .json, a run file or a retriever name")
@@ -266,21 +359,25 @@ def _is_baseline_file(ref: str) -> bool:
     return Path(ref).suffix == ".json" and Path(ref).is_file()
 
 
-def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
-    """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
-    from erag_dagster.data.spec import parse_spec
-    from erag_dagster.evaluation.systems import retrieve
-    from erag_dagster.input_files import regular_file_sha256
-    from erag_dagster.retrieval.run_file import load_run_file
+Run = tuple[pl.DataFrame, RetrieverIdentity, tuple[str, ...]]
+"""A ref's run, its retriever and the query ids of the run left out (``--drop-unknown-queries``)."""
 
-    ds, subset = ctx.dataset, parse_spec(ctx.spec).question_subset
+
+def _run_of(ref: str, ctx: _Context) -> Run:
+    """The top-``k`` run a run-file or registry ref names (module docstring, cases 2 and 3)."""
+    from erag_dagster.core.input_files import regular_file_sha256
+    from erag_dagster.retrieval.run_file import load_run_file, run_format
+
+    ds = ctx.dataset
     path = Path(ref)
     if _ref_kind(ref, ctx) == "run_file":
         with concerning(path):
             digest = regular_file_sha256(path)
-            fmt = "parquet" if path.suffix == ".parquet" else "trec"
-            loaded = load_run_file(path, fmt, digest, ds.queries, ds.corpus, ctx.k, subset)
-        return loaded.run, RetrieverIdentity("run_file", str(ref), digest)
+            loaded = load_run_file(
+                path, run_format(path), digest, ds.queries, ds.corpus, ctx.k,
+                question_subset=ctx.drop_unknown_queries, unknown_query_hint=DROP_HINT,
+            )  # fmt: skip
+        return loaded.run, RetrieverIdentity("run_file", str(ref), digest), loaded.outside_ids
     try:
         entry = ctx.registry.retriever(ref)  # unknown: one line listing the known ones
     except InputError:
@@ -289,41 +386,23 @@ def _run_of(ref: str, ctx: _Context) -> tuple[pl.DataFrame, RetrieverIdentity]:
                 f"{shown(ref)}: no such file (a ref is a baseline, a run file or a retriever)"
             ) from None
         raise
-    run = retrieve(ctx.registry, entry.name, ds.corpus, ds.queries, ctx.config, log=ctx.log)
-    return run, RetrieverIdentity("registry", entry.name, entry.digest)
-
-
-# -- scoring ------------------------------------------------------------------------------------
-
-
-def _scores(
-    labels: pl.DataFrame, query_ids: Sequence[str], metrics: Sequence[str]
-) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Per-query metric values and means; a query without a labelled row scores an empty list."""
-    from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
-
-    lists = labels_from_frame(labels) if labels.height else {}
-    lists = {q: lists.get(q, []) for q in query_ids}
-    report = evaluate_labels(lists, list(metrics))
-    return report.per_query, report.aggregate
+    run = ctx.session().retrieve(entry.name)
+    return run, RetrieverIdentity("registry", entry.name, entry.digest), ()
 
 
 def _empty_labels() -> pl.DataFrame:
     return pl.DataFrame(schema=LABEL_SCHEMA)
 
 
-def evaluate(
-    ref: str, ctx: _Context, run: tuple[pl.DataFrame, RetrieverIdentity] | None = None
-) -> Evaluation:
+def evaluate(ref: str, ctx: _Context, run: Run | None = None) -> Evaluation:
     """One side of the gate (module docstring); ``run``: the ref's run, already read."""
-    from erag_dagster.errors import StorageError
-    from erag_dagster.evaluation.systems import label_system
+    from erag_dagster.core.errors import StorageError
     from erag_dagster.gate.verify import answer_keys
     from erag_dagster.labels.store import redact_url, resolve_store
 
     if _ref_kind(ref, ctx) == "baseline":
         return _stored(ref, ctx)
-    run, retriever = run if run is not None else _run_of(ref, ctx)
+    run, retriever, left_out = run if run is not None else _run_of(ref, ctx)
     query_ids = sorted(ctx.dataset.queries.get_column("query_id").cast(pl.String).to_list())
     judged = stored = 0
     labels = _empty_labels()
@@ -333,12 +412,9 @@ def evaluate(
         try:
             with concerning(where):
                 store = ctx.store
-            result = label_system(
-                run, ctx.dataset, ctx.reader, ctx.config, store,
-                executor=ctx.registry.generation, producer=ctx.evaluation_id,
-                reader_name=str(ctx.reader.name), retriever=shown(ref), log=ctx.log,
-                store_name=where,
-            )  # fmt: skip
+            result = ctx.session(store, where).label_system(
+                run, ctx.reader, reader_name=str(ctx.reader.name), retriever=shown(ref)
+            )
         except StorageError as exc:
             if ctx.store.read_only:
                 raise StorageError(
@@ -350,10 +426,11 @@ def evaluate(
         keys = answer_keys(found.to_dicts(), ctx.reader.fingerprint, ctx.dataset)
         labels = found.with_columns(pl.Series("answer_key", keys, dtype=pl.String))
         judged, stored, fit = result.judged_now, result.from_store, result.fit
-    per_query, aggregate = _scores(labels, query_ids, ctx.metrics)
+    scored = ctx.session().score_system(labels)  # the one missing-query rule
+    per_query, aggregate = scored.per_query, scored.aggregate
     return Evaluation(
         ref, ctx.identity(), retriever, ctx.spec, str(ctx.reader.name), query_ids, labels,
-        per_query, aggregate, judged, stored, fit=fit,
+        per_query, aggregate, judged, stored, fit=fit, left_out=left_out,
     )  # fmt: skip
 
 
@@ -366,8 +443,8 @@ def _read_stored(ref: str) -> dict[str, Any]:
 def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Evaluation:
     """A baseline file as an :class:`Evaluation` (metric values recomputed from its labels),
     its labels verified against the dataset and the label store (:mod:`.verify`)."""
+    from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.gate.verify import verify_stored_labels
-    from erag_dagster.inputs import dataset_digest
 
     data = data if data is not None else _read_stored(ref)
     identity: EvalIdentity = data["identity"]
@@ -389,7 +466,8 @@ def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Eval
     labels = pl.DataFrame(rows, schema=LABEL_SCHEMA) if rows else _empty_labels()
     query_ids = list(data["query_ids"])
     try:
-        per_query, aggregate = _scores(labels, query_ids, identity.metrics)
+        scored = scored_queries(labels, identity.metrics, query_ids)
+        per_query, aggregate = scored.per_query, scored.aggregate
     except InputError as exc:
         raise InputError(f"{shown(ref)}: {exc}") from None
     return Evaluation(
@@ -398,53 +476,54 @@ def _stored(ref: str, ctx: _Context, data: dict[str, Any] | None = None) -> Eval
     )  # fmt: skip
 
 
-_OPTIONS = (("--k", "k"), ("--metrics", "metrics"), ("--metric", "downstream_metric"),
+_OPTIONS = (("--k", "label_k"), ("--metrics", "list_metrics"), ("--metric", "metric"),
             ("--dataset", "dataset"))  # fmt: skip
+"""The gate's options a stored baseline settles, and the evaluation setting each one sets."""
 
 
 def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateSettings:
     """``settings`` with every option left out taken from the first stored baseline; an option
     given that contradicts any of them is refused in one line naming the option (two stored
     baselines that differ are refused later, naming the fields, by the identity check)."""
-    from erag_dagster.inputs import dataset_digest
+    from erag_dagster.config.inputs import dataset_digest
     from erag_dagster.metrics.downstream import get_downstream_metric
 
-    given_settings = settings
+    asked = settings
+    shown_as = {
+        "label_k": "k",
+        "list_metrics": "metrics",
+        "metric": "downstream_metric",
+        "dataset": "dataset",
+    }  # the identity's names, as the messages always said
     for ref, data in stored.items():
         ident: EvalIdentity = data["identity"]
         found = {
-            "k": ident.k,
-            "metrics": ident.metrics,
-            "downstream_metric": ident.downstream_metric,
+            "label_k": ident.k,
+            "list_metrics": tuple(ident.metrics),
+            "metric": ident.downstream_metric,
             "dataset": ident.dataset_digest,
         }
-        asked = given_settings
         given = {
-            "k": asked.k or None,
-            "metrics": tuple(asked.metrics) or None,
-            "downstream_metric": (
-                get_downstream_metric(asked.downstream_metric).tag
-                if asked.downstream_metric
-                else None
-            ),
+            "label_k": asked.label_k,
+            "list_metrics": tuple(asked.list_metrics) if asked.list_metrics else None,
+            "metric": get_downstream_metric(asked.metric).tag if asked.metric else None,
             "dataset": dataset_digest(asked.dataset) if asked.dataset else None,
         }
         for option, name in _OPTIONS:
             if given[name] is not None and given[name] != found[name]:
                 mine = getattr(asked, name)
                 theirs = found[name] if name != "dataset" else data["dataset"]
-                show = ",".join(x) if isinstance((x := mine), tuple) else str(mine)
+                show = ",".join(mine) if isinstance(mine, list | tuple) else str(mine)
                 was = ",".join(theirs) if isinstance(theirs, tuple) else str(theirs)
                 raise InputError(
                     f"{option} {shown(show)} contradicts the stored baseline {shown(ref)} "
-                    f"({name} {shown(was)}); leave {option} out (a stored baseline's settings "
-                    "are used) or write the baseline again"
+                    f"({shown_as[name]} {shown(was)}); leave {option} out (a stored baseline's "
+                    "settings are used) or write the baseline again"
                 )
-        settings = replace(
-            settings,
-            k=settings.k or ident.k,
-            metrics=tuple(settings.metrics) or ident.metrics,
-            downstream_metric=settings.downstream_metric or ident.downstream_metric.split("/")[0],
+        settings = settings.replace(
+            label_k=settings.label_k or ident.k,
+            list_metrics=list(settings.list_metrics or ident.metrics),
+            metric=settings.metric or ident.downstream_metric.split("/")[0],
             dataset=settings.dataset or data["dataset"],
         )
     return settings
@@ -453,11 +532,11 @@ def _settled(settings: GateSettings, stored: dict[str, dict[str, Any]]) -> GateS
 def gate_inputs(settings: GateSettings, refs: Sequence[str]) -> list[Input]:
     """Every file a gate run with ``settings`` over ``refs`` reads — the registry and its run
     files, the dataset's files, the label store, the refs that are files — as the ``reads`` of
-    :func:`erag_dagster.output_guard.guard_output` (an output is never one of them)."""
+    :func:`erag_dagster.core.output_guard.guard_output` (an output is never one of them)."""
+    from erag_dagster.config.registry import load_registry
     from erag_dagster.data.loaders import dataset_source_files
     from erag_dagster.labels.store import resolve_store
     from erag_dagster.labels.store_url import store_files
-    from erag_dagster.registry import load_registry
 
     with concerning(settings.registry or None):
         registry = load_registry(settings.registry or None)
@@ -480,6 +559,21 @@ def gate_inputs(settings: GateSettings, refs: Sequence[str]) -> list[Input]:
     return reads
 
 
+def left_out_note(role: str, side: Evaluation, shown_ids: int = 50) -> str:
+    """The note naming the queries of ``side``'s run that the gate did not score
+    (``--drop-unknown-queries``): every one up to ``shown_ids``, then a count (the JSON
+    report lists every one)."""
+    ids = side.left_out
+    more = (
+        f", … {len(ids) - shown_ids} more (--json lists every one)" if len(ids) > shown_ids else ""
+    )
+    return (
+        f"the {role} {shown(side.ref)} names {len(ids)} queries that are not queries of "
+        f"{shown(side.dataset)}; not scored (--drop-unknown-queries): "
+        f"{', '.join(repr(q) for q in ids[:shown_ids])}{more}"
+    )
+
+
 # -- the decision -------------------------------------------------------------------------------
 
 
@@ -494,40 +588,34 @@ class Decision:
     notes: list[str]
 
 
-def _uncovered(labels: pl.DataFrame, query_ids: Sequence[str]) -> int:
-    covered = set(labels.get_column("query_id").to_list()) if labels.height else set()
-    return sum(1 for q in query_ids if q not in covered)
-
-
 def decide(
     baseline_labels: pl.DataFrame,
     candidate_labels: pl.DataFrame,
     query_ids: Sequence[str],
     metrics: Sequence[str],
     rule: GateRule,
+    stats: Statistics,
 ) -> Decision:
     """The gate's decision on two label tables (``query_id, doc_id, rank, label``) over the same
-    ``query_ids`` — what :func:`compare` (and so ``erag-dagster compare``) decides with.
+    ``query_ids`` — what :func:`compare` (and so ``erag-dagster compare``) decides with, under
+    ``rule``'s margin and ``stats`` (the registry's statistics, :meth:`GateRule.statistics`).
 
-    A query a side has no labelled row for scores 0 on every metric (an empty list) and is
-    counted in a note: a candidate without documents, or covering 1 of 6 queries, is scored as
+    The missing-query rule of every door (:func:`~erag_dagster.meta.per_query.scored_queries`):
+    a query a side has no labelled row for scores 0 on every metric (an empty list) and is
+    named in a note: a candidate without documents, or covering 1 of 6 queries, is scored as
     retrieving nothing for the rest, never compared on the queries it kept. Power before
     verdict: :func:`~erag_dagster.gate.power.gate_power` of ``len(query_ids)``.
     """
     n = len(query_ids)
-    rule = rule.with_settings(EvaluationConfig())  # unset alpha/resamples/seed: the defaults
-    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
-    base, _ = _scores(baseline_labels, query_ids, metrics)
-    cand, _ = _scores(candidate_labels, query_ids, metrics)
-    verdicts = metric_verdicts(base, cand, metrics, rule)
+    power = gate_power(n, len(metrics), rule.margin, stats)
+    base = scored_queries(baseline_labels, metrics, query_ids).per_query
+    cand = scored_queries(candidate_labels, metrics, query_ids).per_query
+    verdicts = metric_verdicts(base, cand, metrics, rule, stats)
     notes = []
     for side, labels in (("baseline", baseline_labels), ("candidate", candidate_labels)):
-        missing = _uncovered(labels, query_ids)
-        if missing:
-            notes.append(
-                f"the {side} has no document for {missing} of {n} queries (each scored 0 on "
-                "every metric)"
-            )
+        note = missing_queries_note(f"the {side}", unlabelled_queries(labels, query_ids), n)
+        if note:
+            notes.append(note)
     if not power.can_decide:
         notes.append(power.summary())
     return Decision(verdicts, overall_verdict(verdicts), power, notes)
@@ -538,7 +626,7 @@ def save_baseline(
 ) -> None:
     """Write ``evaluation`` as a baseline file that :func:`compare` reads back as a ref (an
     ``OSError`` is one StorageError naming ``option`` and ``path``). The caller has applied
-    :func:`erag_dagster.output_guard.guard_output` to ``path``."""
+    :func:`erag_dagster.core.output_guard.guard_output` to ``path``."""
     write_baseline(
         path,
         baseline_payload(
@@ -572,10 +660,10 @@ def make_baseline(
 ) -> Evaluation:
     """Evaluate ``ref`` (a run file, a registry retriever, or a baseline file, re-saved as
     stored) and save it as a baseline file at ``output``, under the one output rule
-    (:func:`erag_dagster.output_guard.guard_output`: never a file the run reads; an existing
+    (:func:`erag_dagster.core.output_guard.guard_output`: never a file the run reads; an existing
     file only when it is an earlier baseline output, or with ``force``) — checked before any
     work."""
-    from erag_dagster.output_guard import guard_output
+    from erag_dagster.core.output_guard import guard_output
 
     settings = settings or GateSettings()
     stored = _stored_refs([ref])
@@ -612,9 +700,10 @@ def compare(
     stored = _stored_refs([baseline, candidate])
     settings = _settled(settings or GateSettings(), stored)
     ctx = _Context(settings, reader, log)
-    rule = (rule or GateRule()).with_settings(ctx.config)  # alpha, resamples, seed: the config's
+    rule = rule or GateRule()
+    stats = rule.statistics(ctx.config)  # the registry's statistics; --alpha replaces its alpha
     try:
-        return _compared(baseline, candidate, stored, ctx, rule, require_power)
+        return _compared(baseline, candidate, stored, ctx, rule, stats, require_power)
     finally:
         ctx.close()
 
@@ -625,11 +714,12 @@ def _compared(
     stored: dict[str, dict[str, Any]],
     ctx: _Context,
     rule: GateRule,
+    stats: Statistics,
     require_power: bool,
 ) -> GateResult:
     """:func:`compare` once the stored sides are read and the context is made."""
     refs = {"baseline": baseline, "candidate": candidate}
-    runs: dict[str, tuple[pl.DataFrame, RetrieverIdentity]] = {}
+    runs: dict[str, Run] = {}
     for ref in refs.values():  # every ref checked, a run file read, before any work
         kind = "baseline" if ref in stored else _ref_kind(ref, ctx)
         if kind == "run_file" and ref not in runs:
@@ -654,7 +744,7 @@ def _compared(
         )
     n = len(next(iter(sides.values())).query_ids) if sides else ctx.dataset.queries.height
     metrics = next(iter(sides.values())).identity.metrics if sides else ctx.metrics
-    power = gate_power(n, len(metrics), rule.alpha, rule.margin, rule.n_permutations)
+    power = gate_power(n, len(metrics), rule.margin, stats)
     if not power.can_decide:
         if require_power:
             raise GateCannotDecide(power)
@@ -666,8 +756,13 @@ def _compared(
     refuse_other_identity(base.identity, cand.identity, baseline, candidate)
     if base.query_ids != cand.query_ids:
         raise InputError(f"{shown(baseline)} and {shown(candidate)} hold different query sets")
-    decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule)
-    notes = [n for n in (base.checked, cand.checked) if n] + decision.notes
+    decision = decide(base.labels, cand.labels, base.query_ids, base.identity.metrics, rule, stats)
+    notes = [n for n in (base.checked, cand.checked) if n]
+    notes += [left_out_note(role, side) for role, side in (("baseline", base), ("candidate", cand))
+              if side.left_out]  # fmt: skip
+    notes += decision.notes
     if base.retriever == cand.retriever:
         notes.append("baseline and candidate are the same retriever")
-    return GateResult(base, cand, decision.metrics, decision.verdict, rule, notes, decision.power)
+    return GateResult(
+        base, cand, decision.metrics, decision.verdict, rule, stats, notes, decision.power
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.gate.escape import shown
 
 LABEL_METHOD = "erag"
@@ -23,7 +23,7 @@ LABEL_METHOD = "erag"
 class EvalIdentity:
     """Everything that decides a gate's numbers except the retriever.
 
-    ``dataset_digest``: :func:`erag_dagster.inputs.dataset_digest` of the spec (its files'
+    ``dataset_digest``: :func:`erag_dagster.config.inputs.dataset_digest` of the spec (its files'
     content and options); ``reader_fingerprint``: the reader's full fingerprint (model files,
     prompt, decoding); ``label_method``: :data:`LABEL_METHOD`; ``downstream_metric``: scores an
     answer against the gold answers (``em``, ``f1``, ...); ``metrics``: the list metrics, as

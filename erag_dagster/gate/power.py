@@ -28,6 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from erag_dagster.core.input_numbers import format_given
+from erag_dagster.stats.settings import Statistics
+
 
 @dataclass(frozen=True)
 class Power:
@@ -60,11 +63,11 @@ class Power:
         )
         if not self.can_decide:
             return (
-                f"{head} >= alpha {self.alpha:g}: the gate cannot decide (no candidate can be "
-                f"called worse or better; use more queries or fewer metrics)"
+                f"{head} >= alpha {format_given(self.alpha)}: the gate cannot decide (no "
+                "candidate can be called worse or better; use more queries or fewer metrics)"
             )
         return (
-            f"{head} < alpha {self.alpha:g}; smallest detectable difference "
+            f"{head} < alpha {format_given(self.alpha)}; smallest detectable difference "
             f"{self.detectable:.4f} ({self.queries_needed} of {self.n} queries moving by 1)"
         )
 
@@ -78,11 +81,11 @@ def _p_with(k: int, n: int, n_permutations: int) -> float:
     return (n_permutations * 2.0 / 2**k + 1.0) / (n_permutations + 1.0)
 
 
-def gate_power(
-    n: int, metrics: int, alpha: float, margin: float = 0.0, n_permutations: int = 10_000
-) -> Power:
-    """:class:`Power` of a gate over ``n`` queries and ``metrics`` metrics (module docstring).
-    ``n = 0`` or ``metrics = 0`` cannot decide anything."""
+def gate_power(n: int, metrics: int, margin: float, stats: Statistics) -> Power:
+    """:class:`Power` of a gate over ``n`` queries and ``metrics`` metrics at ``stats.alpha``
+    with ``stats.permutations`` sign flips (module docstring). ``n = 0`` or ``metrics = 0``
+    cannot decide anything."""
+    alpha, n_permutations = stats.alpha, stats.permutations
     m = max(metrics, 1)
     min_p = _p_with(n, n, n_permutations)
     min_p_holm = min(1.0, m * min_p)

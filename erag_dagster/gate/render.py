@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.gate.compare import Evaluation, GateResult
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.power import Power
@@ -25,7 +26,7 @@ _HEADERS = ("metric", "baseline", "candidate", "difference", "CI", "p (Holm)", "
 
 
 def _rows(result: GateResult, marks: bool) -> list[list[str]]:
-    pct = f"{result.rule.confidence:.0%}"
+    pct = result.statistics.percent
     return [
         [
             # render_cells escapes the pipe of a markdown cell itself
@@ -49,13 +50,13 @@ def _cost(side: Evaluation) -> str:
 
 def _headline(result: GateResult, verdict: str, md: bool = False) -> str:
     """The headline with ``verdict`` (already formatted) where the verdict goes."""
-    r = result.rule
+    r, stats = result.rule, result.statistics
     n = result.metrics[0].n if result.metrics else 0
     return (
         f"candidate {shown(result.candidate.retriever.label, md)} vs baseline "
         f"{shown(result.baseline.retriever.label, md)}: {verdict} "
-        f"(margin {r.margin:g}, alpha {r.alpha:g} Holm-corrected over {len(result.metrics)} "
-        f"metrics, {n} queries)"
+        f"(margin {format_given(r.margin)}, alpha {format_given(stats.alpha)} Holm-corrected "
+        f"over {len(result.metrics)} metrics, {n} queries)"
     )
 
 
@@ -102,7 +103,7 @@ def _fit_lines(result: GateResult, md: bool = False) -> list[str]:
 def to_markdown(result: GateResult) -> str:
     """A GitHub-flavoured summary: a heading with the verdict, the table and the rule."""
     right = [False, True, True, True, True, True, False]
-    r = result.rule
+    r, stats = result.rule, result.statistics
     lines = [
         f"### eRAG retrieval gate: {_MARK[result.verdict]}",
         "",
@@ -114,10 +115,10 @@ def to_markdown(result: GateResult) -> str:
         "",
         f"{_power_line(result.power, md=True)}.",
         "",
-        f"Rule: *worse* when the whole {r.confidence:.0%} paired-bootstrap interval of "
-        f"candidate − baseline lies below {-r.margin or 0.0:g} and the Holm-corrected "
-        f"randomisation p < {r.alpha:g}; *better* when it lies above {r.margin:g} with the "
-        "same p; else *indistinguishable*.",
+        f"Rule: *worse* when the whole {stats.percent} paired-bootstrap interval of "
+        f"candidate − baseline lies below {format_given(-r.margin or 0.0)} and the "
+        f"Holm-corrected randomisation p < {format_given(stats.alpha)}; *better* when it lies "
+        f"above {format_given(r.margin)} with the same p; else *indistinguishable*.",
         "",
         f"Reader cost: baseline — {_cost(result.baseline)}; candidate — {_cost(result.candidate)}.",
         *(f"\nNote: {shown(n, markdown=True)}." for n in result.notes),
@@ -139,6 +140,21 @@ def _side(side: Evaluation) -> dict[str, Any]:
         "from_store": side.from_store,
         "stored": side.stored,
         "fit": side.fit.as_dict() if side.fit is not None else None,
+        "left_out_queries": list(side.left_out),
+    }
+
+
+def rule_json(result: GateResult) -> dict[str, Any]:
+    """The rule a result was reached with: its margin and the statistics (JSON keys as they
+    were when the rule held them: ``n_resamples``, ``n_permutations``)."""
+    stats = result.statistics
+    return {
+        "margin": result.rule.margin,
+        "alpha": stats.alpha,
+        "confidence": stats.confidence,
+        "n_resamples": stats.resamples,
+        "n_permutations": stats.permutations,
+        "seed": stats.seed,
     }
 
 
@@ -150,7 +166,7 @@ def to_json(result: GateResult) -> str:
             "metrics": [asdict(v) for v in result.metrics],
             "baseline": _side(result.baseline),
             "candidate": _side(result.candidate),
-            "rule": asdict(result.rule),
+            "rule": rule_json(result),
             "power": asdict(result.power) if result.power else None,
             "notes": result.notes,
         },

@@ -4,8 +4,8 @@ For each metric ``m`` and query ``q`` let ``d_q = candidate_q - baseline_q`` (pe
 values on the same queries). :func:`erag_dagster.stats.significance.compare_paired` gives
 
 - ``difference = mean(d)``;
-- ``ci = [low, high]``: its percentile paired bootstrap interval at ``confidence`` (queries
-  resampled with replacement, ``n_resamples`` times, seeded);
+- ``ci = [low, high]``: its percentile paired bootstrap interval at the statistics'
+  ``confidence`` (queries resampled with replacement ``resamples`` times, seeded);
 - ``p``: the two-sided paired randomisation (sign-flip) test of ``mean(d) = 0``.
 
 The p-values of the metrics are adjusted together with :func:`~erag_dagster.stats.significance.
@@ -17,18 +17,22 @@ holm` (family-wise error rate over the metrics), giving ``p_holm``. With the mar
 - **indistinguishable** otherwise (including identical systems: ``d = 0``, ``p = 1``).
 
 The overall verdict is ``worse`` if any metric is worse, else ``better`` if any is better,
-else ``indistinguishable``. Every draw is seeded (``seed``): the same labels give the same
-verdict.
+else ``indistinguishable``. Every draw is seeded: the same labels give the same verdict.
+The statistics (resamples, seed, alpha, confidence, permutations) are the registry's, one
+:class:`~erag_dagster.stats.settings.Statistics` value (required; ``--alpha`` may replace its
+``alpha``: :meth:`GateRule.statistics`) — the verdict asset's own, so the gate and the verdict
+test a pair with the same draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from erag_dagster.config.evaluation import EvaluationConfig
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.gate.power import Power
+from erag_dagster.stats.settings import Statistics
 from erag_dagster.stats.significance import compare_paired, holm
 
 VERDICTS = ("better", "worse", "indistinguishable")
@@ -67,45 +71,25 @@ class MetricVerdict:
 
 @dataclass(frozen=True)
 class GateRule:
-    """The verdict's parameters: ``margin`` δ >= 0 (metric units), ``alpha`` in (0, 1),
-    ``confidence`` of the interval in (0, 1), resamples, permutations and the seed.
-
-    ``alpha``, ``n_resamples`` and ``seed`` left as ``None`` take the registry's
-    ``evaluation`` settings (:meth:`with_settings`: the verdict's own ``alpha``,
-    ``bootstrap_resamples`` and ``seed``), so the gate and the verdict test a pair with the
-    same draws."""
+    """What a gate decides with besides the statistics: the ``margin`` δ >= 0 (metric units)
+    and, optionally, an ``alpha`` in (0, 1) that replaces the registry's (``--alpha``;
+    ``None``: the registry's ``evaluation.alpha``). Every other statistical setting is the
+    registry's (:meth:`statistics`)."""
 
     margin: float = 0.0
     alpha: float | None = None
-    confidence: float = 0.95
-    n_resamples: int | None = None
-    n_permutations: int = 10_000
-    seed: int | None = None
 
-    def with_settings(self, config: EvaluationConfig) -> GateRule:
-        """This rule with every ``None`` taken from ``config``."""
-        return replace(
-            self,
-            alpha=config.alpha if self.alpha is None else self.alpha,
-            n_resamples=config.bootstrap_resamples
-            if self.n_resamples is None
-            else self.n_resamples,
-            seed=config.seed if self.seed is None else self.seed,
-        )
+    def statistics(self, config: EvaluationConfig) -> Statistics:
+        """``config``'s statistics with this rule's ``alpha`` when it has one."""
+        return config.with_overrides("--alpha", alpha=self.alpha).statistics
 
     def __post_init__(self) -> None:
-        for name in ("margin", "alpha", "confidence"):
+        for name in ("margin", "alpha"):
             value = getattr(self, name)
             if value is None and name == "alpha":
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InputError(f"--{name} must be a number, got {value!r}")
-        for name in ("n_resamples", "n_permutations", "seed"):
-            value = getattr(self, name)
-            if value is None and name != "n_permutations":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"GateRule.{name} must be an integer, got {value!r}")
         if not 0 <= self.margin < 1:  # nan and inf fail too
             raise InputError(
                 f"--margin must lie in [0, 1) (metric units; metric values lie in [0, 1], so a "
@@ -113,10 +97,6 @@ class GateRule:
             )
         if self.alpha is not None and not 0 < self.alpha < 1:
             raise InputError(f"--alpha must lie in (0, 1), got {self.alpha}")
-        if not 0 < self.confidence < 1:
-            raise InputError(f"GateRule.confidence must lie in (0, 1), got {self.confidence}")
-        if (self.n_resamples is not None and self.n_resamples < 1) or self.n_permutations < 1:
-            raise InputError("GateRule.n_resamples and n_permutations must be >= 1")
 
 
 def metric_verdicts(
@@ -124,11 +104,11 @@ def metric_verdicts(
     candidate: Mapping[str, Mapping[str, float]],
     metrics: Sequence[str],
     rule: GateRule,
+    stats: Statistics,
 ) -> list[MetricVerdict]:
     """Per-metric verdicts of ``candidate`` against ``baseline`` (``query -> metric -> value``
-    on the same queries; a query one side lacks is an error, never silently dropped). A rule's
-    unset ``alpha``/``n_resamples``/``seed`` take :class:`EvaluationConfig`'s defaults."""
-    rule = rule.with_settings(EvaluationConfig())
+    on the same queries; a query one side lacks is an error, never silently dropped) under
+    ``rule``'s margin and ``stats`` (its ``alpha`` decides; :meth:`GateRule.statistics`)."""
     if set(baseline) != set(candidate):
         only = sorted(set(baseline) ^ set(candidate))
         raise InputError(
@@ -139,21 +119,12 @@ def metric_verdicts(
     for metric in metrics:
         base = {q: values[metric] for q, values in baseline.items()}
         cand = {q: values[metric] for q, values in candidate.items()}
-        compared.append(
-            compare_paired(
-                cand,
-                base,
-                n_permutations=rule.n_permutations,
-                n_resamples=rule.n_resamples,
-                confidence=rule.confidence,
-                seed=rule.seed,
-            )
-        )
+        compared.append(compare_paired(cand, base, stats))
     adjusted = holm([c.p_perm for c in compared])
     out = []
     for metric, c, p_holm in zip(metrics, compared, adjusted, strict=True):
         low, high = c.ci
-        significant = bool(p_holm < rule.alpha)
+        significant = bool(p_holm < stats.alpha)
         if significant and high < -rule.margin:
             verdict = "worse"
         elif significant and low > rule.margin:

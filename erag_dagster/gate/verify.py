@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.gate.escape import shown
 from erag_dagster.gate.identity import EvalIdentity
 
@@ -47,7 +47,7 @@ def answer_keys(rows: list[dict[str, Any]], reader_fingerprint: str, dataset) ->
     """The label store's generation key of each row's (query, document) for the reader of
     ``reader_fingerprint``, over the dataset's question and passage text (rows need
     ``query_id``, ``doc_id``, ``rank``); an unknown query or document is an InputError."""
-    from erag_dagster.hashing import sha256_text
+    from erag_dagster.core.hashing import sha256_text
     from erag_dagster.labels.keys import generation_key
     from erag_dagster.readers.passages import run_with_passages
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.hashing import sha256_json
+from erag_dagster.core.hashing import sha256_json
 
 __all__ = ["AUDIT_COLUMNS", "IDENTITY_COLUMNS", "audit_rows", "evaluation_id", "identity_columns"]
 

@@ -40,9 +40,9 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.callbacks import Log, OnBatch, Progress
-from erag_dagster.errors import EnvironmentFault, InputError, StorageError
-from erag_dagster.hashing import sha256_text
+from erag_dagster.core.callbacks import Log, OnBatch, Progress
+from erag_dagster.core.errors import EnvironmentFault, InputError, StorageError
+from erag_dagster.core.hashing import sha256_text
 from erag_dagster.labels.recovery import ReaderRecord
 from erag_dagster.labels.store import (
     GENERATIONS_SCHEMA,

@@ -17,7 +17,7 @@ key                    meaning (default)
 ``num_gpus``           Ray only: GPUs each actor reserves (0; e.g. 1 for one GPU per replica)
 =====================  ==========================================================================
 
-A bad value is one :class:`~erag_dagster.errors.InputError` line naming where it came from.
+A bad value is one :class:`~erag_dagster.core.errors.InputError` line naming where it came from.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 EXECUTORS = ("inprocess", "ray")
 KEYS = ("executor", "address", "actors", "num_cpus", "num_gpus")

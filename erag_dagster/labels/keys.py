@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from erag_dagster.code_versions import CodeVersion
-from erag_dagster.hashing import sha256_json
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.hashing import sha256_json
 
 __all__ = ["generation_key", "gold_hash", "score_key", "utc_now"]
 
@@ -32,7 +32,7 @@ def score_key(generation: str, gold: str, metric: str | CodeVersion) -> str:
     """Key of one score: (generation key, gold hash, metric tag).
 
     A metric's tag is its name at version 1 and ``name/vN`` from version 2 on
-    (:attr:`~erag_dagster.code_versions.CodeVersion.tag`; a plain string is taken as the tag):
+    (:attr:`~erag_dagster.core.code_versions.CodeVersion.tag`; a plain string is taken as the tag):
     scores stored before metrics had versions keep their keys, and a raised version keys its
     scores apart, so they are computed again instead of served stale.
     """

@@ -12,14 +12,14 @@ text, document text) and scores by (answer, gold answers, metric and its version
 * a re-run after a crash resumes: generations are committed by count or time
   (:class:`~erag_dagster.labels.cached.CommitPolicy`, default every 64 pairs or 10 s), so a
   ``kill -9`` loses at most that window plus one model batch of reader work;
-* changing only the metric, or raising its version (:mod:`erag_dagster.code_versions`),
+* changing only the metric, or raising its version (:mod:`erag_dagster.core.code_versions`),
   re-scores stored answers and runs the reader zero times.
 
 eRAG labels have no version of their own: a label is the metric's score of the reader's answer,
 so its identity is the reader fingerprint (the prompt builder's and post-processing's versions
 included: :mod:`erag_dagster.readers.fingerprint`) and the metric's version.
 
-Input policy (one-line :class:`~erag_dagster.errors.InputError`): an empty run, a run missing
+Input policy (one-line :class:`~erag_dagster.core.errors.InputError`): an empty run, a run missing
 ``query_id``/``doc_id``/``rank``, a run naming an unknown document or query (the first one in
 run order is named), a query without gold answers, an unknown metric, or a metric value that is
 NaN or outside [0, 1]. Duplicate (query, doc) rows in a run are labelled alike.
@@ -34,10 +34,10 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from erag_dagster.callbacks import NOTES, Log, Progress
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.callbacks import NOTES, Log, Progress
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.schema import require_answers, require_questions
-from erag_dagster.errors import InputError
 from erag_dagster.labels.cached import (
     CommitPolicy,
     Generated,
@@ -131,7 +131,7 @@ def label_run(
     say = log or (lambda _msg: None)
     measure = get_downstream_metric(metric)
     policy = commit or CommitPolicy.from_env()
-    rows = _joined(run, queries, corpus)
+    rows = labelling_rows(run, queries, corpus)
     # One subject per distinct (query, doc); similar lengths together keep padding small.
     pairs = (
         rows.unique(["query_id", "doc_id"], keep="first", maintain_order=True)
@@ -256,7 +256,7 @@ def label_run(
 def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
     """The versioned code an eRAG label of ``metric`` depends on: the metric, the prompt
     builder, the prompt presets (:mod:`erag_dagster.readers.presets`) and the answer
-    extraction (:mod:`erag_dagster.code_versions`); an unknown metric is an
+    extraction (:mod:`erag_dagster.core.code_versions`); an unknown metric is an
     :class:`InputError`."""
     return (
         get_downstream_metric(metric),
@@ -269,8 +269,10 @@ def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
 # -- steps ---------------------------------------------------------------------------------------
 
 
-def _joined(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
-    """Run rows with ``question, answers, passage`` (the text the reader sees), validated."""
+def labelling_rows(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
+    """Run rows with ``question, answers, passage`` (the text the reader sees), validated by
+    the module's input policy — cheap, no reader and no store: a caller that must refuse a bad
+    run before it opens a store (:func:`erag_dagster.api.label`) calls it first."""
     needed = [c for c in ("query_id", "doc_id", "rank") if c not in run.columns]
     if needed:
         raise InputError(f"run lacks column(s) {', '.join(needed)}")

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.data.schema import require_answers
-from erag_dagster.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.likelihood import (

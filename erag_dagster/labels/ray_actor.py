@@ -4,8 +4,8 @@
 its reader from the driver reader's spec through the in-process factory (:func:`build_reader`),
 reports the reader's fingerprint before loading weights, and runs one of :data:`METHODS` on a
 chunk of items, yielding outputs per model batch (a Ray streaming generator) or, for Ray Client,
-the chunk whole. A reader error inside an actor (an :class:`~erag_dagster.errors.InputError` or
-:class:`~erag_dagster.errors.EnvironmentFault`) reaches the driver as itself
+the chunk whole. A reader error inside an actor (an :class:`~erag_dagster.core.errors.InputError` or
+:class:`~erag_dagster.core.errors.EnvironmentFault`) reaches the driver as itself
 (:func:`actor_cause`, :func:`load_error`); anything else stays a bug with Ray's traceback.
 """
 
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.labels.cached import accepts_on_batch
 from erag_dagster.readers.factory import reader_from_config
 

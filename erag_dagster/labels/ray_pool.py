@@ -25,9 +25,9 @@ only where the reader runs changes.
   that had not streamed back yet (through Ray Client: its whole chunk; answers the driver holds
   are committed by the engine as usual); those pairs are queued again and taken by another
   live actor, **once**: a chunk whose retry also loses its actor, or a pool with no live actor
-  left, stops with one :class:`~erag_dagster.errors.EnvironmentFault` line (what was generated
-  is committed). A reader error inside an actor (an :class:`~erag_dagster.errors.InputError`
-  or :class:`~erag_dagster.errors.EnvironmentFault`) is re-raised as itself; anything else
+  left, stops with one :class:`~erag_dagster.core.errors.EnvironmentFault` line (what was generated
+  is committed). A reader error inside an actor (an :class:`~erag_dagster.core.errors.InputError`
+  or :class:`~erag_dagster.core.errors.EnvironmentFault`) is re-raised as itself; anything else
   stays a bug with Ray's traceback.
 
 Connecting to Ray (and importing it: only there, when a pool starts) is
@@ -45,8 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from erag_dagster.callbacks import Log, OnBatch
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.callbacks import Log, OnBatch
+from erag_dagster.core.errors import EnvironmentFault, InputError
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.ray_actor import ReaderActor, actor_cause, load_error
 from erag_dagster.labels.ray_session import NAMESPACE, connect, import_ray, is_client
@@ -150,8 +151,9 @@ class RayReaderPool:
         if waiting:
             raise EnvironmentFault(
                 f"{len(waiting)} of {len(refs)} Ray reader actors not started after "
-                f"{START_TIMEOUT_S:.0f} s: does the cluster have {self.spec.num_cpus:g} CPU and "
-                f"{self.spec.num_gpus:g} GPU free per actor? (ERAG_RAY_START_TIMEOUT)"
+                f"{START_TIMEOUT_S:.0f} s: does the cluster have "
+                f"{format_given(self.spec.num_cpus)} CPU and {format_given(self.spec.num_gpus)} "
+                "GPU free per actor? (ERAG_RAY_START_TIMEOUT)"
             )
         for ref in ready:
             try:
@@ -167,8 +169,8 @@ class RayReaderPool:
             self.stats.pids.append(pid)
         self._wait_loaded(ray)
         self.log(
-            f"Ray: {len(self.actors)} reader actors ready ({self.spec.num_cpus:g} CPU, "
-            f"{self.spec.num_gpus:g} GPU each)"
+            f"Ray: {len(self.actors)} reader actors ready ({format_given(self.spec.num_cpus)} CPU, "
+            f"{format_given(self.spec.num_gpus)} GPU each)"
         )
 
     def _wait_loaded(self, ray: Any) -> None:

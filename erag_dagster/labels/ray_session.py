@@ -15,8 +15,8 @@ import os
 import time
 from typing import Any
 
-from erag_dagster.callbacks import Log
-from erag_dagster.errors import EnvironmentFault
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import EnvironmentFault
 from erag_dagster.labels.executor import ExecutorSpec
 
 __all__ = ["CLIENT_ATTEMPTS", "NAMESPACE", "connect", "import_ray", "is_client"]

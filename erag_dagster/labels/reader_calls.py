@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from erag_dagster.callbacks import Log, OnBatch
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import Log, OnBatch
+from erag_dagster.core.errors import InputError
 from erag_dagster.labels.cached import accepts_on_batch
 from erag_dagster.labels.executor import ExecutorSpec
 

@@ -6,20 +6,20 @@ A recovery file (written by :meth:`~.store_base.LabelStoreBase.write_recovery`, 
 * a **reader record** ``{"reader": {"reader_fingerprint", "name", "identity", "spec"},
   "line_sha256"}`` for every fingerprint its answers use, so the store they go into can
   register the reader (the store's audit needs its identity); ``spec`` is masked
-  (:func:`~erag_dagster.credentials.mask_in`) before it is written;
+  (:func:`~erag_dagster.core.credentials.mask_in`) before it is written;
 * a **generation** line: the columns of :data:`~.tables.GENERATIONS_SCHEMA` plus
   ``line_sha256``.
 
-``line_sha256`` is the sha256 of the canonical JSON (:func:`~erag_dagster.hashing.sha256_json`)
+``line_sha256`` is the sha256 of the canonical JSON (:func:`~erag_dagster.core.hashing.sha256_json`)
 of the line's object without that field: it covers *every* field, the answer included, which
 the generation key does not (the key names reader, query, question and document text). It
 detects a line edited or damaged after it was written; it is not a signature (whoever edits a
 line can recompute it), which is why the key is still recomputed and readers are still checked.
 
 Reading (:func:`read_recovery_file`) checks every line before anything is written, and the
-first bad line is one :class:`~erag_dagster.errors.InputError` at ``file:line``:
+first bad line is one :class:`~erag_dagster.core.errors.InputError` at ``file:line``:
 
-* JSON under the input rule (:mod:`erag_dagster.input_files`: a regular file within the input
+* JSON under the input rule (:mod:`erag_dagster.core.input_files`: a regular file within the input
   limit, BOM stripped, duplicate keys and deep nesting refused), a line at most
   :data:`MAX_LINE_CHARS` characters;
 * exactly the known fields, each of its type: the four hashes 64 lower-case hex digits,
@@ -53,10 +53,10 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.credentials import mask_in
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import canonical_json, sha256_json, sha256_text
-from erag_dagster.input_files import parse_json, text_lines
+from erag_dagster.core.credentials import mask_in
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import canonical_json, sha256_json, sha256_text
+from erag_dagster.core.input_files import parse_json, text_lines
 from erag_dagster.labels.keys import generation_key
 from erag_dagster.labels.tables import GENERATIONS_SCHEMA
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.code_versions import CodeVersion
 from erag_dagster.data.schema import require_answers
 from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
 from erag_dagster.labels.executor import ExecutorSpec
@@ -91,7 +91,7 @@ def closed_book_scores(
 ) -> pl.DataFrame:
     """``query_id, closed_book``: the downstream ``metric`` of the reader's closed-book answer
     to each query of ``queries`` (:func:`closed_book_answers`, stored) against its golds, in
-    [0, 1]; a query without gold answers is an :class:`~erag_dagster.errors.InputError`."""
+    [0, 1]; a query without gold answers is an :class:`~erag_dagster.core.errors.InputError`."""
     require_answers(queries, "closed-book scores")
     closed = closed_book_answers(queries, reader, store, run_id, executor=executor).join(
         queries.select(pl.col("query_id").cast(pl.String), "answers"), on="query_id"

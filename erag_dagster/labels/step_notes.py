@@ -12,7 +12,7 @@ run_estimate`) — and, while it runs, how far it is and how long the rest shoul
 ETA policy: the remaining items times the mean seconds per item generated so far (items are
 the step's unit: pairs, queries); none before the first item is done. A line at most every
 :data:`NOTE_EVERY_S` seconds (the progress hook is called at least every 10 s), and one when
-the step completes. Lines go to :data:`~erag_dagster.callbacks.NOTES` (dropped outside the
+the step completes. Lines go to :data:`~erag_dagster.core.callbacks.NOTES` (dropped outside the
 main job's relay).
 """
 
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from erag_dagster.callbacks import NOTES
+from erag_dagster.core.callbacks import NOTES
 from erag_dagster.readers.accounting import estimate_summary, run_estimate
 
 NOTE_EVERY_S = 20.0

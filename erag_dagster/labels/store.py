@@ -24,7 +24,7 @@ longer find them, so each such pair is generated once more under its text key.)
     gold_hash = sha256(canonical JSON of the sorted gold answers)
 
 A metric's tag — also what the ``metric`` column records — is its name at version 1 and
-``name/vN`` from version 2 on (:mod:`erag_dagster.code_versions`): scores stored before metrics
+``name/vN`` from version 2 on (:mod:`erag_dagster.core.code_versions`): scores stored before metrics
 had versions keep their keys, and raising a metric's version (``metrics/downstream.py``) makes
 its scores be computed again from the stored answers, without a reader call. The reader
 fingerprint (part of ``generation_key``) holds the prompt builder's version by the same rule.
@@ -99,7 +99,7 @@ def resolve_store(target: str | Path | None, writable: bool = True) -> str:
     """``target``, else ``$ERAG_LABEL_STORE``, else ``<storage root>/labels.sqlite``."""
     if target:
         return str(target)
-    from erag_dagster.paths import storage_root
+    from erag_dagster.core.paths import storage_root
 
     return default_store(storage_root(writable=writable))
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.credentials import mask_credentials, mask_in
-from erag_dagster.errors import InputError, StorageError
+from erag_dagster.core.credentials import mask_credentials, mask_in
+from erag_dagster.core.errors import InputError, StorageError
 from erag_dagster.labels.audit import audit_rows
 from erag_dagster.labels.keys import utc_now
 from erag_dagster.labels.recovery import (
@@ -233,7 +233,7 @@ class LabelStoreBase(ABC):
         spec. The first registration of a fingerprint is kept (and a known one is not written
         again, so registering needs no write lock). Credentials in the spec (a URL's password,
         an ``api_key=`` parameter) are masked before they are stored
-        (:func:`~erag_dagster.credentials.mask_in`); the identity is stored as it is, since
+        (:func:`~erag_dagster.core.credentials.mask_in`); the identity is stored as it is, since
         the fingerprint hashes it (no credential is part of an identity)."""
         if self.reader_identity(fingerprint) is not None:
             return
@@ -312,7 +312,7 @@ class LabelStoreBase(ABC):
         is tried, then the system's temporary folder; the ``OSError`` of the last is raised
         when all refuse. Returns its path.
         """
-        from erag_dagster.paths import storage_root
+        from erag_dagster.core.paths import storage_root
 
         base = self._recovery_base()
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -461,7 +461,8 @@ class LabelStoreBase(ABC):
     def insert_rows(self, table: Table, rows: list[Row]) -> int:
         """Insert-if-absent rows of any table as read by :meth:`iter_rows` (one transaction;
         for copying a store: scores need their generations and gold answers stored first). A
-        reader's ``spec_json`` is masked (:func:`~erag_dagster.credentials.mask_credentials`)."""
+        reader's ``spec_json`` is masked
+        (:func:`~erag_dagster.core.credentials.mask_credentials`)."""
         self._refuse_write()
         rows = sorted(rows, key=lambda r: r[0])
         if table is READERS:  # a spec stored before specs were masked: masked on the way

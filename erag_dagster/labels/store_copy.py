@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from erag_dagster.errors import InputError, concerning
+from erag_dagster.core.errors import InputError, concerning
 from erag_dagster.labels.store import COPY_ORDER, LabelStoreBase, open_store, redact_url
 from erag_dagster.labels.store_url import StoreTarget, parse_store
 

@@ -34,7 +34,8 @@ import polars as pl
 import psycopg
 from psycopg import errors as pg_errors
 
-from erag_dagster.errors import InputError, StorageError
+from erag_dagster.core.errors import InputError, StorageError
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.labels.store_base import (
     LabelStoreBase,
     Row,
@@ -188,7 +189,7 @@ class PostgresLabelStore(LabelStoreBase):
     def _recovery_base(self) -> Path:
         from psycopg.conninfo import conninfo_to_dict
 
-        from erag_dagster.paths import storage_root
+        from erag_dagster.core.paths import storage_root
 
         database = str(conninfo_to_dict(self.url).get("dbname") or "postgres").strip("/")
         return storage_root() / "label-recovery" / database
@@ -265,7 +266,7 @@ class _Writing:
         if isinstance(exc, _RETRYABLE):
             raise StoreLocked(
                 f"{store.location}: locked by another process for more than "
-                f"{store.busy_timeout_s:g} s"
+                f"{format_given(store.busy_timeout_s)} s"
             ) from None
         if isinstance(exc, psycopg.OperationalError):
             store._drop_broken()

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from erag_dagster.errors import InputError, StorageError
-from erag_dagster.input_files import UNBOUNDED, regular_file
+from erag_dagster.core.errors import InputError, StorageError
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.labels.store_base import (
     LabelStoreBase,
     NoLabelStore,
@@ -38,6 +38,7 @@ from erag_dagster.labels.store_base import (
     StoreWriteFailed,
     default_busy_timeout,
 )
+from erag_dagster.labels.store_url import check_store_location
 from erag_dagster.labels.tables import (
     INDEXES,
     LEGACY_RUN_COLUMN,
@@ -68,8 +69,7 @@ class SqliteLabelStore(LabelStoreBase):
         self.read_only = read_only
         self.busy_timeout_s = default_busy_timeout() if busy_timeout_s is None else busy_timeout_s
         self._local = threading.local()
-        if self.path.exists():  # a folder, FIFO or device is named as such, never opened
-            regular_file(self.path, UNBOUNDED)
+        check_store_location(self.path)  # a folder, FIFO or device is named, never opened
         if read_only:
             if not self.path.is_file():
                 raise NoLabelStore(f"{self.path}: no label store here")
@@ -247,7 +247,8 @@ def _locked(exc: sqlite3.OperationalError, store: SqliteLabelStore) -> Exception
     (the disk refused it) or itself."""
     if _is_lock_error(exc):
         return StoreLocked(
-            f"{store.path}: locked by another process for more than {store.busy_timeout_s:g} s"
+            f"{store.path}: locked by another process for more than "
+            f"{format_given(store.busy_timeout_s)} s"
         )
     why = _read_only(exc, store.path)
     if why is not None:

@@ -14,7 +14,7 @@ Credentials come from the environment only: a URL that carries a password is ref
 end up in run config, logs and the UI); libpq reads ``PGPASSWORD``, ``PGPASSFILE``
 (``~/.pgpass``), ``PGUSER``, ``PGHOST`` … itself; so is a DSN with a ``password`` keyword.
 :func:`redact_url` masks a password anyway wherever a URL or DSN is printed (the one masking
-rule: :func:`erag_dagster.credentials.mask_credentials`).
+rule: :func:`erag_dagster.core.credentials.mask_credentials`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
-from erag_dagster.credentials import mask_credentials
-from erag_dagster.errors import InputError
+from erag_dagster.core.credentials import mask_credentials
+from erag_dagster.core.errors import InputError
 
-__all__ = ["STORE_ENV", "StoreTarget", "parse_store", "redact_url", "store_files"]
+__all__ = [
+    "STORE_ENV",
+    "StoreTarget",
+    "check_store_location",
+    "parse_store",
+    "redact_url",
+    "store_files",
+]
 
 STORE_ENV = "ERAG_LABEL_STORE"
 """Environment variable naming the label store when no ``--store``/resource value is given."""
@@ -90,9 +97,57 @@ def parse_store(text: str | Path) -> StoreTarget:
     )
 
 
+def check_store_location(text: str | Path) -> StoreTarget:
+    """The store ``text`` names (:func:`parse_store`), its location checked without opening or
+    creating anything — what every door (``label``, ``evaluate()``, the gate, ``audit``) checks
+    before any work: an SQLite path that exists must be a regular file (a folder, a FIFO, a
+    device is named as such: :func:`erag_dagster.core.input_files.regular_file`; a file that is not
+    an SQLite database is one :class:`~erag_dagster.core.errors.StorageError`), and the nearest
+    folder above it that exists must be a folder (the store's folder is created, never a
+    file's). A PostgreSQL store is checked when it is connected to."""
+    from erag_dagster.core.input_files import UNBOUNDED, regular_file
+
+    target = parse_store(text)
+    if target.kind != "sqlite":
+        return target
+    path = Path(target.where)
+    if os.path.lexists(path):
+        regular_file(path, UNBOUNDED)
+        _refuse_foreign(path)
+        return target
+    parent = path.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if os.path.lexists(parent) and not parent.is_dir():
+        raise InputError(
+            f"{path}: cannot be a label store: {parent} is a file, not a folder; give a path in "
+            "a folder"
+        )
+    return target
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+
+
+def _refuse_foreign(path: Path) -> None:
+    """A non-empty file that does not begin as an SQLite database is not a label store: one
+    :class:`StorageError` line, before any work (SQLite would say so only when first queried)."""
+    from erag_dagster.core.errors import StorageError
+    from erag_dagster.core.input_files import UNBOUNDED, open_binary
+
+    with open_binary(path, UNBOUNDED) as handle:
+        head = handle.read(len(SQLITE_MAGIC))
+    if head and head != SQLITE_MAGIC:
+        raise StorageError(
+            f"{path}: not a readable erag-dagster label store (not an SQLite file); move the "
+            "file away or pass --store with another file"
+        )
+
+
 def redact_url(url: str) -> str:
     """``url`` (a store URL, DSN or path) with any credential replaced by ``***``
-    (:func:`~erag_dagster.credentials.mask_credentials`)."""
+    (:func:`~erag_dagster.core.credentials.mask_credentials`)."""
     return mask_credentials(str(url))
 
 
@@ -104,7 +159,7 @@ def default_store(storage_root: Path) -> str:
 def store_files(store: str | Path) -> list[tuple[str, Path]]:
     """An SQLite label store's file and the files SQLite keeps beside it (WAL, shared memory,
     rollback journal), as ``(what, path)`` inputs of
-    :func:`erag_dagster.output_guard.guard_output`; a PostgreSQL store has none."""
+    :func:`erag_dagster.core.output_guard.guard_output`; a PostgreSQL store has none."""
     kind, where = parse_store(store if isinstance(store, Path) else str(store))
     if kind != "sqlite":
         return []

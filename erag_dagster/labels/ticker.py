@@ -3,7 +3,7 @@
 A reader step (one generator call of :func:`~.cached.generate_stored`) can take minutes on a
 CPU — 64 pairs of a 1-billion-parameter model, or one model batch of long passages — so a
 report after each step alone leaves the user without news for that long (145 s was seen).
-:class:`Ticker` wraps a ``progress(done, total)`` callback (:data:`erag_dagster.callbacks.
+:class:`Ticker` wraps a ``progress(done, total)`` callback (:data:`erag_dagster.core.callbacks.
 Progress`): the engine calls it after each step as before, and a daemon thread calls it again
 with the current count whenever ``every_s`` seconds have passed since the last call. Calls are
 serialised (one at a time, from either thread), so a callback need not be thread-safe. The
@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from erag_dagster.callbacks import Progress
+from erag_dagster.core.callbacks import Progress
 
 __all__ = ["PROGRESS_EVERY_S", "Ticker"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from erag_dagster.code_versions import CodeVersion
-from erag_dagster.hashing import sha256_json
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.labels.cached import Subject, generate_stored
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
@@ -37,10 +37,9 @@ def _with_text(run: pl.DataFrame, queries: pl.DataFrame, corpus: pl.DataFrame) -
     ).sort("query_id", "rank")
 
 
-def provenance_labels(
-    run: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int = 1
-) -> pl.DataFrame:
-    """Binary labels from human/provenance judgments (unjudged → 0)."""
+def provenance_labels(run: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int) -> pl.DataFrame:
+    """Binary labels from human/provenance judgments: 1 when judged ``>= relevance_level``
+    (the configuration's, trec_eval ``-l``), else 0 (unjudged → 0)."""
     return (
         run.select("query_id", "doc_id", "rank")
         .join(

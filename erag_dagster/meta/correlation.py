@@ -18,7 +18,8 @@ carries that share and the reason). Queries present on one side only are left ou
 either side. A correlation that is undefined (a side constant over the matched queries, or
 fewer than two of them) is ``nan``, never an error.
 
-Every group is bootstrapped with the same ``seed`` and its queries sorted by id, so methods
+Every group is bootstrapped with the same seed (one :class:`~erag_dagster.stats.settings.
+Statistics` value, required) and its queries sorted by id, so methods
 compared on the same queries are resampled with the same draws (common random numbers), and
 results do not depend on row order.
 """
@@ -29,13 +30,14 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.stats.correlation import (
     CorrelationEstimate,
     bootstrap_ci,
     kendall_tau_b,
     spearman_rho,
 )
+from erag_dagster.stats.settings import Statistics
 
 PER_QUERY_COLUMNS = ("dataset", "retriever", "method", "metric", "query_id", "value")
 END_TO_END_COLUMNS = ("dataset", "retriever", "query_id", "value")
@@ -101,17 +103,14 @@ def _validate(frame: pl.DataFrame, columns: tuple[str, ...], name: str) -> pl.Da
 
 
 def correlation_table(
-    per_query: pl.DataFrame,
-    end_to_end: pl.DataFrame,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int | None = 0,
+    per_query: pl.DataFrame, end_to_end: pl.DataFrame, stats: Statistics
 ) -> pl.DataFrame:
     """Per ``(dataset, retriever, method, metric)``: correlation with end-to-end quality.
 
     Returns one row per group of ``per_query`` (in order of first appearance) with
     :data:`CORRELATION_SCHEMA`: ``kendall_tau``/``spearman_rho``, their percentile bootstrap
-    bounds (``*_low``, ``*_high``) at ``confidence``, the share of resamples whose statistic was
+    bounds (``*_low``, ``*_high``) at ``stats.confidence`` (``stats.resamples`` resamples from
+    ``stats.seed``), the share of resamples whose statistic was
     undefined (``*_undefined``, in ``[0, 1]``), why the bounds are ``nan`` when they are
     (``*_ci_note``, else null; policy in :func:`~erag_dagster.stats.correlation.bootstrap_ci`),
     ``n_queries`` and ``n_unmatched``.
@@ -131,8 +130,8 @@ def correlation_table(
         x = group["value"].to_numpy() if group is not None else []
         y = group["end_to_end"].to_numpy() if group is not None else []
         n = len(x)
-        tau = bootstrap_ci(x, y, kendall_tau_b, n_resamples, confidence, seed)
-        rho = bootstrap_ci(x, y, spearman_rho, n_resamples, confidence, seed)
+        tau = bootstrap_ci(x, y, kendall_tau_b, stats)
+        rho = bootstrap_ci(x, y, spearman_rho, stats)
         unmatched = (group_sizes[key] - n) + (e2e_sizes.get(key[:2], 0) - n)
         rows.append((*key, *_ci_cells(tau), *_ci_cells(rho), n, unmatched))
     return pl.DataFrame(rows, schema=CORRELATION_SCHEMA, orient="row")
@@ -186,10 +185,8 @@ def best_per_column(table: pl.DataFrame) -> pl.DataFrame:
 
 def correlation_vs_k(
     per_k: Mapping[int, tuple[pl.DataFrame, pl.DataFrame]],
+    stats: Statistics,
     statistic: str = "kendall_tau",
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int | None = 0,
 ) -> pl.DataFrame:
     """Correlation as a function of the number of retrieved documents ``k`` (paper Figure 1).
 
@@ -210,7 +207,7 @@ def correlation_vs_k(
         if int(k) != k or k < 1:
             raise InputError(f"cut-off k must be a positive integer, got {k!r}")
         per_query, end_to_end = per_k[k]
-        table = correlation_table(per_query, end_to_end, n_resamples, confidence, seed)
+        table = correlation_table(per_query, end_to_end, stats)
         frames.append(
             table.select(
                 pl.lit(int(k), dtype=pl.Int64).alias("k"),

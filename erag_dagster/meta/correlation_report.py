@@ -9,10 +9,11 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.core.paths import atomic_path
 from erag_dagster.meta.correlation import correlation_table, correlation_vs_k
 from erag_dagster.meta.per_query import FIGURE1_METRICS, System, correlation_inputs
 from erag_dagster.meta.plots import plot_correlation_vs_k
-from erag_dagster.paths import atomic_path
+from erag_dagster.stats.settings import Statistics
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def correlation_report(
     metrics: Sequence[str],
     label_k: int,
     e2e_ks: Sequence[int],
-    n_resamples: int,
+    stats: Statistics,
     folder: Path,
 ) -> CorrelationReport:
     """Table 1 on ``metrics`` at ``label_k``; Figure 1 on :data:`FIGURE1_METRICS` at each
@@ -43,7 +44,7 @@ def correlation_report(
     per_query, e2e = correlation_inputs(
         doc_labels, baseline_labels, end_to_end, metrics, dataset, label_k
     )
-    table = correlation_table(per_query, e2e, n_resamples=n_resamples)
+    table = correlation_table(per_query, e2e, stats)
     per_k = {
         k: correlation_inputs(
             doc_labels,
@@ -55,7 +56,7 @@ def correlation_report(
         )
         for k in e2e_ks
     }
-    by_k = correlation_vs_k(per_k, n_resamples=n_resamples)
+    by_k = correlation_vs_k(per_k, stats)
     folder.mkdir(parents=True, exist_ok=True)
     plot = plot_correlation_vs_k(by_k, folder / "correlation_vs_k.png")
     for name, frame in (("correlation_table", table), ("correlation_vs_k", by_k)):
@@ -74,9 +75,9 @@ def label_methods_table(
     end_to_end: pl.DataFrame,
     k: int,
     dataset: str,
-    n_resamples: int = 1000,
+    stats: Statistics,
 ) -> pl.DataFrame:
-    """Table 1 (:func:`~erag_dagster.meta.correlation.correlation_table`, seed 0) of every
+    """Table 1 (:func:`~erag_dagster.meta.correlation.correlation_table` with ``stats``) of every
     ``method`` of ``labels`` (the label methods of :mod:`erag_dagster.meta.label_methods`;
     ``method, query_id, doc_id, rank, label``; the ``eRAG`` rows are the eRAG labels) against
     ``end_to_end`` (``query_id, k, score``) at depth ``k``, for :data:`TABLE_METRICS`, through
@@ -88,4 +89,4 @@ def label_methods_table(
         {system: erag}, {system: others}, {system: end_to_end},
         [m.format(k=k) for m in TABLE_METRICS], dataset, k,
     )  # fmt: skip
-    return correlation_table(per_query, e2e, n_resamples=n_resamples)
+    return correlation_table(per_query, e2e, stats)

@@ -39,7 +39,7 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 MODES = ("end_to_end", "erag_query_batch", "erag_doc_batch")
 PLAIN_MODE = "erag_doc_batch_plain"

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_text
 from erag_dagster.data.schema import require_answers
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_text
 from erag_dagster.labels.cached import OnBatch, Subject, generate_stored, task_fingerprint
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls, reader_calls
@@ -27,7 +27,7 @@ from erag_dagster.labels.step_notes import StepNotes, chained
 from erag_dagster.labels.store import generation_key
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers import prompts
-from erag_dagster.readers.passages import run_with_passages
+from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.readers.presets import PRESETS
 
 
@@ -83,9 +83,12 @@ def evaluate_end_to_end(
     generations under :func:`end_to_end_fingerprint` (the "document" of a generation is the
     ranked list of the top-``k`` doc ids and its text hash covers every passage), so a re-run
     of the same lists with the same reader generates nothing. ``executor``: where the reader
-    runs (:mod:`erag_dagster.labels.reader_calls`; default in this process).
+    runs (:mod:`erag_dagster.labels.reader_calls`; default in this process). A run naming a
+    query that ``queries`` lacks (one retrieved for another subset of the dataset) is an
+    :class:`InputError` naming the query, never a score over the queries both happen to share.
     """
     score_fn = get_downstream_metric(metric)
+    check_run_queries(run, queries)  # a run of other questions (a stale one) is an error, not 0/0
     run_queries = queries.join(run.select("query_id").unique(), on="query_id", how="semi")
     require_answers(run_queries, "end-to-end evaluation")
     contexts = context_lists(run, run_queries, corpus, k)
@@ -177,7 +180,7 @@ def list_text(passages: list[str]) -> str:
 def end_to_end_code_versions(metric: str) -> tuple[CodeVersion, ...]:
     """The versioned code an end-to-end score of ``metric`` depends on: the metric, the prompt
     builder, the prompt presets, the answer extraction and this task
-    (:mod:`erag_dagster.code_versions`)."""
+    (:mod:`erag_dagster.core.code_versions`)."""
     measure = get_downstream_metric(metric)
     return (measure, prompts.PROMPT_BUILDER, PRESETS, prompts.POSTPROCESS, END_TO_END)
 

@@ -76,6 +76,7 @@ from erag_dagster.stats.correlation import (
     percentile_interval,
     resample_blocks,
 )
+from erag_dagster.stats.settings import Statistics
 
 CUT_SLACK = 1
 """Tokens of slack when telling a cut answer: ``tokens >= max_new_tokens - CUT_SLACK``."""
@@ -408,15 +409,11 @@ def label_auc(labels: Sequence[float] | np.ndarray, relevant: Sequence[bool] | n
     return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 
-def separation(
-    frame: pl.DataFrame,
-    n_resamples: int = 1000,
-    seed: int = 0,
-    confidence: float = 0.95,
-) -> Separation | None:
+def separation(frame: pl.DataFrame, stats: Statistics) -> Separation | None:
     """:class:`Separation` of a frame with ``query_id, label, relevant`` (bool) rows; the CI
-    resamples queries with replacement (``n_resamples`` times, ``seed``); ``None`` when one
-    of the two kinds of document is missing."""
+    resamples queries with replacement (``stats.resamples`` times from ``stats.seed``, at
+    ``stats.confidence``); ``None`` when one of the two kinds of document is missing."""
+    n_resamples, seed, confidence = stats.resamples, stats.seed, stats.confidence
     check_bootstrap_args(n_resamples, confidence)
     labels = frame.get_column("label").cast(pl.Float64).to_numpy()
     relevant = frame.get_column("relevant").cast(pl.Boolean).to_numpy()
@@ -462,9 +459,8 @@ def fit_diagnostics(
     max_new_tokens: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
     answer_tokens: Sequence[int] | None = None,
-    relevance_level: int = 1,
-    n_resamples: int = 1000,
-    seed: int = 0,
+    relevance_level: int,
+    stats: Statistics,
     label_methods: Sequence[str] = (),
     verdict_labels: str = "eRAG",
     expected: Mapping[str, str] | None = None,
@@ -477,8 +473,9 @@ def fit_diagnostics(
     ``labels`` row order) or else ``count_tokens`` (the reader's tokenizer, e.g. its
     ``count_tokens`` method); with neither, or without ``max_new_tokens``, the cut share is
     unknown. ``metric`` names the downstream metric the labels were scored with;
+    ``relevance_level`` and ``stats`` (the AUC's bootstrap CI) are the configuration's;
     ``label_methods`` / ``verdict_labels`` what the evaluation configured (the fixes named);
-    ``expected``: finding kind → why it is expected (``evaluation.expected_fit``).
+    ``expected``: finding kind -> why it is expected (``evaluation.expected_fit``).
     """
     answers = labels.get_column("answer").fill_null("").to_list() if labels.height else []
     cut: int | None = None
@@ -508,7 +505,7 @@ def fit_diagnostics(
             pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String), "label"
         ).join(relevant, on=["query_id", "doc_id"], how="left")
         judged = judged.with_columns(pl.col("relevant").fill_null(False))
-        sep = separation(judged, n_resamples=n_resamples, seed=seed)
+        sep = separation(judged, stats)
     same, multi = same_label_counts(labels, metric)
     return FitDiagnostics(
         reader=reader,
@@ -537,9 +534,8 @@ def reader_fit(
     reader_name: str = "",
     retriever: str = "",
     metric: str = "",
-    relevance_level: int = 1,
-    n_resamples: int = 1000,
-    seed: int = 0,
+    relevance_level: int,
+    stats: Statistics,
     label_methods: Sequence[str] = (),
     verdict_labels: str = "eRAG",
     expected: Mapping[str, str] | None = None,
@@ -554,7 +550,7 @@ def reader_fit(
         reader=reader_name or str(getattr(reader, "name", "")), retriever=retriever,
         metric=metric, max_new_tokens=None if max_new is None else int(max_new),
         count_tokens=getattr(reader, "count_tokens", None), relevance_level=relevance_level,
-        n_resamples=n_resamples, seed=seed, label_methods=label_methods,
+        stats=stats, label_methods=label_methods,
         verdict_labels=verdict_labels, expected=expected,
     )  # fmt: skip
 

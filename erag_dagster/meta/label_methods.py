@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
-from erag_dagster.code_versions import CodeVersion
-from erag_dagster.errors import InputError
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.errors import InputError
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import ReaderCalls
 
@@ -88,7 +88,7 @@ def check_label_methods(names: Sequence[str]) -> list[str]:
 
 def label_method_code_versions(metric: str, methods: Sequence[str]) -> tuple[CodeVersion, ...]:
     """The versioned code the labels of ``methods`` (settings) depend on
-    (:mod:`erag_dagster.code_versions`): ``likelihood`` its task and the prompt builder (it
+    (:mod:`erag_dagster.core.code_versions`): ``likelihood`` its task and the prompt builder (it
     scores the eRAG prompt, decodes nothing); ``signed`` the eRAG label's code, the closed-book
     task and the signed formula; ``likelihood_gain`` the likelihood's, the closed-book prior's
     task and the gain formula. An unknown method is an :class:`InputError`."""

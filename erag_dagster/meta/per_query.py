@@ -4,7 +4,18 @@ A *system* is one (reader partition key, retriever partition key) pair: the read
 answered from) the retriever's ranked lists. Label frames hold ``query_id, doc_id, rank,
 label`` rows (labels in [0, 1]); the metrics are those of
 :func:`erag_dagster.metrics.list_metrics.evaluate_labels`, computed on each query's labels in
-rank order. A query with no label rows does not appear.
+rank order.
+
+**Missing queries** (one rule, :func:`query_lists`; docs/metrics.md): a system is scored on the
+*evaluated question set* — the dataset's queries — and a query of that set it has no labelled
+document for (its run retrieved nothing there, or a run file left it out) is an empty list,
+scored 0 on every list metric and kept in the mean, as trec_eval ``-c`` and ir_measures do for
+a run's missing queries; :func:`unlabelled_queries` names them for the note every door prints
+(:func:`missing_queries_note`). A labelled query outside the set is refused (a label of a
+question the evaluation does not have). Every door reaches this rule: the Dagster
+``erag_per_query`` report and the API through :func:`erag_per_query`, the regression gate
+through :func:`scored_queries`. Table 1 (:func:`correlation_inputs`) pairs each labelled query
+with its end-to-end score, on the labelled queries only.
 """
 
 from __future__ import annotations
@@ -13,9 +24,10 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.label_methods import SIGNED_METHODS
 from erag_dagster.metrics.list_metrics import evaluate_labels, labels_from_frame
+from erag_dagster.metrics.report import ListMetricReport
 
 #: ``(reader partition key, retriever partition key)``.
 System = tuple[str, str]
@@ -24,12 +36,67 @@ System = tuple[str, str]
 FIGURE1_METRICS = ("P@{k}", "Success@{k}", "nDCG@{k}")
 
 
+def query_lists(labels: pl.DataFrame, query_ids: Sequence[str]) -> dict[str, list[float]]:
+    """The label lists (rank order) of every query of ``query_ids``, sorted by id — the one
+    missing-query rule (module docstring): a query without a labelled row gets ``[]`` (scored
+    0 on every metric by :func:`~erag_dagster.metrics.list_metrics.evaluate_labels`). A
+    labelled query outside ``query_ids`` is an :class:`InputError` naming it."""
+    lists = labels_from_frame(labels) if labels.height else {}
+    wanted = {str(q) for q in query_ids}
+    outside = sorted(set(lists) - wanted)
+    if outside:
+        raise InputError(
+            f"labels of {len(outside)} question(s) the evaluation does not have, e.g. "
+            f"{outside[0]!r}"
+        )
+    return {q: lists.get(q, []) for q in sorted(wanted)}
+
+
+def unlabelled_queries(labels: pl.DataFrame, query_ids: Sequence[str]) -> list[str]:
+    """The queries of ``query_ids`` (sorted) ``labels`` has no row for: the ones
+    :func:`query_lists` scores 0."""
+    labelled = (
+        set(labels.get_column("query_id").cast(pl.String).to_list()) if labels.height else set()
+    )
+    return sorted({str(q) for q in query_ids} - labelled)
+
+
+def missing_queries_note(system: str, missing: Sequence[str], total: int) -> str:
+    """The note that names a system's :func:`unlabelled_queries` (``""`` when none)."""
+    if not missing:
+        return ""
+    shown = ", ".join(repr(q) for q in list(missing)[:5])
+    more = f", ... {len(missing) - 5} more" if len(missing) > 5 else ""
+    return (
+        f"{system} has no document for {len(missing)} of {total} queries (each scored 0 on "
+        f"every metric: {shown}{more})"
+    )
+
+
+def scored_queries(
+    labels: pl.DataFrame, metrics: Sequence[str], query_ids: Sequence[str]
+) -> ListMetricReport:
+    """The list metrics of one system's ``labels`` on every query of ``query_ids`` (the
+    missing-query rule of :func:`query_lists`): per query (sorted by id) and their means."""
+    return evaluate_labels(query_lists(labels, query_ids), list(metrics))
+
+
 def per_query_metrics(
-    labels: pl.DataFrame, metrics: Sequence[str], signed: bool = False
+    labels: pl.DataFrame,
+    metrics: Sequence[str],
+    signed: bool = False,
+    query_ids: Sequence[str] | None = None,
 ) -> pl.DataFrame:
-    """``query_id`` plus one ``Float64`` column per metric, one row per labelled query
-    (``signed``: labels in [-1, 1], scored as ``evaluate_labels(..., signed=True)``)."""
-    report = evaluate_labels(labels_from_frame(labels, signed=signed), list(metrics), signed=signed)
+    """``query_id`` plus one ``Float64`` column per metric, one row per query: every query of
+    ``query_ids`` (:func:`scored_queries`: the missing-query rule), or with ``None`` each
+    labelled query (Table 1's pairing; ``signed``: labels in [-1, 1], scored as
+    ``evaluate_labels(..., signed=True)``)."""
+    if query_ids is not None:
+        report = scored_queries(labels, metrics, query_ids)
+    else:
+        report = evaluate_labels(
+            labels_from_frame(labels, signed=signed), list(metrics), signed=signed
+        )
     return pl.DataFrame(
         [{"query_id": qid, **{m: values[m] for m in metrics}} for qid, values in
          report.per_query.items()],
@@ -38,11 +105,13 @@ def per_query_metrics(
 
 
 def erag_per_query(
-    doc_labels: Mapping[System, pl.DataFrame], metrics: Sequence[str]
+    doc_labels: Mapping[System, pl.DataFrame], metrics: Sequence[str], query_ids: Sequence[str]
 ) -> pl.DataFrame:
-    """``reader, retriever, query_id`` + one column per metric, systems in sorted order."""
+    """``reader, retriever, query_id`` + one column per metric, systems in sorted order, every
+    query of ``query_ids`` (the evaluated question set) for each system: one it has no
+    labelled document for scores 0 (:func:`query_lists`)."""
     frames = [
-        per_query_metrics(labels, metrics).select(
+        per_query_metrics(labels, metrics, query_ids=query_ids).select(
             pl.lit(reader).alias("reader"), pl.lit(retriever).alias("retriever"), pl.all()
         )
         for (reader, retriever), labels in sorted(doc_labels.items())

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.paths import atomic_path
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.paths import atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

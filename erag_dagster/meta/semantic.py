@@ -70,9 +70,9 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import polars as pl
 
-from erag_dagster.callbacks import NOTES
+from erag_dagster.core.callbacks import NOTES
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.schema import require_answers
-from erag_dagster.errors import InputError
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.dense import passage_texts
 from erag_dagster.retrieval.encoder import TextEncoder
@@ -329,7 +329,7 @@ def _similarities(
 
 
 def agreement(
-    labels: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int = 1
+    labels: pl.DataFrame, qrels: pl.DataFrame, relevance_level: int
 ) -> dict[str, float | int]:
     """Agreement of binary ``labels`` (``query_id, doc_id, label``) with human judgments.
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.code_versions import CodeVersion
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import reader_calls
 from erag_dagster.labels.signed import closed_book_labels
@@ -67,8 +67,8 @@ def end_to_end_at_depths(
 
 def baseline_code_versions(metric: str, methods: Sequence[str]) -> tuple[CodeVersion, ...]:
     """The versioned code :func:`baseline_label_set` depends on
-    (:mod:`erag_dagster.code_versions`): the ``contains`` metric (the containment labels), the
-    LLM annotation's task and the prompt builder (it builds the relevance prompt), the
+    (:mod:`erag_dagster.core.code_versions`): the ``contains`` metric (the containment labels),
+    the LLM annotation's task and the prompt builder (it builds the relevance prompt), the
     closed-book answer's task with the code of an answer scored with ``metric`` (the
     closed-book row), and the code of the extra label ``methods`` under ``metric``. Provenance
     and semantic labels are computed from the judgments and the encoder, and stored nowhere."""
@@ -95,22 +95,24 @@ def baseline_label_set(
     store=None,
     run_id: str | None = None,
     log: Log | None = None,
-    metric: str = "em",
+    *,
+    metric: str,
+    relevance_level: int,
     methods: Sequence[str] = (),
     executor: ExecutorSpec | None = None,
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
-    provenance (the judgments), containment, semantic similarity to the answer and to the
-    question (``encoder``), and LLM annotation (``reader``, answers kept in ``store``; left
-    out, with one logged line, when the reader cannot give P("yes"): a server without
-    ``logprobs``); the closed-book reference row (``closed_book``: the reader's score with no
-    document, given to every document of the question,
+    provenance (the judgments, relevant at ``relevance_level``), containment, semantic
+    similarity to the answer and to the question (``encoder``), and LLM annotation (``reader``,
+    answers kept in ``store``; left out, with one logged line, when the reader cannot give
+    P("yes"): a server without ``logprobs``); the closed-book reference row (``closed_book``:
+    the reader's score with no document, given to every document of the question,
     :func:`~erag_dagster.labels.signed.closed_book_labels`); plus the extra labellings ``methods``
     (:mod:`erag_dagster.meta.label_methods`, scored with the downstream ``metric``; signed ones
     have labels in [-1, 1]). ``executor``: where the reader runs
     (:mod:`erag_dagster.labels.reader_calls`; its tasks share one Ray pool)."""
     parts = {
-        "provenance": provenance_labels(run, qrels),
+        "provenance": provenance_labels(run, qrels, relevance_level),
         "containment": containment_labels(run, queries, corpus),
         "semantic_answer": semantic_labels(run, queries, corpus, encoder, against="answer"),
         "semantic_question": semantic_labels(run, queries, corpus, encoder, against="question"),

@@ -22,7 +22,7 @@ name              formula
 
 Each metric is declared once, with its version, in :data:`DOWNSTREAM_METRICS` (a
 :class:`DownstreamMeasure`); a change to a formula or to :func:`normalize_answer` raises the
-version of every metric it changes (rules: :mod:`erag_dagster.code_versions`).
+version of every metric it changes (rules: :mod:`erag_dagster.core.code_versions`).
 
 Edge-case policy: an empty ``golds`` (or a bare ``str`` passed for ``golds``) is an
 :class:`InputError` — a label cannot be computed without gold answers. Empty or whitespace-only
@@ -38,8 +38,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from erag_dagster.code_versions import CodeVersion
-from erag_dagster.errors import InputError
+from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.core.errors import InputError
 
 DownstreamMetric = Callable[[str, Sequence[str]], float]
 
@@ -242,7 +242,7 @@ class DownstreamMeasure(CodeVersion):
 
     The version is part of the key of every score it computes (the label store's score key,
     :func:`erag_dagster.labels.keys.score_key`) and of the ``code_version`` of the assets that
-    use it (rules: :mod:`erag_dagster.code_versions`): raise it when the formula or the
+    use it (rules: :mod:`erag_dagster.core.code_versions`): raise it when the formula or the
     normalisation changes, and exactly its scores are computed again, from the stored answers.
     """
 

@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pytrec_eval
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.names import trec_measure_key
 from erag_dagster.metrics.report import ListMetricReport
 

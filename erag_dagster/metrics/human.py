@@ -42,9 +42,9 @@ from pathlib import Path
 import polars as pl
 import pytrec_eval
 
-from erag_dagster.errors import InputError, where
-from erag_dagster.input_files import text_lines
-from erag_dagster.input_numbers import parse_grade
+from erag_dagster.core.errors import InputError, where
+from erag_dagster.core.input_files import text_lines
+from erag_dagster.core.input_numbers import parse_grade
 from erag_dagster.metrics.names import MAX_RELEVANCE_LEVEL, MetricName, parse_metric_names
 from erag_dagster.metrics.report import ListMetricReport
 
@@ -65,8 +65,8 @@ def read_trec_qrels(path: str | Path) -> pl.DataFrame:
     ``#`` inside a doc id is part of the id. Returns ``query_id: str, doc_id: str,
     relevance: i64``. A line without exactly four fields, a non-integer relevance, or a second
     judgment of the same (query, doc) is an :class:`InputError` at ``path:line``. The file is
-    read under the input rule (:mod:`erag_dagster.input_files`) and each relevance by
-    :func:`~erag_dagster.input_numbers.parse_grade` (``+1`` is 1; ``+-1``, ``1e20``, ``1_000``
+    read under the input rule (:mod:`erag_dagster.core.input_files`) and each relevance by
+    :func:`~erag_dagster.core.input_numbers.parse_grade` (``+1`` is 1; ``+-1``, ``1e20``, ``1_000``
     and non-ASCII digits are refused, where trec_eval's ``atol`` would read a prefix).
     """
     path = Path(path)
@@ -230,7 +230,7 @@ def evaluate_run(
     qrels: pl.DataFrame,
     run: pl.DataFrame,
     metrics: Sequence[str],
-    relevance_level: int = 1,
+    relevance_level: int,
     judged_only: bool = True,
 ) -> ListMetricReport:
     """trec_eval's values of ``metrics`` for ``run`` judged by ``qrels`` (see the module doc).

@@ -18,7 +18,7 @@ import numbers
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 __all__ = ["bad_label_rows", "checked_label"]
 

@@ -77,7 +77,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import polars as pl
 import pytrec_eval
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.erag_compat import erag_eval_labels
 from erag_dagster.metrics.label_value import checked_label
 from erag_dagster.metrics.names import (
@@ -335,7 +335,7 @@ def evaluate_labels(
 
 
 def labels_from_frame(
-    df: pl.DataFrame, label_col: str = "label", signed: bool = False
+    df: pl.DataFrame, label_col: str = "label", signed: bool = False, source: str | None = None
 ) -> dict[str, list[float]]:
     """Per-query label lists (rank order) from a labels table.
 
@@ -343,25 +343,38 @@ def labels_from_frame(
     ``query_id`` then ``rank``; each query's ranks must be exactly ``1..n`` (a gap or a repeat
     would shift every later label to a wrong rank), and every label must be a number in
     ``[0, 1]`` (``[-1, 1]`` when ``signed``) — otherwise :class:`InputError` naming the query
-    and rank.
+    and rank, and with ``source`` (a labels file, ``labels frame``) the table and the row
+    (1-based, in the table's own order): ``labels.parquet (row 3): query 'q1' rank 2: label is
+    NaN``.
     """
     missing = [c for c in ("query_id", "rank", label_col) if c not in df.columns]
     if missing:
-        raise InputError(f"labels table lacks column(s) {', '.join(missing)}")
-    ordered = df.select(
-        pl.col("query_id").cast(pl.String),
-        pl.col("rank").cast(pl.Int64, strict=False),
-        pl.col(label_col).cast(pl.Float64, strict=False).alias("label"),
-    ).sort("query_id", "rank")
+        where = f"{source}: " if source else ""
+        raise InputError(f"{where}labels table lacks column(s) {', '.join(missing)}")
+    ordered = (
+        df.select(
+            pl.col("query_id").cast(pl.String),
+            pl.col("rank").cast(pl.Int64, strict=False),
+            pl.col(label_col).cast(pl.Float64, strict=False).alias("label"),
+        )
+        .with_row_index("row", offset=1)
+        .sort("query_id", "rank")
+    )
     out: dict[str, list[float]] = {}
-    for qid, rank, label in ordered.iter_rows():
-        if qid is None:
-            raise InputError("labels table: a row has no query_id")
-        ranks = out.setdefault(qid, [])
-        expected = len(ranks) + 1
-        if rank != expected:
-            raise InputError(f"query {qid!r}: expected rank {expected}, found rank {rank}")
-        if label is None:
-            raise InputError(f"query {qid!r} rank {rank}: label is missing or not a number")
-        ranks.append(check_label(qid, rank, label, signed))
+    for row, qid, rank, label in ordered.iter_rows():
+        at = f"{source} (row {row}): " if source else ""
+        try:
+            if qid is None:
+                raise InputError("labels table: a row has no query_id")
+            ranks = out.setdefault(qid, [])
+            expected = len(ranks) + 1
+            if rank != expected:
+                raise InputError(f"query {qid!r}: expected rank {expected}, found rank {rank}")
+            if label is None:
+                raise InputError(f"query {qid!r} rank {rank}: label is missing or not a number")
+            ranks.append(check_label(qid, rank, label, signed))
+        except InputError as exc:
+            if not at:
+                raise
+            raise InputError(f"{at}{exc}") from None
     return out

@@ -33,7 +33,7 @@ prints them: ``bpref``, ``Rprec``, ``infAP``, ``gm_map``, ``num_rel_ret``, ``rel
 :data:`TREC_CUTOFF_MEASURES`, :data:`TREC_FLOAT_PARAM_MEASURES`). Only the six measure families
 above can be computed on per-rank label lists.
 
-Anything else is an :class:`~erag_dagster.errors.InputError` whose message lists the grammar.
+Anything else is an :class:`~erag_dagster.core.errors.InputError` whose message lists the grammar.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 
 #: The measure families computed on eRAG label lists (and on human qrels).
 LIST_FAMILIES: tuple[str, ...] = ("P", "Success", "RR", "AP", "nDCG", "R")

@@ -41,14 +41,14 @@ and on the stored answers of the default run (``tests/test_extraction.py``).
 
 Raise :data:`EXTRACTION`'s version whenever a rule above changes: the answers of every reader
 are then computed again (their fingerprints change), and the assets that hold them are stale
-(:mod:`erag_dagster.code_versions`).
+(:mod:`erag_dagster.core.code_versions`).
 """
 
 from __future__ import annotations
 
 import re
 
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.code_versions import CodeVersion
 
 __all__ = [
     "ABBREVIATIONS",

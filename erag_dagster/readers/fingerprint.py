@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from erag_dagster.devices import resolve_device
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_json
+from erag_dagster.core.devices import resolve_device
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_json
 from erag_dagster.readers.models import ModelSource, resolve_model
 from erag_dagster.readers.prompts import POSTPROCESS_VERSION, prompt_identity
 from erag_dagster.readers.spec import ReaderSpec

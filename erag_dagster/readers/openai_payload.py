@@ -29,9 +29,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.errors import EnvironmentFault, InputError
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.readers.extraction import extract_answer
-from erag_dagster.readers.prompts import plain_prompt
+from erag_dagster.readers.prompts import plain_prompt, postprocess_answer
 from erag_dagster.readers.spec import ReaderSpec
 
 #: Top log-probabilities asked for P("yes") (the chat API allows up to 20, completions 5).
@@ -170,7 +171,8 @@ def request_fault(spec: ReaderSpec, exc: BaseException, what: str) -> Exception:
     where = f"reader {spec.name!r}"
     if isinstance(exc, openai.APITimeoutError):
         return EnvironmentFault(
-            f"{where}: {what} timed out after {spec.timeout_seconds:g} s (server {spec.base_url})"
+            f"{where}: {what} timed out after {format_given(spec.timeout_seconds)} s (server "
+            f"{spec.base_url})"
         )
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc

@@ -3,8 +3,8 @@
 :func:`probe_server` (called once per reader by :meth:`OpenAIReader.load
 <erag_dagster.readers.openai_reader.OpenAIReader.load>`, also on first use of its
 ``fingerprint``): ``GET {base_url}/models`` — an unreachable server is a one-line
-:class:`~erag_dagster.errors.EnvironmentFault`, a model the server does not list a one-line
-:class:`~erag_dagster.errors.InputError` naming what it does serve — then one 1-token
+:class:`~erag_dagster.core.errors.EnvironmentFault`, a model the server does not list a one-line
+:class:`~erag_dagster.core.errors.InputError` naming what it does serve — then one 1-token
 generation that reads the model id and ``system_fingerprint`` the server reports and its token
 count of a probe prompt (for the cost estimate). The result, :class:`ServerInfo`, is what the
 reader's identity holds of the remote model, since its weights cannot be hashed.
@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.openai_payload import (
     create_request,
     prompt_text,

@@ -51,8 +51,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import cached_property
 from typing import Any
 
-from erag_dagster.callbacks import OnBatch
-from erag_dagster.errors import EnvironmentFault, InputError
+from erag_dagster.core.callbacks import OnBatch
+from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.readers.fingerprint import fingerprint_of, short
 from erag_dagster.readers.openai_payload import (
     PREFIX_INSTRUCTION,

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from erag_dagster.devices import EXPLICIT_DTYPES
-from erag_dagster.errors import InputError
+from erag_dagster.core.devices import EXPLICIT_DTYPES
+from erag_dagster.core.errors import InputError
 
 __all__ = [
     "DTYPE_NAMES",

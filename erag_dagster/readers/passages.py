@@ -3,7 +3,7 @@
 The labeller, the baselines, end-to-end evaluation, the reranker and the semantic labels all
 need, for each ``(query_id, doc_id)`` row of a run, the text a model sees of that document.
 :func:`run_with_passages` does that join; a run naming a document missing from the corpus is an
-:class:`~erag_dagster.errors.InputError` naming the first such row (run order) and how many
+:class:`~erag_dagster.core.errors.InputError` naming the first such row (run order) and how many
 rows name an unknown document. :func:`check_run_queries` is the same check for query ids.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.prompts import reader_passage
 
 __all__ = ["check_run_queries", "reader_passages", "run_with_passages"]

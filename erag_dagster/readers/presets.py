@@ -16,7 +16,7 @@ A reader entry that does not set ``system_prompt``, ``answer_prefix``, ``few_sho
 Keys set in the entry always win. The preset's text enters the reader fingerprint like any
 prompt (a changed preset is a new reader identity, never a stale answer), and
 :data:`PRESETS`'s version the ``code_version`` of the assets that hold answers, so raising it
-when a preset changes marks them stale (:mod:`erag_dagster.code_versions`).
+when a preset changes marks them stale (:mod:`erag_dagster.core.code_versions`).
 
 This module is the one place later measurements read the chosen prompts from.
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.code_versions import CodeVersion
 
 __all__ = [
     "GENERIC_MODEL",

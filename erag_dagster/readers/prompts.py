@@ -8,7 +8,7 @@ get the same parts as plain text separated by blank lines (see :func:`plain_prom
 
 Which text of a document the reader sees: :func:`reader_passage`.
 
-Versions (:mod:`erag_dagster.code_versions`): :data:`PROMPT_BUILDER`, declared here, covers
+Versions (:mod:`erag_dagster.core.code_versions`): :data:`PROMPT_BUILDER`, declared here, covers
 every rule above and below that shapes what the reader is sent (:func:`reader_passage`,
 :func:`render_template`, :func:`build_messages`, :func:`plain_prompt`,
 :func:`build_context_prompt`); :data:`POSTPROCESS` (re-exported from
@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from erag_dagster.code_versions import CodeVersion
+from erag_dagster.core.code_versions import CodeVersion
 from erag_dagster.readers.extraction import EXTRACTION
 from erag_dagster.readers.spec import FewShotExample, ReaderSpec
 

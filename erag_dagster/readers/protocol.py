@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from erag_dagster.callbacks import OnBatch
+from erag_dagster.core.callbacks import OnBatch
 from erag_dagster.readers.spec import ReaderSpec
 
 __all__ = ["ReaderBackend"]

@@ -21,7 +21,7 @@ key                    meaning (default)
 ``prompt_preset``      ``span`` (default) or ``label``: where the four keys below come from when
                        the entry leaves them out (:mod:`.presets`: per packaged model, chosen on
                        data; ``label`` for label-set answers, ``metric: accuracy``)
-``max_new_tokens``     generated tokens per answer (the preset's), greedy decoding
+``max_new_tokens``     generated tokens per answer (the preset's; 1 to 32768), greedy decoding
 ``do_sample``          must be ``false`` (accepted so configs can state it; recorded as greedy)
 ``system_prompt``      the system turn (the preset's)
 ``prompt_template``    the user turn; must contain ``{question}`` and ``{passage}``
@@ -69,7 +69,7 @@ key                    meaning (default)
 
 Unknown keys, a key of another backend, a template without both placeholders,
 ``trust_remote_code`` (never enabled) and out-of-range numbers are
-:class:`~erag_dagster.errors.InputError` naming the reader and the key.
+:class:`~erag_dagster.core.errors.InputError` naming the reader and the key.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.backends import BACKENDS, DEFAULT_BACKEND
 from erag_dagster.readers.openai_options import refuse_secrets
 from erag_dagster.readers.options import BackendOptions, check_int, coerce, field_names
@@ -127,6 +127,14 @@ class FewShotExample:
     question: str
     passage: str
     answer: str
+
+
+MAX_NEW_TOKENS = 32_768
+"""The most tokens a reader may generate per answer (``max_new_tokens``): far above any
+answer eRAG or end-to-end RAG asks for, so a mistyped value (``10000000000000``) is refused
+with the reader's spec — before a store is opened or a model loaded — naming the key. A value
+under it that still leaves the prompt no room in a model's context is refused, naming the key
+too, when the model's context length is known (the transformers reader, at load)."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +282,12 @@ class ReaderSpec:
         for key, low in (("batch_size", 1), ("max_new_tokens", 1), ("num_threads", 1),
                          ("seed", 0)):  # fmt: skip
             check_int(where, key, getattr(self, key), low)
+        if self.max_new_tokens > MAX_NEW_TOKENS:  # checked with the spec: before any work
+            raise InputError(
+                f"{where}: max_new_tokens {self.max_new_tokens} is over {MAX_NEW_TOKENS} (an "
+                "answer's tokens, not a document's; the prompt must fit beside it in the "
+                "model's context); lower max_new_tokens"
+            )
         if self.max_input_tokens is not None and (
             not isinstance(self.max_input_tokens, int) or self.max_input_tokens < 16
         ):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from erag_dagster.callbacks import OnBatch
+from erag_dagster.core.callbacks import OnBatch
 from erag_dagster.readers.batching import until_eos
 from erag_dagster.readers.exact_greedy import (
     MARGIN_FLOOR,

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from erag_dagster.callbacks import OnBatch
-from erag_dagster.devices import resolve_device
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import OnBatch
+from erag_dagster.core.devices import resolve_device
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.batching import CPU_PAD_SLACK, BatchTiming, length_batches, pad_batch
 from erag_dagster.readers.fingerprint import (
     fingerprint_of,
@@ -190,6 +190,12 @@ class TransformersReader(GenerationMixin, ScoringMixin):
         limit = max_input_tokens or self.spec.max_input_tokens
         new = self.spec.max_new_tokens if new_tokens is None else new_tokens
         ceiling = loaded.context_length - (0 if loaded.is_seq2seq else new)
+        if ceiling < 16:  # the key that took the room is named, not a budget nobody set
+            raise InputError(
+                f"reader {self.spec.name!r}: max_new_tokens {new} leaves {max(ceiling, 0)} of "
+                f"the model's {loaded.context_length} context tokens for the prompt; lower "
+                "max_new_tokens"
+            )
         return max(16, min(limit, ceiling) if limit else ceiling)
 
     def _fitted_ids(
@@ -220,9 +226,16 @@ class TransformersReader(GenerationMixin, ScoringMixin):
         overhead = len(ids_for(""))
         budget = limit - overhead
         if budget <= 0:
+            given = self.spec.max_input_tokens == limit
+            budget_is = (
+                f"max_input_tokens={limit}"
+                if given
+                else f"the prompt budget of {limit} tokens (the model's context less "
+                f"max_new_tokens {self.spec.max_new_tokens})"
+            )
             raise InputError(
                 f"reader {self.spec.name!r}: the prompt without any passage takes {overhead} "
-                f"tokens, more than max_input_tokens={limit}"
+                f"tokens, more than {budget_is}"
             )
         for _ in range(4):  # tokens at the passage/template joins may merge or split
             fitted = build_context_prompt(

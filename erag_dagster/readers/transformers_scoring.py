@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.readers.batching import word_ids
 from erag_dagster.readers.loading import LoadedModel
 from erag_dagster.readers.prefix_sharing import decoder_inputs

@@ -16,7 +16,7 @@ was written. Treat the first run on a GPU node as its test.
   (:attr:`VLLMReader.generation_step`) and stores them under the usual commit policy when the
   call returns. Set ``batch_size`` high (e.g. 1024) for throughput.
 * vLLM is imported only when the engine starts. Without the package, or without a CUDA GPU,
-  the error is one line (:class:`~erag_dagster.errors.EnvironmentFault`).
+  the error is one line (:class:`~erag_dagster.core.errors.EnvironmentFault`).
 * The fingerprint is the transformers backend's identity (weights' content hash, prompt,
   decoding, post-processing, resolved dtype) with ``backend: vllm`` and vLLM's version.
 """
@@ -30,8 +30,8 @@ from functools import cached_property
 from importlib.metadata import version
 from typing import Any
 
-from erag_dagster.callbacks import OnBatch
-from erag_dagster.errors import EnvironmentFault
+from erag_dagster.core.callbacks import OnBatch
+from erag_dagster.core.errors import EnvironmentFault
 from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.fingerprint import fingerprint_of, reader_identity, short
 from erag_dagster.readers.models import ModelSource, load_folder_kwargs, resolve_model

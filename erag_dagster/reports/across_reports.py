@@ -39,6 +39,7 @@ from erag_dagster.reports.declaration import (
 )
 from erag_dagster.reports.html_blocks import renamed
 from erag_dagster.reports.tables import format_table
+from erag_dagster.stats.settings import Statistics
 
 
 def _baseline(inputs: AcrossInputs, ran: Mapping[str, object]) -> str | None:
@@ -46,23 +47,29 @@ def _baseline(inputs: AcrossInputs, ran: Mapping[str, object]) -> str | None:
     return next((p for p in inputs.retrievers if p in ran), None)
 
 
-def _computed(table: pl.DataFrame, text: Callable[..., str], datasets: list[str]) -> Computed:
-    metadata = {"report": Markdown(text(table)), "rows": table.height, "datasets": datasets}
+def _computed(
+    table: pl.DataFrame, text: Callable[..., str], datasets: list[str], stats: Statistics
+) -> Computed:
+    metadata = {"report": Markdown(text(table, stats)), "rows": table.height, "datasets": datasets}
     return Computed(table, metadata)
 
 
-def _text(render: Callable[..., str]) -> Callable[[pl.DataFrame, bool], str | None]:
+def _text(
+    render: Callable[..., str],
+) -> Callable[[pl.DataFrame, bool, Statistics], str | None]:
     """The terminal view: the table as text (every cell either way)."""
-    return lambda frame, _full: (
-        render(frame, markdown=False) if frame.height else format_table(frame)
+    return lambda frame, _full, stats: (
+        render(frame, stats, markdown=False) if frame.height else format_table(frame)
     )
 
 
-def _page(render: Callable[..., str]) -> Callable[[pl.DataFrame, Mapping[str, bytes]], str]:
+def _page(
+    render: Callable[..., str],
+) -> Callable[[pl.DataFrame, Mapping[str, bytes], Statistics], str]:
     """The page's view: the terminal's text, names without hashes, preformatted."""
 
-    def block(frame: pl.DataFrame, _files: Mapping[str, bytes]) -> str:
-        text = render(renamed(frame, ["reader", "retriever"]), markdown=False)
+    def block(frame: pl.DataFrame, _files: Mapping[str, bytes], stats: Statistics) -> str:
+        text = render(renamed(frame, ["reader", "retriever"]), stats, markdown=False)
         return f'<pre class="across">{html.escape(text, quote=True)}</pre>'
 
     return block
@@ -76,11 +83,11 @@ def _beir(inputs: AcrossInputs) -> Computed:
     }
     judged = {n: d for n, d in judged.items() if d.qrels.height}
     ran = {key: None for by_partition in runs.values() for key in by_partition}
+    stats = inputs.config.statistics
     board = beir_leaderboard(
-        judged, inputs.config.human_metrics, n_resamples=inputs.config.bootstrap_resamples,
-        baseline=_baseline(inputs, ran),
-    )  # fmt: skip
-    return _computed(board, format_cross_leaderboard, list(judged))
+        judged, inputs.config.human_metrics, stats, baseline=_baseline(inputs, ran)
+    )
+    return _computed(board, format_cross_leaderboard, list(judged), stats)
 
 
 def _erag(inputs: AcrossInputs) -> Computed:
@@ -89,17 +96,15 @@ def _erag(inputs: AcrossInputs) -> Computed:
     metrics = [
         m for m in inputs.config.list_metrics if all(m in t.columns for t in tables.values())
     ]
-    board = erag_leaderboard(
-        tables, metrics, n_resamples=inputs.config.bootstrap_resamples,
-        baseline=_baseline(inputs, ran),
-    )  # fmt: skip
-    return _computed(board, format_cross_leaderboard, list(tables))
+    stats = inputs.config.statistics
+    board = erag_leaderboard(tables, metrics, stats, baseline=_baseline(inputs, ran))
+    return _computed(board, format_cross_leaderboard, list(tables), stats)
 
 
 def _table1(inputs: AcrossInputs) -> Computed:
     tables = {n: v["correlation_report"] for n, v in inputs.values.items()}
     wide = table1_across(tables, statistic="kendall_tau")
-    return _computed(wide, format_table1_across, list(tables))
+    return _computed(wide, format_table1_across, list(tables), inputs.config.statistics)
 
 
 BEIR_LEADERBOARD = Report(

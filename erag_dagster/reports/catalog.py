@@ -1,10 +1,10 @@
 """The report tables of a run, in print order: the one list every view is generated from.
 
-The Dagster assets (:func:`erag_dagster.assets.reports.build_report_assets`), the terminal
-text (:class:`~erag_dagster.reports.run_report.RunReport`), the reports ``erag-dagster run``
-prints (:data:`erag_dagster.pipeline.DEFAULT_REPORTS`) and the HTML page
-(:mod:`erag_dagster.reports.html`, :mod:`erag_dagster.assets.html_report`) read this list; a
-new report table is a module declaring one :class:`~.declaration.Report` and one line here
+The Dagster assets (:func:`erag_dagster.orchestration.assets.reports.build_report_assets`), the
+terminal text (:class:`~erag_dagster.reports.run_report.RunReport`), the reports ``erag-dagster
+run`` prints (:data:`erag_dagster.orchestration.pipeline.DEFAULT_REPORTS`) and the HTML page
+(:mod:`erag_dagster.reports.html`, :mod:`erag_dagster.orchestration.assets.html_report`) read this
+list; a new report table is a module declaring one :class:`~.declaration.Report` and one line here
 (docs/ARCHITECTURE.md, "What an extension touches").
 """
 

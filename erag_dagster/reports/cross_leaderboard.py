@@ -8,8 +8,9 @@ seed, same draws), so a cell equals the ``retrieval_report`` of that dataset exa
 Leaderboards are *long* frames, one row per ``(retriever, dataset, metric)`` (eRAG: per
 ``(reader, retriever, dataset, metric)``) with :data:`LEADERBOARD_SCHEMA`:
 
-- ``mean`` (the dataset's aggregate), ``low``/``high`` (95% percentile bootstrap CI over the
-  dataset's queries), ``queries``/``dropped`` as in the single-dataset leaderboard;
+- ``mean`` (the dataset's aggregate), ``low``/``high`` (percentile bootstrap CI over the
+  dataset's queries, at the statistics' ``confidence``), ``queries``/``dropped`` as in the
+  single-dataset leaderboard;
 - ``diff``/``p_perm``/``p_t``: paired comparison with the baseline retriever on the queries
   both scored (randomisation test and t-test; the baseline's own row reads 0 / 1 / 1);
 - the **mean over datasets** row (``dataset`` = :data:`MEAN_OVER_DATASETS`): the unweighted
@@ -27,6 +28,10 @@ Leaderboards are *long* frames, one row per ``(retriever, dataset, metric)`` (eR
   the **family of every non-null non-baseline ``p_perm`` in the table** (all datasets, the
   mean-over-datasets rows and all metrics; eRAG: all readers too); ``family`` holds its size on
   every row. The baseline's rows have ``p_holm`` null (not a comparison).
+
+Every function takes the evaluation's :class:`~erag_dagster.stats.settings.Statistics`
+(resamples, permutations, confidence, seed; ``alpha`` for the rendered stars) as a required
+argument: the same value the single-dataset reports get, so a cell equals theirs.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.per_query import check_erag_per_query, erag_summary
 from erag_dagster.metrics.list_metrics import ListMetricReport
 from erag_dagster.reports.leaderboard import (
@@ -47,6 +52,7 @@ from erag_dagster.reports.leaderboard import (
     metric_scores,
 )
 from erag_dagster.reports.tables import MISSING, ci_text, render_cells
+from erag_dagster.stats.settings import Statistics
 from erag_dagster.stats.significance import (
     align,
     holm,
@@ -91,11 +97,12 @@ P_HOLM_TEST = "paired randomisation test, Holm-adjusted"
 
 class DatasetRuns(NamedTuple):
     """One dataset of :func:`beir_leaderboard`: judgments, runs (name → run table) and the
-    trec_eval relevance level of its binary measures (2 for TREC DL, else 1)."""
+    trec_eval relevance level of its binary measures (the dataset's configuration: 2 for TREC
+    DL, else 1)."""
 
     qrels: pl.DataFrame
     runs: Mapping[str, pl.DataFrame]
-    relevance_level: int = 1
+    relevance_level: int
 
 
 Board = dict[str, dict[str, ListMetricReport]]  # dataset -> retriever -> report
@@ -104,16 +111,13 @@ Board = dict[str, dict[str, ListMetricReport]]  # dataset -> retriever -> report
 def beir_leaderboard(
     per_dataset: Mapping[str, DatasetRuns | tuple],
     metrics: Sequence[str],
-    n_resamples: int = 1000,
+    stats: Statistics,
     baseline: str | None = None,
-    n_permutations: int = 10_000,
-    confidence: float = 0.95,
-    seed: int = 0,
 ) -> pl.DataFrame:
     """Retriever × dataset leaderboard on human judgments (see the module docstring).
 
     ``per_dataset`` maps a dataset name to a :class:`DatasetRuns` (or a plain
-    ``(qrels, runs[, relevance_level])`` tuple). ``baseline``: the retriever every other one is
+    ``(qrels, runs, relevance_level)`` tuple). ``baseline``: the retriever every other one is
     compared with; by default the first run of the first dataset. Rows: datasets in input order
     then :data:`MEAN_OVER_DATASETS`; within each, retrievers in order of first appearance, then
     metrics in the given order. Raises :class:`InputError` for no datasets, a baseline no
@@ -123,24 +127,21 @@ def beir_leaderboard(
     for name, value in per_dataset.items():
         ds = DatasetRuns(*value)
         boards[name] = evaluate_runs(ds.qrels, ds.runs, metrics, relevance_level=ds.relevance_level)
-    rows = _rows(boards, metrics, baseline, n_resamples, n_permutations, confidence, seed)
+    rows = _rows(boards, metrics, baseline, stats)
     return with_holm(pl.DataFrame(rows, schema=LEADERBOARD_SCHEMA, orient="row"))
 
 
 def erag_leaderboard(
     per_dataset: Mapping[str, pl.DataFrame],
-    metrics: Sequence[str] | None = None,
-    n_resamples: int = 1000,
+    metrics: Sequence[str] | None,
+    stats: Statistics,
     baseline: str | None = None,
-    n_permutations: int = 10_000,
-    confidence: float = 0.95,
-    seed: int = 0,
 ) -> pl.DataFrame:
     """Reader × retriever × dataset leaderboard of eRAG list metrics (see the module docstring).
 
     ``per_dataset`` maps a dataset name to its ``erag_per_query`` table (``reader, retriever,
     query_id`` + one column per metric, :func:`~erag_dagster.meta.per_query.erag_per_query`).
-    ``metrics``: default every metric column of the first table. Within each reader every
+    ``metrics``: ``None`` for every metric column of the first table. Within each reader every
     retriever is compared with ``baseline`` (default: the first retriever of the first
     dataset's table; a reader without it compares with its own first retriever). The Holm
     family spans all readers. Output: ``reader`` then :data:`LEADERBOARD_SCHEMA`'s columns,
@@ -180,9 +181,7 @@ def erag_leaderboard(
     for reader, boards in by_reader.items():
         # a reader that never judged the baseline's lists compares with its own first retriever
         judged = any(base in reports for reports in boards.values())
-        rows = _rows(
-            boards, names, base if judged else None, n_resamples, n_permutations, confidence, seed
-        )
+        rows = _rows(boards, names, base if judged else None, stats)
         frames.append(
             pl.DataFrame(rows, schema=LEADERBOARD_SCHEMA, orient="row").select(
                 pl.lit(reader).alias("reader"), pl.all()
@@ -192,13 +191,7 @@ def erag_leaderboard(
 
 
 def _rows(
-    boards: Board,
-    metrics: Sequence[str],
-    baseline: str | None,
-    n_resamples: int,
-    n_permutations: int,
-    confidence: float,
-    seed: int,
+    boards: Board, metrics: Sequence[str], baseline: str | None, stats: Statistics
 ) -> list[tuple]:
     """Per-dataset rows (from the single-dataset leaderboard) and the mean-over-datasets rows."""
     if not boards:
@@ -213,13 +206,7 @@ def _rows(
     for dataset, reports in boards.items():
         has_base = base in reports
         board = leaderboard_from_reports(
-            reports,
-            metrics,
-            baseline=base if has_base else None,
-            n_resamples=n_resamples,
-            n_permutations=n_permutations,
-            confidence=confidence,
-            seed=seed,
+            reports, metrics, stats, baseline=base if has_base else None
         )
         for row in board.iter_rows(named=True):
             for m in metrics:
@@ -242,10 +229,7 @@ def _rows(
                     [boards[d][base] for d in present] if with_base else None,
                     m,
                     retriever == base,
-                    n_resamples,
-                    n_permutations,
-                    confidence,
-                    seed,
+                    stats,
                 )
             rows.append(
                 (MEAN_OVER_DATASETS, retriever, m, retriever == base, len(present),
@@ -260,17 +244,12 @@ def _mean_cells(
     base_reports: Sequence[ListMetricReport] | None,
     metric: str,
     is_base: bool,
-    n_resamples: int,
-    n_permutations: int,
-    confidence: float,
-    seed: int,
+    stats: Statistics,
 ) -> tuple[float | None, ...]:
     """``mean, low, high, diff, p_perm, p_t`` of the mean over datasets (module docstring)."""
     mean = sum(r.aggregate[metric] for r in reports) / len(reports)
     scores = [metric_scores(r, metric) for r in reports]
-    low, high = stratified_bootstrap_mean_ci(
-        [list(s.values()) for s in scores], n_resamples, confidence, seed
-    )
+    low, high = stratified_bootstrap_mean_ci([list(s.values()) for s in scores], stats)
     if base_reports is None:
         return mean, low, high, None, None, None
     if is_base:
@@ -280,7 +259,7 @@ def _mean_cells(
         _ids, a, b, _only_a, _only_b = align(s, metric_scores(base, metric))
         differences.append(a - b)
     diff = float(np.mean([d.mean() for d in differences]))
-    p_perm, _exact = stratified_randomisation_test(differences, n_permutations, seed)
+    p_perm, _exact = stratified_randomisation_test(differences, stats)
     return mean, low, high, diff, p_perm, None
 
 
@@ -299,17 +278,18 @@ def with_holm(board: pl.DataFrame) -> pl.DataFrame:
 
 def format_cross_leaderboard(
     board: pl.DataFrame,
+    stats: Statistics,
     markdown: bool = True,
     digits: int = 3,
     ci_digits: int = 2,
-    alpha: float = 0.05,
 ) -> str:
     """Render a :func:`beir_leaderboard` or :func:`erag_leaderboard` frame.
 
     Rows ``metric, [reader,] retriever`` (the baseline marked ``(baseline)``), one column per
     dataset then :data:`MEAN_OVER_DATASETS`. A cell reads ``0.512 [0.47, 0.55]``, followed by
-    ``*`` (``\\*`` in markdown) where the Holm-adjusted p-value is below ``alpha``; ``–`` where
-    the retriever did not run. The notes name the test, the correction and the family size.
+    ``*`` (``\\*`` in markdown) where the Holm-adjusted p-value is below ``stats.alpha``;
+    ``–`` where the retriever did not run. The notes name the test, the correction and the family
+    size.
     """
     reader = ["reader"] if "reader" in board.columns else []
     datasets = board["dataset"].unique(maintain_order=True).to_list()
@@ -332,16 +312,17 @@ def format_cross_leaderboard(
                 continue
             text = ci_text(row["mean"], row["low"], row["high"], digits, ci_digits)
             p = row["p_holm"]
-            out.append(text + (star if p is not None and p < alpha else ""))
+            out.append(text + (star if p is not None and p < stats.alpha else ""))
         rows.append(out)
     family = int(board["family"][0]) if board.height else 0
     base = board.filter(pl.col("baseline"))["retriever"].unique(maintain_order=True).to_list()
     notes = [
-        "[low, high]: 95% percentile bootstrap CI over the dataset's queries; "
+        f"[low, high]: {stats.percent} percentile bootstrap CI over the dataset's queries; "
         f"{MEAN_OVER_DATASETS}: unweighted mean of the dataset means, CI by a stratified "
         "bootstrap (queries resampled within each dataset).",
-        f"{star} p < {alpha}: {P_HOLM_TEST} over {family} comparisons (every non-baseline cell "
-        f"of this table) with the baseline ({', '.join(base)}) on the same queries.",
+        f"{star} p < {stats.alpha:g}: {P_HOLM_TEST} over {family} comparisons (every "
+        f"non-baseline cell of this table) with the baseline ({', '.join(base)}) on the same "
+        "queries.",
     ]
     if any(MISSING in row for row in rows):
         notes.append(f"{MISSING}: not run on that dataset (a mean over datasets needs every one).")

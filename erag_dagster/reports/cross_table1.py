@@ -9,9 +9,10 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.correlation import CI_COLUMNS, GROUP_COLUMNS
 from erag_dagster.reports.tables import ci_text, render_cells
+from erag_dagster.stats.settings import Statistics
 
 __all__ = ["format_table1_across", "table1_across"]
 
@@ -67,12 +68,13 @@ def table1_across(
 
 
 def format_table1_across(
-    wide: pl.DataFrame, statistic: str = "kendall_tau", markdown: bool = True, digits: int = 3,
-    ci_digits: int = 2,
+    wide: pl.DataFrame, stats: Statistics, statistic: str = "kendall_tau", markdown: bool = True,
+    digits: int = 3, ci_digits: int = 2,
 ) -> str:  # fmt: skip
     """Render :func:`table1_across`: rows ``retriever, method, metric``, one column per dataset
     whose cell reads ``0.412 [0.30, 0.52]`` (``nan`` undefined, ``–`` missing), and a note
-    saying what the brackets are and that no test (hence no Holm correction) is involved."""
+    saying what the brackets are (``stats.confidence``'s interval) and that no test (hence no
+    Holm correction) is involved."""
     index = ["retriever", "method", "metric"]
     suffix = f" {statistic}"
     datasets = [c[: -len(suffix)] for c in wide.columns if c.endswith(suffix)]
@@ -84,7 +86,8 @@ def format_table1_across(
                                   digits, ci_digits))  # fmt: skip
         rows.append(cells)
     notes = [
-        f"Cells: {statistic} over queries with end-to-end quality [95% percentile bootstrap CI "
+        f"Cells: {statistic} over queries with end-to-end quality [{stats.percent} percentile "
+        "bootstrap CI "
         "over that dataset's queries]; – not measured on that dataset; nan undefined.",
         "No significance test here, hence no multiple-comparison correction: the CIs are the "
         "uncertainty (not adjusted for the number of cells).",

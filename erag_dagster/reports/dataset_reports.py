@@ -1,17 +1,20 @@
 """The report tables of one dataset, each declared once (:class:`~.declaration.Report`).
 
 - ``retrieval_report``: the human-judgment leaderboard (pytrec_eval, trec_eval conventions):
-  per retriever the mean of each human metric with a bootstrap 95% CI and a paired comparison
+  per retriever the mean of each human metric with a bootstrap CI and a paired comparison
   (randomisation test and t-test) with the registry's first retriever;
 - ``erag_per_query`` / ``erag_report``: the eRAG list metrics per query and their means per
-  (reader, retriever) — :mod:`erag_dagster.evaluation.steps`'s ``score`` and ``summarise``,
-  named here as ``"module:function"`` because that layer sits above this one;
-- ``correlation_report``: Kendall tau-b / Spearman rho (bootstrap 95% CIs) of every labelling
+  (reader, retriever) — :mod:`.erag_tables`'s ``score`` and ``summarise`` (the steps every
+  door's :class:`~erag_dagster.evaluation.session.EvaluationSession` calls);
+- ``correlation_report``: Kendall tau-b / Spearman rho (bootstrap CIs) of every labelling
   method with end-to-end quality (paper Table 1), and correlation vs k (Figure 1);
 - ``label_agreement``: agreement and Cohen's kappa of each automatic labelling with the human
   judgments on the same retrieved documents;
 - ``efficiency_report``: wall time and peak memory, end-to-end vs eRAG (paper Table 2), on the
   first registry reader and the first retriever partition (sorted); materialised on purpose.
+
+Every CI, test and star uses the evaluation's statistics (``config.statistics``: resamples,
+seed, alpha, confidence, permutations), passed to each computation and view.
 
 Terminal views: compact (the headline metric, one row per retriever / reader x method) unless
 ``full``; the page's blocks name each view's test family (:data:`~.html_words.FAMILIES`).
@@ -30,6 +33,7 @@ from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation import table1
 from erag_dagster.meta.correlation_report import correlation_report
 from erag_dagster.meta.label_methods import CLOSED_BOOK_METHOD
+from erag_dagster.reports import erag_tables
 from erag_dagster.reports.declaration import (
     Computed,
     DatasetInputs,
@@ -50,6 +54,7 @@ from erag_dagster.reports.leaderboard import (
 )
 from erag_dagster.reports.tables import format_table, format_table1, table1_cells
 from erag_dagster.reports.verdict import short_name
+from erag_dagster.stats.settings import Statistics
 
 _HASH = re.compile(r"-[0-9a-f]{8}\b")
 FIGURE1_PNG = "correlation_vs_k.png"
@@ -86,13 +91,13 @@ def _retrieval(inputs: DatasetInputs) -> Computed:
         )
     runs = inputs.frames("retrieval_run")
     order = [p for p in inputs.retrievers if p in runs]
+    stats = inputs.config.statistics
     board = leaderboard(
-        qrels, {p: runs[p] for p in order}, metrics,
-        n_resamples=inputs.config.bootstrap_resamples,
+        qrels, {p: runs[p] for p in order}, metrics, stats,
         relevance_level=inputs.config.relevance_level,
     )  # fmt: skip
     metadata = {
-        "report": markdown_table(format_leaderboard(board)),
+        "report": markdown_table(format_leaderboard(board, stats)),
         "metrics": metrics,
         "relevance_level": inputs.config.relevance_level,
         "baseline": order[0],
@@ -100,26 +105,32 @@ def _retrieval(inputs: DatasetInputs) -> Computed:
     return Computed(board, metadata)
 
 
-def _retrieval_text(frame: pl.DataFrame, full: bool) -> str:
+def _retrieval_text(frame: pl.DataFrame, full: bool, stats: Statistics) -> str:
     if not frame.height:
         return format_table(frame)
     board = frame
     if not full:
         metric = leaderboard_metrics(frame)[0]
-        stats = [f"{metric}{suffix}" for suffix in STAT_SUFFIXES]
-        board = frame.select(_short("retriever"), "baseline", "queries", "dropped", metric, *stats)
-    legend = "(mean [95% bootstrap CI]; vs the first retriever: difference, permutation p"
+        columns = [f"{metric}{suffix}" for suffix in STAT_SUFFIXES]
+        board = frame.select(
+            _short("retriever"), "baseline", "queries", "dropped", metric, *columns
+        )
+    legend = (
+        f"(mean [{stats.percent} bootstrap CI]; vs the first retriever: difference, "
+        f"permutation p, * p < {stats.alpha:g}"
+    )
     legend += ")" if full else f"; {len(leaderboard_metrics(frame))} metrics: --full)"
-    return format_table(format_leaderboard(board)) + "\n" + legend
+    return format_table(format_leaderboard(board, stats)) + "\n" + legend
 
 
-def _retrieval_page(frame: pl.DataFrame, _files: Mapping[str, bytes]) -> str:
+def _retrieval_page(frame: pl.DataFrame, _files: Mapping[str, bytes], stats: Statistics) -> str:
     table = frame_table(
-        format_leaderboard(renamed(frame, ["retriever"])), label="human-judgment leaderboard"
+        format_leaderboard(renamed(frame, ["retriever"]), stats),
+        label="human-judgment leaderboard",
     )
     legend = note(
-        "mean [95% bootstrap CI]; vs the first retriever: difference, p (* p < 0.05). "
-        + FAMILIES["judgments"]
+        f"mean [{stats.percent} bootstrap CI]; vs the first retriever: difference, p "
+        f"(* p < {stats.alpha:g}). " + FAMILIES["judgments"]
     )
     return table + "\n" + legend
 
@@ -137,7 +148,7 @@ RETRIEVAL_REPORT = Report(
     figures=True,
     regression=True,
     description="Human-judgment leaderboard (pytrec_eval, trec_eval conventions): per retriever "
-    "the mean of each metric with a bootstrap 95% CI, and a paired comparison (randomisation "
+    "the mean of each metric with a bootstrap CI, and a paired comparison (randomisation "
     "test and t-test) with the first retriever of the registry.",
 )
 
@@ -148,20 +159,21 @@ RETRIEVAL_REPORT = Report(
 ERAG_PER_QUERY = Report(
     key="erag_per_query",
     title="eRAG: list metrics per query, per reader and retriever",
-    inputs=(_DOC_LABELS,),
-    compute="erag_dagster.evaluation.report_tables:per_query_table",
+    inputs=(_DOC_LABELS, ReportInput("queries")),
+    compute=erag_tables.per_query_table,
     printed=False,
     description="Per-query eRAG list metrics: reader, retriever, query_id + one column per "
-    "metric, computed on the eRAG labels of each run's top label_k documents.",
+    "metric, computed on the eRAG labels of each run's top label_k documents, for every "
+    "question of the dataset (one a run has no document for scores 0: docs/metrics.md).",
 )
 
 ERAG_REPORT = Report(
     key="erag_report",
     title="eRAG: list metrics on per-document reader labels, per retriever",
     inputs=(ReportInput("erag_per_query"),),
-    compute="erag_dagster.evaluation.report_tables:summary_table",
+    compute=erag_tables.summary_table,
     # compact: left out (the verdict is its headline column, with CIs and tests)
-    text=lambda frame, full: format_table(frame) if full else None,
+    text=lambda frame, full, _stats: format_table(frame) if full else None,
     figures=True,
     description="The retriever comparison table: per (reader, retriever), the mean over "
     "queries of each eRAG list metric (the queries are those of erag_per_query).",
@@ -182,7 +194,7 @@ def _correlation(inputs: DatasetInputs) -> Computed:
         inputs.systems("doc_labels"), inputs.systems("baseline_labels"),
         inputs.systems("end_to_end"), dataset=inputs.dataset or parse_spec(config.dataset).name,
         metrics=config.list_metrics, label_k=config.label_k, e2e_ks=config.e2e_ks,
-        n_resamples=config.bootstrap_resamples, folder=inputs.folder,
+        stats=config.statistics, folder=inputs.folder,
     )  # fmt: skip
     image = base64.b64encode(report.plot.read_bytes()).decode()
     metadata = {
@@ -195,7 +207,7 @@ def _correlation(inputs: DatasetInputs) -> Computed:
     return Computed(report.table, metadata)
 
 
-def _correlation_text(frame: pl.DataFrame, full: bool) -> str:
+def _correlation_text(frame: pl.DataFrame, full: bool, _stats: Statistics) -> str:
     """Full: Table 1 as the paper lays it out; compact: the headline metric, rows reader x
     method, one column per retriever."""
     if not frame.height:
@@ -223,7 +235,7 @@ def _reference_notes(frame: pl.DataFrame) -> list[str]:
     return [CLOSED_BOOK_NOTE]
 
 
-def _correlation_page(frame: pl.DataFrame, files: Mapping[str, bytes]) -> str:
+def _correlation_page(frame: pl.DataFrame, files: Mapping[str, bytes], _stats: Statistics) -> str:
     """Table 1 as a heat-map, then Figure 1 (its png, inline)."""
     cells = table1_cells(renamed(frame, ["retriever"]), "kendall_tau", compact=True)
     keep = [i for i, h in enumerate(cells.headers) if h != "dataset"]  # the section's name
@@ -255,7 +267,7 @@ def _correlation_page(frame: pl.DataFrame, files: Mapping[str, bytes]) -> str:
 CORRELATION_REPORT = Report(
     key="correlation_report",
     title="Meta-evaluation: Kendall tau-b with end-to-end quality "
-    "(bootstrap 95% CI; * = best per column)",
+    "(bootstrap CI; * = best per column)",
     inputs=(_DOC_LABELS, _BASELINE_LABELS, ReportInput("end_to_end", "reader_retriever")),
     compute=_correlation,
     text=_correlation_text,
@@ -267,7 +279,7 @@ CORRELATION_REPORT = Report(
     figures=True,
     regression=True,
     side_files=(FIGURE1_PNG,),
-    description="Kendall tau-b / Spearman rho (bootstrap 95% CIs) of every labelling method "
+    description="Kendall tau-b / Spearman rho (bootstrap CIs) of every labelling method "
     "with end-to-end quality, per retriever (paper Table 1), and correlation vs k (Figure 1).",
 )
 
@@ -278,13 +290,14 @@ CORRELATION_REPORT = Report(
 def _agreement(inputs: DatasetInputs) -> Computed:
     qrels = inputs.values["qrels"]
     table = label_agreement_table(
-        inputs.systems("doc_labels"), inputs.systems("baseline_labels"), qrels
-    )
+        inputs.systems("doc_labels"), inputs.systems("baseline_labels"), qrels,
+        inputs.config.relevance_level,
+    )  # fmt: skip
     why = "the dataset has no judgments" if qrels.height == 0 else None
     return Computed(table, {"report": markdown_table(table)}, why_empty=why)
 
 
-def _agreement_text(frame: pl.DataFrame, full: bool) -> str:
+def _agreement_text(frame: pl.DataFrame, full: bool, _stats: Statistics) -> str:
     if full or not frame.height:
         return format_table(frame)
     wide = frame.select(
@@ -294,7 +307,7 @@ def _agreement_text(frame: pl.DataFrame, full: bool) -> str:
     return format_table(wide, ".3f")
 
 
-def _agreement_page(frame: pl.DataFrame, _files: Mapping[str, bytes]) -> str:
+def _agreement_page(frame: pl.DataFrame, _files: Mapping[str, bytes], _stats: Statistics) -> str:
     table = frame_table(renamed(frame, ["reader", "retriever"]), label="label agreement")
     return (
         table + "\n" + note("agreement: share of documents labelled alike; kappa: Cohen's kappa.")
@@ -351,7 +364,7 @@ EFFICIENCY_REPORT = Report(
     title="Efficiency: end-to-end vs eRAG (query- / document-level batching)",
     inputs=(_RUN, ReportInput("corpus"), ReportInput("queries")),
     compute=_efficiency,
-    text=lambda frame, _full: format_table(frame),
+    text=lambda frame, _full, _stats: format_table(frame),
     printed=False,  # minutes of fresh reader processes: materialised on purpose
     checks=False,
     automatic=False,

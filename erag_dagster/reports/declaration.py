@@ -4,10 +4,10 @@ A report is a table the run computes from other assets and shows in three places
 asset (with its checks and metadata), in the terminal (``erag-dagster run``, compact or
 ``--full``) and on the HTML page. One :class:`Report` value holds all of it: the asset key, its
 inputs, the computation, the terminal text and the page block; the Dagster assets
-(:mod:`erag_dagster.assets.reports`), :class:`~erag_dagster.reports.run_report.RunReport` and
-the page (:mod:`erag_dagster.reports.html`) are generated from the list in
-:mod:`erag_dagster.reports.catalog`. Adding a report table is a module declaring one
-:class:`Report` plus its line in that list (docs/ARCHITECTURE.md).
+(:mod:`erag_dagster.orchestration.assets.reports`),
+:class:`~erag_dagster.reports.run_report.RunReport` and the page (:mod:`erag_dagster.reports.html`)
+are generated from the list in :mod:`erag_dagster.reports.catalog`. Adding a report table is a
+module declaring one :class:`Report` plus its line in that list (docs/ARCHITECTURE.md).
 
 This module is Dagster-free (the import-layer contracts): a computation returns plain values
 and the metadata wrappers below (:class:`Markdown`, :class:`FilePath`), which the asset factory
@@ -16,7 +16,6 @@ turns into Dagster metadata.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import polars as pl
 from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.meta.per_query import System
 from erag_dagster.reports.tables import to_markdown
+from erag_dagster.stats.settings import Statistics
 
 #: How an input is partitioned: ``None`` (one value), ``"retriever"`` (one frame per retriever
 #: partition key) or ``"reader_retriever"`` (one frame per ``(reader, retriever)``).
@@ -119,16 +119,20 @@ class Computed:
 @dataclass(frozen=True)
 class PageBlock:
     """The page's view of one report: its heading, the HTML under it for a non-empty frame
-    (``render(frame, side_files)``; ``side_files``: the files of :attr:`Report.side_files`
-    that exist, by name, as bytes) and the line shown when the report is missing or empty."""
+    (``render(frame, side_files, stats)``; ``side_files``: the files of
+    :attr:`Report.side_files` that exist, by name, as bytes; ``stats``: the evaluation's
+    :class:`~erag_dagster.stats.settings.Statistics`, whose ``alpha`` the stars mark and whose
+    ``confidence`` the legends name) and the line shown when the report is missing or empty."""
 
     heading: str
-    render: Callable[[pl.DataFrame, Mapping[str, bytes]], str]
+    render: Callable[[pl.DataFrame, Mapping[str, bytes], Statistics], str]
     absent: str
 
 
-#: The terminal text of a report frame: ``text(frame, full)``; ``None`` leaves the section out.
-TextView = Callable[[pl.DataFrame, bool], str | None]
+#: The terminal text of a report frame: ``text(frame, full, stats)`` (``stats``: the
+#: evaluation's :class:`~erag_dagster.stats.settings.Statistics`: the stars' alpha, the
+#: intervals' level); ``None`` leaves the section out.
+TextView = Callable[[pl.DataFrame, bool, Statistics], str | None]
 
 
 @dataclass(frozen=True)
@@ -140,16 +144,15 @@ class Report:
     - ``inputs``: the upstream assets it reads (within its dataset; across datasets, the same
       assets of every dataset that has them);
     - ``compute``: ``DatasetInputs -> Computed`` (``scope="dataset"``) or
-      ``AcrossInputs -> Computed`` (``scope="across"``), or its ``"module:function"`` name
-      where the function sits in a layer above this one (the eRAG tables are
-      :mod:`erag_dagster.evaluation.steps`'s): resolved by :meth:`computation`;
+      ``AcrossInputs -> Computed`` (``scope="across"``): a function of this layer or below
+      (never a ``"module:function"`` string: an import the layer contracts could not see);
     - ``text``: its terminal text (:data:`TextView`; ``None``: never printed);
     - ``page``: its block on the HTML page (``None``: not on the page);
     - ``scope``: ``"dataset"`` or ``"across"`` (built only with two datasets that have its
       inputs); ``needs_reader``: only for datasets with reader labels;
     - ``printed``: one of the reports ``erag-dagster run`` prints by default;
     - ``checks``: ``not_empty`` (blocking) and, with ``figures`` / ``regression``, the README
-      figures and no-regression checks (:mod:`erag_dagster.assets.checks`);
+      figures and no-regression checks (:mod:`erag_dagster.orchestration.assets.checks`);
     - ``group``: its Dagster asset group; ``automatic``: recomputed when stale (the
       automation condition of the reports); ``runs_reader``: it runs a reader itself (the GPU
       pool and the reader models' lineage, like the label assets);
@@ -159,7 +162,7 @@ class Report:
     key: str
     title: str
     inputs: tuple[ReportInput, ...]
-    compute: Callable[[Any], Computed] | str
+    compute: Callable[[Any], Computed]
     text: TextView | None = None
     page: PageBlock | None = None
     scope: Literal["dataset", "across"] = "dataset"
@@ -179,8 +182,5 @@ class Report:
         return tuple(i.name for i in self.inputs)
 
     def computation(self) -> Callable[[Any], Computed]:
-        """:attr:`compute`, a ``"module:function"`` name imported on first use."""
-        if callable(self.compute):
-            return self.compute
-        module, _, name = self.compute.partition(":")
-        return getattr(importlib.import_module(module), name)
+        """:attr:`compute` (kept as a method: the assets and tests call it)."""
+        return self.compute

@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page a team lead reads in a minute (docs/html-report.md).
 
 Top to bottom: the **verdict** of each dataset (per reader a sentence, a chart of each
-retriever's eRAG score with its 95% CI, and every pair with the p that decides it); then per
+retriever's eRAG score with its CI, and every pair with the p that decides it); then per
 dataset its name, size and run date, what the numbers mean in words, what the labels cost,
 the fit diagnostics (when given), one **worked example** per retriever from the question where
 the retrievers disagree most, and the details: the eRAG leaderboard, the dataset's report
@@ -46,9 +46,9 @@ from urllib.parse import quote
 
 import polars as pl
 
+from erag_dagster.core.paths import atomic_path
 from erag_dagster.labels.audit import identity_columns
 from erag_dagster.meta.per_query import System
-from erag_dagster.paths import atomic_path
 from erag_dagster.reports.catalog import BY_KEY, REPORTS
 from erag_dagster.reports.cross_leaderboard import (
     MEAN_OVER_DATASETS,
@@ -73,6 +73,7 @@ from erag_dagster.reports.html_words import (
     facts_sentence,
 )
 from erag_dagster.reports.verdict import Verdict
+from erag_dagster.stats.settings import Statistics
 
 #: The identity columns the page shows for each reader fingerprint (of
 #: :func:`~erag_dagster.labels.audit.identity_columns`).
@@ -188,20 +189,18 @@ class DatasetSection:
 def dataset_erag_leaderboard(
     per_query: pl.DataFrame,
     metrics: Sequence[str],
+    stats: Statistics,
     baseline: str | None = None,
-    n_resamples: int = 1000,
-    seed: int = 0,
 ) -> pl.DataFrame:
     """One dataset's eRAG leaderboard: :func:`~.cross_leaderboard.erag_leaderboard`
     on its ``erag_per_query`` table without the mean-over-datasets rows (one dataset: the same
     numbers again), Holm re-applied over the remaining comparisons (every reader, metric and
-    non-baseline retriever of the dataset). ``baseline``: the retriever compared against
+    non-baseline retriever of the dataset), with the evaluation's ``stats`` (the same CIs and
+    p as the run's ``erag_leaderboard``). ``baseline``: the retriever compared against
     (default the table's first); one the table lacks falls back to that default."""
     if baseline is not None and baseline not in per_query.get_column("retriever").to_list():
         baseline = None
-    board = erag_leaderboard(
-        {"dataset": per_query}, metrics, n_resamples=n_resamples, baseline=baseline, seed=seed
-    )
+    board = erag_leaderboard({"dataset": per_query}, metrics, stats, baseline=baseline)
     return with_holm(board.filter(pl.col("dataset") != MEAN_OVER_DATASETS).drop("dataset"))
 
 
@@ -254,6 +253,7 @@ def file_links(files: Sequence[Path | str], page_folder: Path) -> list[tuple[str
 def render_html_report(
     sections: Sequence[DatasetSection],
     *,
+    statistics: Statistics,
     title: str = "eRAG evaluation report",
     run_id: str | None = None,
     written: datetime | None = None,
@@ -265,7 +265,8 @@ def render_html_report(
     (UTC; shown as the run's date); ``across``: the reports across datasets by key, each drawn
     after the datasets by its declaration's page block (:mod:`erag_dagster.reports.catalog`:
     the terminal's text table, preformatted). A section's verdict opens the page (no verdict:
-    no such section).
+    no such section). ``statistics``: the evaluation's (the stars' alpha and the intervals'
+    level of every table the page draws; each verdict carries its own).
     """
     body = [f"<h1>{esc(title)}</h1>"]
     if len(sections) == 1:
@@ -286,9 +287,11 @@ def render_html_report(
             parts.append(verdict_html(s.verdict, s.names()))
         body.append("\n".join(parts) + "</section>")
     for index, section in enumerate(sections):
-        body.append(_dataset_html(index, section, written, lede=len(sections) > 1))
+        body.append(
+            _dataset_html(index, section, written, lede=len(sections) > 1, stats=statistics)
+        )
     across_blocks = [
-        _report_block(BY_KEY[key], frame, {})
+        _report_block(BY_KEY[key], frame, {}, statistics)
         for key, frame in (across or {}).items()
         if BY_KEY[key].page is not None and frame.height
     ]
@@ -333,17 +336,21 @@ def _lede(s: DatasetSection, written: datetime | None, named: bool = True) -> st
 # --- the details -------------------------------------------------------------------------------
 
 
-def _report_block(report: Report, frame: pl.DataFrame | None, files: Mapping[str, bytes]) -> str:
+def _report_block(
+    report: Report, frame: pl.DataFrame | None, files: Mapping[str, bytes], stats: Statistics
+) -> str:
     """One report table's heading and block (its declaration's page view), or the one line
     saying it is missing."""
     assert report.page is not None
     heading = f"<h3>{esc(report.page.heading)}</h3>"
     if frame is None or not frame.height:
         return heading + "\n" + absent(report.page.absent)
-    return heading + "\n" + report.page.render(frame, files)
+    return heading + "\n" + report.page.render(frame, files, stats)
 
 
-def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede: bool) -> str:
+def _dataset_html(
+    index: int, s: DatasetSection, written: datetime | None, lede: bool, stats: Statistics
+) -> str:
     names = s.names()
     parts = [f'<section id="dataset-{index}"><h2>Dataset {esc(s.name)}</h2>']
     if lede:  # one dataset: its lede is the page's
@@ -364,12 +371,12 @@ def _dataset_html(index: int, s: DatasetSection, written: datetime | None, lede:
     parts.append(examples_html(s.examples, metric, names))
     parts.append("<h3>eRAG leaderboard</h3>")
     if s.erag_board is not None and s.erag_board.height and s.ranking_metric:
-        parts.append(erag_board_html(s.erag_board, s.ranking_metric, names))
+        parts.append(erag_board_html(s.erag_board, s.ranking_metric, names, stats))
     else:
         parts.append(absent("no eRAG labels in this run"))
     for report in REPORTS:  # the report tables with a page block, in catalog order
         if report.scope == "dataset" and report.page is not None:
-            parts.append(_report_block(report, s.reports.get(report.key), s.side_files))
+            parts.append(_report_block(report, s.reports.get(report.key), s.side_files, stats))
     parts.append("<h3>Per question: where the retrievers disagree</h3>")
     parts.append(drilldown_html(s.erag_per_query, metric, s.questions, names))
     parts.append("<h3>Details: names, partition hashes and specs</h3>")

@@ -1,4 +1,4 @@
-"""The verdict's chart: each retriever's eRAG score with its 95% CI, one inline SVG per reader.
+"""The verdict's chart: each retriever's eRAG score with its CI, one inline SVG per reader.
 
 A dot-and-whisker chart drawn as SVG text (no script, no font, no fetch): one row per
 retriever in the verdict's rank order, the dot at the mean over questions, the whisker from the
@@ -28,11 +28,17 @@ def _scale_max(highs: Sequence[float]) -> float:
 
 
 def ci_chart_svg(
-    rows: Sequence[Mapping[str, object]], metric: str, names: Mapping[str, str], title: str
+    rows: Sequence[Mapping[str, object]],
+    metric: str,
+    names: Mapping[str, str],
+    title: str,
+    level: str,
 ) -> str:
     """One reader's chart. ``rows``: the verdict's ranking rows of that reader, in rank order
     (``retriever``, ``mean``, ``low``, ``high``); ``names``: partition key → display name;
-    ``title``: the SVG's accessible title. An empty ``rows`` gives ``""``."""
+    ``title``: the SVG's accessible title; ``level``: the intervals' level as written under
+    the axis (``95%``: :attr:`~erag_dagster.stats.settings.Statistics.percent`). An empty
+    ``rows`` gives ``""``."""
     if not rows:
         return ""
     x0, x1 = LABEL_W, WIDTH - VALUE_W
@@ -73,7 +79,8 @@ def ci_chart_svg(
         ]
     parts.append(
         f'<text x="{(x0 + x1) / 2:.1f}" y="{height - 4}" text-anchor="middle" class="tick">'
-        f"eRAG {html.escape(metric, quote=True)} (mean over questions, 95% CI)</text>"
+        f"eRAG {html.escape(metric, quote=True)} (mean over questions, "
+        f"{html.escape(level, quote=True)} CI)</text>"
     )
     parts.append("</svg>")
     return "".join(parts)

@@ -2,9 +2,10 @@
 (:mod:`erag_dagster.reports.html`), as escaped HTML tables.
 
 The leaderboard: per reader, retrievers ranked by the headline metric (competition ranking),
-each metric's mean [95% CI] and the comparison with the baseline in the leaderboard's own test
-family (:data:`~erag_dagster.reports.html_words.FAMILIES`). The drill-down: every question
-(at most :data:`~erag_dagster.reports.html_examples.DRILLDOWN_ROWS`), sorted by disagreement.
+each metric's mean [CI at the evaluation's confidence] and the comparison with the baseline in
+the leaderboard's own test family (:data:`~erag_dagster.reports.html_words.FAMILIES`). The
+drill-down: every question (at most :data:`~erag_dagster.reports.html_examples.DRILLDOWN_ROWS`),
+sorted by disagreement.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from erag_dagster.reports.html_blocks import absent, esc, note, rows_table
 from erag_dagster.reports.html_examples import DRILLDOWN_ROWS, drilldown
 from erag_dagster.reports.html_words import FAMILIES
 from erag_dagster.reports.tables import MISSING, ci_text
+from erag_dagster.stats.settings import Statistics
 
 
 def _absent_labels() -> str:
@@ -63,9 +65,12 @@ def _num(value: object) -> str:
     return esc(MISSING) if value is None else f"{float(value):.3f}"  # type: ignore[arg-type]
 
 
-def erag_board_html(board: pl.DataFrame, ranking: str, names: Mapping[str, str]) -> str:
+def erag_board_html(
+    board: pl.DataFrame, ranking: str, names: Mapping[str, str], stats: Statistics
+) -> str:
     """Per reader: retrievers ranked by ``ranking`` (competition ranking: ties share a
-    place), the ranking metric's CI and comparison, then every other metric's CI."""
+    place), the ranking metric's CI and comparison, then every other metric's CI (their
+    level: ``stats.confidence``, the one the board was computed with)."""
     metrics = board.get_column("metric").unique(maintain_order=True).to_list()
     if ranking not in metrics:
         ranking = metrics[0]
@@ -78,7 +83,10 @@ def erag_board_html(board: pl.DataFrame, ranking: str, names: Mapping[str, str])
             .with_columns(place=pl.col("mean").rank("min", descending=True).cast(pl.Int64))
             .sort("place", "retriever")
         )
-        headers = ["#", "retriever", "queries", f"{ranking} [95% CI]", "vs baseline", *others]
+        headers = [
+            "#", "retriever", "queries", f"{ranking} [{stats.percent} CI]", "vs baseline",
+            *others,
+        ]  # fmt: skip
         body = []
         for r in ranked.iter_rows(named=True):
             retriever = r["retriever"]
@@ -96,7 +104,8 @@ def erag_board_html(board: pl.DataFrame, ranking: str, names: Mapping[str, str])
     parts.append(
         note(
             f"Ranked by eRAG {ranking} (mean over queries of the list metric on the reader's "
-            "per-document labels); [low, high]: 95% percentile bootstrap CI over queries. "
+            f"per-document labels); [low, high]: {stats.percent} percentile bootstrap CI over "
+            "queries. "
             "vs baseline: difference of the means on the same queries and its p. "
             + FAMILIES["leaderboard"].format(m=family)
         )

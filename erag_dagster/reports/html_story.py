@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.meta.fit import EXPECTED_PREFIX
 from erag_dagster.reports.html_blocks import absent, esc, note, rows_table
 from erag_dagster.reports.html_chart import ci_chart_svg
@@ -39,6 +40,7 @@ def verdict_html(v: Verdict, names: Mapping[str, str]) -> str:
             ci_chart_svg(
                 list(ranks.iter_rows(named=True)), v.metric, names,
                 f"eRAG {v.metric} of each retriever with reader {reader_name}",
+                v.statistics.percent,
             )
         )  # fmt: skip
         if pairs.height:
@@ -52,11 +54,14 @@ def verdict_html(v: Verdict, names: Mapping[str, str]) -> str:
                 ])
                 for p in pairs.iter_rows(named=True)
             ]  # fmt: skip
-            headers = ["pair", "difference [95% CI]", "p (Holm)", "decision", "questions"]
+            headers = [
+                "pair", f"difference [{v.statistics.percent} CI]", "p (Holm)", "decision",
+                "questions",
+            ]  # fmt: skip
             parts.append(rows_table(headers, rows, [False, True, True, False, True], "pairs"))
     m = max((v.pairs.filter(pl.col("reader") == r).height for r in v.readers), default=0)
     if m:  # one retriever: no pair, no test to name
-        parts.append(note(FAMILIES["verdict"].format(m=m, alpha=v.alpha)))
+        parts.append(note(FAMILIES["verdict"].format(m=m, alpha=format_given(v.alpha))))
     return "\n".join(parts)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.names import parse_metric_name
 
 #: The test behind each view's p-values, in words (each view names its own).
@@ -19,7 +19,7 @@ FAMILIES = {
     "verdict": (
         "Verdict p: paired randomisation test on the questions both retrievers answered, "
         "Holm-adjusted over this reader's {m} pairs of retrievers; a pair differs when "
-        "p < {alpha:g}. This is the p that decides the sentence above."
+        "p < {alpha}. This is the p that decides the sentence above."
     ),
     "leaderboard": (
         "Leaderboard p: the same paired randomisation test, but each retriever against the "

@@ -24,13 +24,15 @@ trec_eval's conventions:
 
 Uncertainty and comparisons (:mod:`erag_dagster.stats.significance`):
 
-- ``{m}_low`` / ``{m}_high``: percentile bootstrap interval (``confidence``, 95% by default) of
-  the mean, resampling the scored queries with replacement ``n_resamples`` times;
+- ``{m}_low`` / ``{m}_high``: percentile bootstrap interval (at ``stats.confidence``) of the
+  mean, resampling the scored queries with replacement ``stats.resamples`` times;
 - ``{m}_diff = mean_r - mean_baseline`` over the queries both scored, with ``{m}_p_perm`` the
   two-sided paired randomisation (sign-flip) test and ``{m}_p_t`` the paired t-test. The baseline
   is compared with itself (difference 0, p = 1), so its row reads as the reference.
 
-All random draws are seeded (``seed``): the same inputs give the same table.
+All random draws are seeded (``stats.seed``): the same inputs give the same table. The stars of
+:func:`format_leaderboard` mark ``p_perm < stats.alpha`` (:class:`~erag_dagster.stats.settings.
+Statistics`, a required argument of every function here: the registry's, never a default).
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.list_metrics import ListMetricReport
+from erag_dagster.stats.settings import Statistics
 from erag_dagster.stats.significance import bootstrap_mean_ci, compare_paired
 
 #: Per-metric columns of the leaderboard, as suffixes of the metric name (``nDCG@10_low``).
@@ -52,7 +55,7 @@ def evaluate_runs(
     qrels: pl.DataFrame,
     runs: Mapping[str, pl.DataFrame],
     metrics: Sequence[str],
-    relevance_level: int = 1,
+    relevance_level: int,
 ) -> dict[str, ListMetricReport]:
     """:func:`~erag_dagster.metrics.human.evaluate_run` for every named run (order kept)."""
     if not runs:
@@ -73,11 +76,8 @@ def metric_scores(report: ListMetricReport, metric: str) -> dict[str, float]:
 def leaderboard_from_reports(
     reports: Mapping[str, ListMetricReport],
     metrics: Sequence[str],
+    stats: Statistics,
     baseline: str | None = None,
-    n_resamples: int = 1000,
-    n_permutations: int = 10_000,
-    confidence: float = 0.95,
-    seed: int = 0,
 ) -> pl.DataFrame:
     """The leaderboard of already-evaluated runs (see :func:`leaderboard` for the columns)."""
     if not reports:
@@ -102,17 +102,8 @@ def leaderboard_from_reports(
         }
         for m in metrics:
             scores = metric_scores(report, m)
-            low, high = bootstrap_mean_ci(
-                list(scores.values()), n_resamples=n_resamples, confidence=confidence, seed=seed
-            )
-            cmp = compare_paired(
-                scores,
-                metric_scores(reports[base], m),
-                n_permutations=n_permutations,
-                n_resamples=n_resamples,
-                confidence=confidence,
-                seed=seed,
-            )
+            low, high = bootstrap_mean_ci(list(scores.values()), stats)
+            cmp = compare_paired(scores, metric_scores(reports[base], m), stats)
             row |= {
                 m: report.aggregate[m],
                 f"{m}_low": low,
@@ -138,12 +129,10 @@ def leaderboard(
     qrels: pl.DataFrame,
     runs: Mapping[str, pl.DataFrame],
     metrics: Sequence[str],
-    relevance_level: int = 1,
+    stats: Statistics,
+    *,
+    relevance_level: int,
     baseline: str | None = None,
-    n_resamples: int = 1000,
-    seed: int = 0,
-    n_permutations: int = 10_000,
-    confidence: float = 0.95,
 ) -> pl.DataFrame:
     """Human-judgment leaderboard of ``runs`` (name → run table), one row per run, input order.
 
@@ -151,21 +140,14 @@ def leaderboard(
     queries without judgments), then for each metric ``m``: ``m`` (mean over scored queries =
     ``evaluate_run``'s aggregate), ``m_low``/``m_high`` (bootstrap CI of the mean),
     ``m_diff``/``m_p_perm``/``m_p_t`` (paired comparison with the baseline; the first run when
-    ``baseline`` is None). See the module docstring for the conventions.
+    ``baseline`` is None); ``stats``: resamples, permutations, confidence and seed of every
+    interval and test. See the module docstring for the conventions.
 
     Raises :class:`InputError` for no runs, no metrics, an unknown baseline, or a run without a
     single judged query.
     """
     reports = evaluate_runs(qrels, runs, metrics, relevance_level=relevance_level)
-    return leaderboard_from_reports(
-        reports,
-        metrics,
-        baseline=baseline,
-        n_resamples=n_resamples,
-        n_permutations=n_permutations,
-        confidence=confidence,
-        seed=seed,
-    )
+    return leaderboard_from_reports(reports, metrics, stats, baseline=baseline)
 
 
 def leaderboard_metrics(board: pl.DataFrame) -> list[str]:
@@ -176,13 +158,14 @@ def leaderboard_metrics(board: pl.DataFrame) -> list[str]:
     ]
 
 
-def format_leaderboard(board: pl.DataFrame, digits: int = 4, alpha: float = 0.05) -> pl.DataFrame:
+def format_leaderboard(board: pl.DataFrame, stats: Statistics, digits: int = 4) -> pl.DataFrame:
     """A compact all-text version of a leaderboard for terminals and markdown.
 
     One row per retriever: ``retriever``, ``queries`` and one column per metric whose cell reads
     ``mean [low, high]``, followed for non-baseline rows by ``diff p=p_perm`` (``p<0.001`` below
-    that) and a ``*`` when ``p_perm < alpha`` (e.g. ``0.6912 [0.655, 0.725] +0.0123 p=0.012*``).
-    The baseline's name carries ``(baseline)``. Render with
+    that) and a ``*`` when ``p_perm < stats.alpha`` (e.g.
+    ``0.6912 [0.655, 0.725] +0.0123 p=0.012*``). The baseline's name carries ``(baseline)``. Render
+    with
     :func:`~erag_dagster.reports.tables.format_table` or
     :func:`~erag_dagster.reports.tables.to_markdown`.
     """
@@ -214,7 +197,7 @@ def format_leaderboard(board: pl.DataFrame, digits: int = 4, alpha: float = 0.05
             " {} p{}{}",
             diff,
             p_text,
-            pl.when(p_perm < alpha).then(pl.lit("*")).otherwise(pl.lit("")),
+            pl.when(p_perm < stats.alpha).then(pl.lit("*")).otherwise(pl.lit("")),
         )
         exprs.append(
             pl.when(pl.col("baseline")).then(ci).otherwise(pl.concat_str([ci, versus])).alias(m)

@@ -34,12 +34,13 @@ from pathlib import Path
 
 import polars as pl
 
+from erag_dagster.core.paths import atomic_path
 from erag_dagster.meta.fit import FitDiagnostics, fit_frame, format_fit
-from erag_dagster.paths import atomic_path
 from erag_dagster.reports.catalog import BY_KEY, REPORTS, dataset_reports_for, reports_across
 from erag_dagster.reports.dataset_reports import headline_metric
 from erag_dagster.reports.tables import format_table
 from erag_dagster.reports.verdict import Verdict
+from erag_dagster.stats.settings import Statistics
 
 __all__ = ["ACROSS_TITLES", "FIT_TITLE", "TITLES", "RunReport", "Section", "headline_metric"]
 
@@ -77,16 +78,21 @@ class Section:
 
 @dataclass
 class RunReport:
-    """The reports of one evaluation (module docstring). ``frames`` holds every frame by
-    :attr:`Section.name` (also those not printed, such as ``erag_per_query``);
-    ``tables_dir``, once :meth:`write_tables` ran, where the full tables are; ``fits``, the
-    fit diagnostics of each labelled reader x retriever (written as the ``fit`` table)."""
+    """The reports of one evaluation (module docstring). ``statistics``: the settings every
+    CI and test of its frames was computed with (the views' stars mark ``alpha``, their
+    legends name ``confidence``); ``frames`` holds every frame by :attr:`Section.name` (also
+    those not printed, such as ``erag_per_query``); ``tables_dir``, once :meth:`write_tables`
+    ran, where the full tables are; ``fits``, the fit diagnostics of each labelled reader x
+    retriever (written as the ``fit`` table); ``notes``: lines the evaluation wants read (a
+    query a system has no labelled document for, scored 0: docs/metrics.md)."""
 
     sections: list[Section]
+    statistics: Statistics
     verdicts: list[Verdict] = field(default_factory=list)
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     tables_dir: Path | None = None
     fits: list[FitDiagnostics] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         """The frame of a report by name (``erag_report``, or ``<dataset>/erag_report``)."""
@@ -134,11 +140,13 @@ class RunReport:
                 blocks.append(f"== {FIT_TITLE} ==\n{fit}")
             else:  # compact: one line under the verdict (the first page stays one page)
                 blocks[-1] += f"\n{fit}"
+        if self.notes:  # e.g. queries a system has no labelled document for (scored 0)
+            blocks.append("\n".join(f"note: {line}" for line in self.notes))
         for section in self.sections:
             if section.frame is None:
                 blocks.append(f"{section.title}: not available ({section.missing})")
                 continue
-            body = render_section(section.key, section.frame, full)
+            body = render_section(section.key, section.frame, self.statistics, full)
             if body is not None:
                 blocks.append(f"== {section.title} ==\n{body}")
         if self.tables_dir is not None:
@@ -172,14 +180,16 @@ class RunReport:
         return folder
 
 
-def render_section(key: str, frame: pl.DataFrame, full: bool = False) -> str | None:
+def render_section(
+    key: str, frame: pl.DataFrame, stats: Statistics, full: bool = False
+) -> str | None:
     """The text of one report frame (compact unless ``full``): its declaration's terminal view
     (:mod:`erag_dagster.reports.catalog`); ``None`` where the report leaves the section out
     (``erag_per_query``; compact: ``erag_report``); a frame of no declared report as a table."""
     report = BY_KEY.get(key)
     if report is None:
         return format_table(frame)
-    return None if report.text is None else report.text(frame, full)
+    return None if report.text is None else report.text(frame, full, stats)
 
 
 def sections_order(

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.meta.correlation import (
     CI_COLUMNS,
     CI_NOTE_COLUMNS,

@@ -13,7 +13,9 @@ metric:
   ``p_perm`` and ``p_holm``, ``p_perm`` Holm-adjusted
   (:func:`~erag_dagster.stats.significance.holm`) over the family of that reader's pairs
   (``m = r (r - 1) / 2`` for ``r`` retrievers). A pair is *significant* when
-  ``p_holm < alpha`` (default 0.05);
+  ``p_holm < stats.alpha`` (the registry's ``alpha``; every interval at its ``confidence``,
+  every draw from its ``seed``: one :class:`~erag_dagster.stats.settings.Statistics` value,
+  required, kept in the verdict);
 - **sentence**: one line a person reads first, e.g. ``bm25 and hybrid are indistinguishable
   on 30 questions; dense is worse than bm25 (p = 0.010)``.
 
@@ -33,8 +35,10 @@ from itertools import combinations
 import numpy as np
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_numbers import format_given
 from erag_dagster.meta.per_query import check_erag_per_query
+from erag_dagster.stats.settings import Statistics
 from erag_dagster.stats.significance import bootstrap_mean_ci, compare_paired, holm
 
 #: At most this many pair lines per reader in the text; beyond, only adjacent ranks are shown
@@ -79,19 +83,25 @@ class Verdict:
     ``ranking`` and ``pairs`` follow :data:`RANKING_SCHEMA` / :data:`PAIRS_SCHEMA`;
     ``sentences`` maps each reader (partition key) to its one-line summary; ``metric`` is the
     headline metric, ``dataset`` the registry dataset name (``None`` for a registry without a
-    ``datasets`` section), ``alpha`` the significance level of ``p_holm``.
+    ``datasets`` section), ``statistics`` the settings it was computed with (``alpha``: the
+    significance level of ``p_holm``; ``confidence``: the level of every interval).
     """
 
     metric: str
     ranking: pl.DataFrame
     pairs: pl.DataFrame
     sentences: dict[str, str]
-    alpha: float = 0.05
+    statistics: Statistics
     dataset: str | None = None
     readers: tuple[str, ...] = field(default=())
     labels: str = "eRAG"
     """The labels ranked: ``eRAG`` or a label method's Table-1 name
     (``evaluation.verdict_labels``)."""
+
+    @property
+    def alpha(self) -> float:
+        """The significance level of ``p_holm`` (``statistics.alpha``)."""
+        return self.statistics.alpha
 
     def lines(self) -> list[str]:
         """The verdict as terminal lines: per reader a header, the ranking, the pairs and the
@@ -102,7 +112,7 @@ class Verdict:
             n = int(ranks["queries"].max() or 0)
             out.append(
                 f"reader {short_name(reader)}: retrievers ranked by {self.labels} {self.metric} "
-                f"(mean over {n} questions [95% bootstrap CI])"
+                f"(mean over {n} questions [{self.statistics.percent} bootstrap CI])"
             )
             width = max(len(short_name(r)) for r in ranks["retriever"])
             for row in ranks.iter_rows(named=True):
@@ -136,7 +146,8 @@ class Verdict:
         which test it is, since a leaderboard or a gate tests other families)."""
         return (
             "two-sided paired randomisation test of each pair of retrievers on the questions "
-            f"both answered, Holm-adjusted over that reader's pairs (alpha = {self.alpha:g})"
+            "both answered, Holm-adjusted over that reader's pairs (alpha = "
+            f"{format_given(self.alpha)})"
         )
 
     def to_dict(self) -> dict:
@@ -145,6 +156,7 @@ class Verdict:
             "metric": self.metric,
             "labels": self.labels,
             "alpha": self.alpha,
+            "statistics": self.statistics.as_dict(),
             "dataset": self.dataset,
             "readers": list(self.readers),
             "sentences": dict(self.sentences),
@@ -154,13 +166,20 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: dict) -> Verdict:
-        """The :class:`Verdict` :meth:`to_dict` wrote (frames with their schemas)."""
+        """The :class:`Verdict` :meth:`to_dict` wrote (frames with their schemas). One stored
+        before verdicts kept their statistics (no ``statistics`` key) is refused in one line:
+        its CIs' level and seed are unknown, so it is materialised again, not guessed."""
+        if "statistics" not in data:
+            raise InputError(
+                "the stored verdict predates its statistics (seed, alpha, confidence): "
+                "materialise the verdict asset again (erag-dagster run does)"
+            )
         return cls(
             metric=str(data["metric"]),
             ranking=pl.DataFrame(data["ranking"], schema=RANKING_SCHEMA),
             pairs=pl.DataFrame(data["pairs"], schema=PAIRS_SCHEMA),
             sentences={str(k): str(v) for k, v in data["sentences"].items()},
-            alpha=float(data["alpha"]),
+            statistics=Statistics.from_dict(data["statistics"]),
             dataset=data.get("dataset"),
             readers=tuple(data["readers"]),
             labels=str(data.get("labels", "eRAG")),
@@ -177,21 +196,19 @@ class Verdict:
 def verdict(
     per_query: pl.DataFrame,
     metric: str,
+    stats: Statistics,
     dataset: str | None = None,
-    alpha: float = 0.05,
-    n_resamples: int = 1000,
-    n_permutations: int = 10_000,
-    seed: int = 0,
     labels: str = "eRAG",
 ) -> Verdict:
     """The :class:`Verdict` of every reader of ``per_query`` on the headline ``metric``.
 
     Readers are taken in sorted order, each retriever's queries in id order (the row order
-    of ``per_query`` does not matter); ``n_resamples`` (bootstrap),
-    ``n_permutations`` (randomisation test) and ``seed`` are those of
-    :func:`~erag_dagster.stats.significance.compare_paired`. Raises :class:`InputError` for an
-    empty table, a missing column or a null/non-finite score (naming the reader, retriever and
-    query). ``labels`` names the labels the table was scored from (the header says it).
+    of ``per_query`` does not matter); ``stats`` (resamples, permutations, confidence, seed,
+    and ``alpha`` for the Holm-adjusted decision) is passed to
+    :func:`~erag_dagster.stats.significance.compare_paired` and kept in the verdict. Raises
+    :class:`InputError` for an empty table, a missing column or a null/non-finite score (naming the
+    reader, retriever and query).
+    ``labels`` names the labels the table was scored from (the header says it).
     """
     _check(per_query, metric)
     rankings, pair_rows, sentences = [], [], {}
@@ -204,28 +221,25 @@ def verdict(
         }
         rows = []
         for name, values in scores.items():
-            low, high = bootstrap_mean_ci(list(values.values()), n_resamples, seed=seed)
+            low, high = bootstrap_mean_ci(list(values.values()), stats)
             rows.append((name, len(values), float(np.mean(list(values.values()))), low, high))
         rows.sort(key=lambda row: (-row[2], row[0]))
         rankings += [(reader, i, *row) for i, row in enumerate(rows, start=1)]
         pairs = []
         for (a, *_), (b, *_) in combinations(rows, 2):
-            cmp = compare_paired(
-                scores[a], scores[b], n_permutations=n_permutations, n_resamples=n_resamples,
-                seed=seed,
-            )  # fmt: skip
+            cmp = compare_paired(scores[a], scores[b], stats)
             pairs.append([reader, a, b, cmp.n, cmp.difference, *cmp.ci, cmp.p_perm])
         adjusted = holm([p[-1] for p in pairs])
         for p, p_holm in zip(pairs, adjusted, strict=True):
-            p += [float(p_holm), bool(p_holm < alpha)]
+            p += [float(p_holm), bool(p_holm < stats.alpha)]
         pair_rows += pairs
-        sentences[reader] = _sentence([r[0] for r in rows], pairs, alpha)
+        sentences[reader] = _sentence([r[0] for r in rows], pairs, stats.alpha)
     return Verdict(
         metric=metric,
         ranking=pl.DataFrame(rankings, schema=RANKING_SCHEMA, orient="row"),
         pairs=pl.DataFrame(pair_rows, schema=PAIRS_SCHEMA, orient="row"),
         sentences=sentences,
-        alpha=alpha,
+        statistics=stats,
         dataset=dataset,
         readers=readers,
         labels=labels,
@@ -260,7 +274,7 @@ def _sentence(order: Sequence[str], pairs: Sequence[Sequence], alpha: float) -> 
         parts.append(f"{short_name(lower)} is worse than {_names(than)}")
     if not same:
         parts[0] += f" on {n} questions"
-    return "; ".join(parts) + f" (Holm-corrected p, alpha = {alpha:g})."
+    return "; ".join(parts) + f" (Holm-corrected p, alpha = {format_given(alpha)})."
 
 
 def _names(items: Sequence[str]) -> str:

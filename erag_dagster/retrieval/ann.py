@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_json
-from erag_dagster.paths import atomic_path
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_json
+from erag_dagster.core.paths import atomic_path
 
 DEFAULTS: dict[str, dict[str, int]] = {
     "flat": {},

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_frame
-from erag_dagster.java import ensure_jvm
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_frame
+from erag_dagster.core.java import ensure_jvm
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score
 
 DEFAULT_K1 = 0.9

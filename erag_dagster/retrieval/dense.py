@@ -22,9 +22,9 @@ import faiss
 import numpy as np
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.errors import InputError
-from erag_dagster.hashing import sha256_text
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.hashing import sha256_text
 from erag_dagster.retrieval.bm25 import corpus_fingerprint
 from erag_dagster.retrieval.encoder import TextEncoder
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score

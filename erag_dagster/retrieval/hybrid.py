@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.retrieval.runs import rank_by_score, top_k
 
 DEFAULT_RRF_K = 60.0

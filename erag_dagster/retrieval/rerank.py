@@ -12,7 +12,7 @@ clock starts so model loading is not counted as latency):
   relevant to the question / does it contain the answer?"
   (:meth:`~erag_dagster.readers.transformers_reader.TransformersReader.yes_probability`),
   batched by the reader's ``batch_size``; built from the registry by
-  :func:`erag_dagster.retrievers.default_scorer`.
+  :func:`erag_dagster.evaluation.retrievers.default_scorer`.
 - :class:`CrossEncoderScorer` — any Hugging Face cross-encoder on disk
   (``AutoModelForSequenceClassification``, ``local_files_only=True``, remote code never
   trusted): ``sigmoid(logit)`` for one output, ``softmax[..., 1]`` for two.
@@ -30,7 +30,7 @@ exactly its rank order.
 Reproducibility: in bfloat16 the reader's ``P("yes")`` depends slightly on which prompts share
 a padded batch (up to ~0.03 for SmolLM2-135M on CPU, as large as its typical margin between an
 answering and an off-topic passage); float32 scores do not depend on batching. Pass
-``overrides={"dtype": "float32"}`` to :func:`erag_dagster.retrievers.default_scorer` when
+``overrides={"dtype": "float32"}`` to :func:`erag_dagster.evaluation.retrievers.default_scorer` when
 rankings must be reproducible.
 
 Cost: ``seconds_per_query`` = wall time of scoring + reordering / queries, ``docs_per_second``
@@ -49,12 +49,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import InputError
 from erag_dagster.metrics.human import evaluate_run
 from erag_dagster.metrics.report import ListMetricReport
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
 from erag_dagster.retrieval.runs import RUN_SCHEMA, rank_by_score, top_k
+from erag_dagster.stats.settings import Statistics
 from erag_dagster.stats.significance import compare_paired
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class CrossEncoderScorer:
         batch_size: int = 32,
         max_length: int = 512,
     ) -> None:
-        from erag_dagster.devices import resolve_device, resolve_dtype
+        from erag_dagster.core.devices import resolve_device, resolve_dtype
 
         if batch_size < 1:
             raise InputError(f"cross-encoder batch_size must be >= 1, got {batch_size}")
@@ -275,12 +276,11 @@ def lift_report(
     qrels: pl.DataFrame,
     before: pl.DataFrame,
     after: pl.DataFrame | RerankResult,
-    metrics: Sequence[str] = ("nDCG@10", "AP", "R@10"),
-    relevance_level: int = 1,
+    metrics: Sequence[str],
+    stats: Statistics,
+    *,
+    relevance_level: int,
     depth: int | None = None,
-    n_permutations: int = 10_000,
-    n_resamples: int = 1000,
-    seed: int = 0,
 ) -> pl.DataFrame:
     """Quality/cost trade-off of a second stage: one row per metric.
 
@@ -293,7 +293,8 @@ def lift_report(
 
     Columns: ``metric, before, after, difference (= after - before), ci_low, ci_high``
     (bootstrap CI of the difference), ``p_perm`` (paired randomisation test), ``p_t`` (paired
-    t-test), ``queries`` (scored by both), ``depth``, and when ``after`` is a
+    t-test) — every draw with the evaluation's ``stats`` (resamples, permutations, confidence,
+    seed) —, ``queries`` (scored by both), ``depth``, and when ``after`` is a
     :class:`RerankResult` its ``added_seconds_per_query`` and ``docs_per_second`` (else null).
     """
     result = after if isinstance(after, RerankResult) else None
@@ -316,13 +317,7 @@ def lift_report(
         scores = {
             name: {q: v[m] for q, v in report.per_query.items()} for name, report in reports.items()
         }
-        cmp = compare_paired(
-            scores["after"],
-            scores["before"],
-            n_permutations=n_permutations,
-            n_resamples=n_resamples,
-            seed=seed,
-        )
+        cmp = compare_paired(scores["after"], scores["before"], stats)
         rows.append(
             {
                 "metric": m,

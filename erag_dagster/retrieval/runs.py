@@ -10,6 +10,13 @@ Ids in a TREC run are whitespace-free by the format: an id holding any character
 separators …) or an empty id would be read back as other fields. :func:`check_trec_ids` refuses
 such ids at the source (the dataset, before any retrieval runs) and :func:`write_trec_run`
 refuses to write them, naming the id.
+
+Empty runs, one rule whatever the format (:func:`refuse_empty_run`): a TREC file with no line,
+a parquet run with no row, a run frame (the Python API, a Dagster asset's value) with no row —
+each is refused in one line naming it, before any work; nothing is evaluated as "retrieved
+nothing" because a file came out empty. A run frame handed over in memory with ranks of its own
+(:func:`check_run_frame`) follows the rules a run file does: ids present, ranks integers
+``>= 1`` and unique per query, a document once per query, scores finite.
 """
 
 from __future__ import annotations
@@ -18,12 +25,11 @@ from pathlib import Path
 
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import text_lines
-from erag_dagster.input_numbers import parse_score
-from erag_dagster.paths import atomic_path
-
-_SPLITS = r"[\s\x1c-\x1f]"  # what str.split() splits on: Unicode White_Space + \x1c-\x1f
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import text_lines
+from erag_dagster.core.input_numbers import parse_score
+from erag_dagster.core.paths import atomic_path
+from erag_dagster.data.schema import ids_trec_cannot_hold
 
 RUN_SCHEMA = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int64, "score": pl.Float64}
 
@@ -77,12 +83,58 @@ def validate_run(run: pl.DataFrame, source: str = "run") -> pl.DataFrame:
     return run
 
 
+def refuse_empty_run(run: pl.DataFrame, source: str, what: str = "run file") -> None:
+    """The one rule for empty runs (module docstring): ``"{source}: the {what} is empty"``."""
+    if run.height == 0:
+        raise InputError(f"{source}: the {what} is empty (no rows); give a run with documents")
+
+
+def check_run_frame(frame: pl.DataFrame, source: str = "run frame") -> pl.DataFrame:
+    """A run frame with ranks of its own (``query_id, doc_id, rank`` and maybe ``score``),
+    checked as a run file is (module docstring), ids as text; an :class:`InputError` names
+    ``source``, the row (1-based) and the query."""
+    missing = [c for c in ("query_id", "doc_id", "rank") if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"{source} lacks column(s) {', '.join(missing)} (a run frame has query_id, "
+            f"doc_id, rank, score; it has {', '.join(frame.columns) or 'none'})"
+        )
+    if not frame.schema["rank"].is_integer():
+        raise InputError(f"{source}: rank must be an integer column, got {frame.schema['rank']}")
+    has_score = "score" in frame.columns
+    if has_score and not frame.schema["score"].is_numeric():
+        raise InputError(f"{source}: score must be a numeric column, got {frame.schema['score']}")
+    refuse_empty_run(frame, source, "run frame")
+    columns = [pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String), "rank"]
+    run = frame.select(*columns, *(["score"] if has_score else [])).with_row_index("row", 1)
+    nulls = run.filter(pl.any_horizontal(pl.all().is_null()))
+    if nulls.height:
+        column = next(c for c in run.columns if nulls.get_column(c)[0] is None)
+        raise InputError(f"{source} (row {nulls.item(0, 'row')}): null {column}")
+    problems = (
+        (pl.col("rank") < 1, "rank {rank} of query {query_id!r} is below 1 (ranks start at 1)"),
+        (~pl.struct("query_id", "rank").is_first_distinct(),
+         "rank {rank} appears twice for query {query_id!r}"),
+        (~pl.struct("query_id", "doc_id").is_first_distinct(),
+         "document {doc_id!r} appears twice for query {query_id!r}"),
+    )  # fmt: skip
+    if has_score:
+        finite = pl.col("score").cast(pl.Float64).is_finite()
+        problems += (
+            (~finite, "score {score} of query {query_id!r}, doc {doc_id!r} is not finite"),
+        )
+    for test, message in problems:
+        bad = run.filter(test)
+        if bad.height:
+            row = bad.row(0, named=True)
+            raise InputError(f"{source} (row {row['row']}): {message.format(**row)}")
+    return run.drop("row")
+
+
 def check_trec_ids(frame: pl.DataFrame, column: str, source: str) -> None:
     """Refuse an id of ``frame[column]`` that a TREC run cannot hold (empty, or holding
     whitespace: module docstring); the :class:`InputError` names the id and ``source``."""
-    bad = frame.filter(
-        pl.col(column).is_null() | (pl.col(column) == "") | pl.col(column).str.contains(_SPLITS)
-    )
+    bad = ids_trec_cannot_hold(frame, column)
     if bad.height:
         value = bad.get_column(column)[0]
         what = "query id" if column == "query_id" else "document id"
@@ -99,9 +151,9 @@ def write_trec_run(
 
     An id a TREC run cannot hold is an :class:`InputError` (:func:`check_trec_ids`). With
     ``command``, the file is written as that command's ``--output``
-    (:func:`erag_dagster.output_guard.writing_output`: recorded, a failed write named).
+    (:func:`erag_dagster.core.output_guard.writing_output`: recorded, a failed write named).
     """
-    from erag_dagster.output_guard import writing_output
+    from erag_dagster.core.output_guard import writing_output
 
     path = Path(path)
     for column in ("query_id", "doc_id"):
@@ -129,8 +181,8 @@ def read_trec_run(path: Path | str) -> pl.DataFrame:
     Ranks are recomputed from the scores exactly as trec_eval orders documents (score
     descending, ties by doc_id descending), so a file whose rank column disagrees with its
     scores is read the way trec_eval would evaluate it. The file is read under the input rule
-    (:mod:`erag_dagster.input_files`: a regular file, bounded, a leading BOM stripped) and each
-    score by :func:`~erag_dagster.input_numbers.parse_score` (ASCII decimal only). Errors name
+    (:mod:`erag_dagster.core.input_files`: a regular file, bounded, a leading BOM stripped) and each
+    score by :func:`~erag_dagster.core.input_numbers.parse_score` (ASCII decimal only). Errors name
     ``file:line``.
     """
     path = Path(path)
@@ -151,9 +203,11 @@ def read_trec_run(path: Path | str) -> pl.DataFrame:
         qids.append(fields[0])
         dids.append(fields[2])
         scores.append(parse_score(fields[4], f"{path}:{lineno}"))
-    if not qids:
-        raise InputError(f"{path}: the run file is empty")
-    frame = pl.DataFrame({"query_id": qids, "doc_id": dids, "score": scores})
+    frame = pl.DataFrame(
+        {"query_id": qids, "doc_id": dids, "score": scores},
+        schema={"query_id": pl.String, "doc_id": pl.String, "score": pl.Float64},
+    )
+    refuse_empty_run(frame, str(path))
     dup = frame.filter(pl.struct("query_id", "doc_id").is_duplicated())
     if dup.height:
         row = dup.row(0, named=True)

@@ -84,7 +84,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
+from erag_dagster.stats.settings import Statistics
 
 Statistic = Callable[[NDArray[np.float64], NDArray[np.float64]], float]
 
@@ -113,8 +114,8 @@ class CorrelationEstimate:
     high: float
     n: int
     n_resamples: int
+    confidence: float
     n_undefined: int = 0
-    confidence: float = 0.95
     ci_note: str | None = None
 
     @property
@@ -195,7 +196,7 @@ def percentile_interval(values: ArrayLike, confidence: float) -> tuple[float, fl
     return float(low), float(high)
 
 
-def check_bootstrap_args(n_resamples: int, confidence: float | None = None) -> None:
+def check_bootstrap_args(n_resamples: int, confidence: float | None) -> None:
     """Raise :class:`InputError` unless ``n_resamples >= 1`` and ``0 < confidence < 1``."""
     if int(n_resamples) != n_resamples or n_resamples < 1:
         raise InputError(f"n_resamples must be a positive integer, got {n_resamples}")
@@ -276,13 +277,10 @@ def _loop_kernel(
 
 
 def bootstrap_distribution(
-    x: ArrayLike,
-    y: ArrayLike,
-    statistic: Statistic,
-    n_resamples: int = 1000,
-    seed: int | None = 0,
+    x: ArrayLike, y: ArrayLike, statistic: Statistic, stats: Statistics
 ) -> NDArray[np.float64]:
-    """The statistic on ``n_resamples`` paired bootstrap resamples (``nan`` where undefined).
+    """The statistic on ``stats.resamples`` paired bootstrap resamples (``nan`` where
+    undefined), drawn from ``stats.seed``.
 
     For :func:`kendall_tau_b` (``n <= 2000``) and :func:`spearman_rho` the resamples are
     evaluated in vectorised form (same values as calling the function on each resample, up to
@@ -290,8 +288,9 @@ def bootstrap_distribution(
     resample. Resample ``b`` uses the ``b``-th row drawn from ``np.random.default_rng(seed)``
     as ``rng.integers(0, n, size=(block, n))`` in blocks of 256 rows.
     """
+    n_resamples, seed = stats.resamples, stats.seed
     xa, ya = as_pair(x, y)
-    check_bootstrap_args(n_resamples)
+    check_bootstrap_args(n_resamples, None)
     n = xa.size
     if n == 0:
         return np.full(n_resamples, math.nan)
@@ -310,9 +309,7 @@ def bootstrap_ci(
     x: ArrayLike,
     y: ArrayLike,
     statistic: Statistic,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int | None = 0,
+    stats: Statistics,
     bounds: tuple[float, float] = (-1.0, 1.0),
 ) -> CorrelationEstimate:
     """Point estimate and percentile bootstrap CI of ``statistic`` over paired queries.
@@ -323,12 +320,13 @@ def bootstrap_ci(
     ``value`` is defined, ``p < (1 - confidence)/2`` and it contains ``value``; it is then the
     percentile interval widened to the worst-case bounds over the undefined resamples (the plain
     percentile interval when ``p = 0``). Otherwise ``low``/``high`` are ``nan`` and ``ci_note``
-    gives the reason. Deterministic for a given ``seed``.
+    gives the reason. ``stats``: resamples, confidence and seed; deterministic for a seed.
     """
+    confidence = stats.confidence
     xa, ya = as_pair(x, y)
-    check_bootstrap_args(n_resamples, confidence)
+    check_bootstrap_args(stats.resamples, confidence)
     value = float(statistic(xa, ya))
-    draws = bootstrap_distribution(xa, ya, statistic, n_resamples=n_resamples, seed=seed)
+    draws = bootstrap_distribution(xa, ya, statistic, stats)
     undefined = np.isnan(draws)
     n_undefined = int(undefined.sum())
     share = n_undefined / draws.size

@@ -33,17 +33,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.stats.correlation import (
     check_bootstrap_args,
     percentile_interval,
     resample_blocks,
 )
+from erag_dagster.stats.settings import Statistics
 
 #: Tolerance (relative to ``sum(|d|)``) when comparing permuted statistics with the observed
 #: one, so that assignments equal to it up to floating-point rounding count as extreme.
@@ -116,14 +117,14 @@ def paired_t_test(a: ArrayLike, b: ArrayLike) -> tuple[float, float]:
     return float(result.statistic), float(result.pvalue)
 
 
-def randomisation_test(
-    differences: ArrayLike, n_permutations: int = 10_000, seed: int | None = 0
-) -> tuple[float, bool]:
+def randomisation_test(differences: ArrayLike, stats: Statistics) -> tuple[float, bool]:
     """Two-sided paired sign-flip test on ``differences``; returns ``(p, exact)``.
 
-    Exact enumeration when ``2**n <= n_permutations``, else Monte Carlo with a seeded
-    ``np.random.default_rng(seed)`` (see the module docstring for both p-value formulas).
+    Exact enumeration when ``2**n <= stats.permutations``, else ``stats.permutations`` Monte
+    Carlo draws from ``np.random.default_rng(stats.seed)`` (see the module docstring for both
+    p-value formulas).
     """
+    n_permutations, seed = stats.permutations, stats.seed
     d = np.asarray(differences, dtype=np.float64)
     if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all():
         raise InputError("randomisation test needs a non-empty one-dimensional finite array")
@@ -155,13 +156,13 @@ def randomisation_test(
     return (count + 1) / (n_permutations + 1), False
 
 
-def bootstrap_mean_ci(
-    values: ArrayLike, n_resamples: int = 1000, confidence: float = 0.95, seed: int | None = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``mean(values)`` (resampling the values).
+def bootstrap_mean_ci(values: ArrayLike, stats: Statistics) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(values)`` (resampling the values
+    ``stats.resamples`` times from ``stats.seed``, at ``stats.confidence``).
 
     ``(v, v)`` for a single value or a constant array.
     """
+    n_resamples, confidence, seed = stats.resamples, stats.confidence, stats.seed
     v = np.asarray(values, dtype=np.float64)
     check_bootstrap_args(n_resamples, confidence)
     if v.ndim != 1 or v.size == 0 or not np.isfinite(v).all():
@@ -174,10 +175,7 @@ def bootstrap_mean_ci(
 
 
 def stratified_bootstrap_mean_ci(
-    groups: Sequence[ArrayLike],
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int | None = 0,
+    groups: Sequence[ArrayLike], stats: Statistics
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of the *unweighted mean of group means*
     ``(1/G) * sum_g mean(groups[g])`` (BEIR's "average over datasets").
@@ -189,8 +187,9 @@ def stratified_bootstrap_mean_ci(
     from ``seed``), so the result is deterministic. With one group this is the ordinary
     percentile bootstrap of that group's mean (but not the same draws as
     :func:`bootstrap_mean_ci`). Raises :class:`InputError` for no groups, an empty group or
-    non-finite values.
+    non-finite values. ``stats``: resamples, confidence and seed.
     """
+    n_resamples, confidence, seed = stats.resamples, stats.confidence, stats.seed
     check_bootstrap_args(n_resamples, confidence)
     if not groups:
         raise InputError("stratified bootstrap needs at least one group")
@@ -208,7 +207,7 @@ def stratified_bootstrap_mean_ci(
 
 
 def stratified_randomisation_test(
-    differences: Sequence[ArrayLike], n_permutations: int = 10_000, seed: int | None = 0
+    differences: Sequence[ArrayLike], stats: Statistics
 ) -> tuple[float, bool]:
     """Two-sided paired sign-flip test of the unweighted mean over groups of the mean paired
     difference, ``D = (1/G) * sum_g mean(d_g)``; returns ``(p, exact)``.
@@ -225,37 +224,27 @@ def stratified_randomisation_test(
     if any(d.ndim != 1 or d.size == 0 for d in arrays):
         raise InputError("stratified randomisation test: every group needs a non-empty 1-D array")
     weighted = np.concatenate([d / (len(arrays) * d.size) for d in arrays])
-    return randomisation_test(weighted, n_permutations=n_permutations, seed=seed)
+    return randomisation_test(weighted, stats)
 
 
 def compare_paired(
-    a: Mapping[str, float],
-    b: Mapping[str, float],
-    n_permutations: int = 10_000,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int | None = 0,
+    a: Mapping[str, float], b: Mapping[str, float], stats: Statistics
 ) -> PairedComparison:
     """Compare systems A and B on the queries both scored (``query_id -> score`` mappings).
 
-    Runs the paired t-test, the randomisation test (``n_permutations``, seeded) and a
-    bootstrap CI of the mean difference (``n_resamples``, seeded); deterministic for a seed.
+    Runs the paired t-test, the randomisation test (``stats.permutations``) and a bootstrap
+    CI of the mean difference (``stats.resamples`` at ``stats.confidence``), each from its own
+    seed spawned from ``stats.seed``: deterministic for a seed.
     """
-    check_bootstrap_args(n_resamples, confidence)
+    n_permutations, confidence = stats.permutations, stats.confidence
+    check_bootstrap_args(stats.resamples, confidence)
     _ids, xa, xb, only_a, only_b = align(a, b)
     d = xa - xb
-    seq = np.random.SeedSequence(seed)
+    seq = np.random.SeedSequence(stats.seed)
     perm_seed, boot_seed = seq.spawn(2)
     t, p_t = paired_t_test(xa, xb)
-    p_perm, exact = randomisation_test(
-        d, n_permutations=n_permutations, seed=int(perm_seed.generate_state(1)[0])
-    )
-    ci = bootstrap_mean_ci(
-        d,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        seed=int(boot_seed.generate_state(1)[0]),
-    )
+    p_perm, exact = randomisation_test(d, replace(stats, seed=int(perm_seed.generate_state(1)[0])))
+    ci = bootstrap_mean_ci(d, replace(stats, seed=int(boot_seed.generate_state(1)[0])))
     return PairedComparison(
         mean_a=float(xa.mean()),
         mean_b=float(xb.mean()),

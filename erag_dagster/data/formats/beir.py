@@ -7,6 +7,9 @@ from typing import NamedTuple
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError, where
+from erag_dagster.core.input_files import regular_file, text_lines
+from erag_dagster.core.input_numbers import parse_grade
 from erag_dagster.data.formats.records import (
     Column,
     check_references,
@@ -16,9 +19,6 @@ from erag_dagster.data.formats.records import (
     unique_nonempty,
 )
 from erag_dagster.data.schema import MAX_RELEVANCE, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from erag_dagster.errors import InputError, where
-from erag_dagster.input_files import regular_file, text_lines
-from erag_dagster.input_numbers import parse_grade
 
 
 class BeirFiles(NamedTuple):

@@ -7,17 +7,26 @@ from typing import NamedTuple
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError, where
+from erag_dagster.core.input_files import regular_file
 from erag_dagster.data.formats.records import (
     Column,
     check_references,
+    check_value,
     coerce,
     read_corpus,
     records_with_ids,
     unique_nonempty,
 )
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from erag_dagster.errors import InputError, where
-from erag_dagster.input_files import regular_file
+
+_INPUT = Column("input", "question", "str")
+_ANSWER = Column("answer", "answers", "str", required=False)
+_PROVENANCE_TEXT = (
+    Column("title", "title", "str", required=False),
+    Column("text", "text", "str", required=False),
+)
+"""The text fields of a KILT record (records.check_value: a string, or null)."""
 
 
 class KiltFiles(NamedTuple):
@@ -81,6 +90,7 @@ def load_kilt(path: Path, corpus_file: Path | None = None, spec: str | None = No
     page_column = Column("wikipedia_id", "doc_id", "id")
     for number, at, qid, record in records_with_ids(path, id_column, "id"):
         question = record.get("input")
+        check_value(question, _INPUT, at)  # a number where text is documented: refused
         if not isinstance(question, str) or not question.strip():
             raise InputError(f"{at}: record {qid!r} has no 'input' question")
         outputs = record.get("output") or []
@@ -90,11 +100,14 @@ def load_kilt(path: Path, corpus_file: Path | None = None, spec: str | None = No
         for output in outputs:
             if not isinstance(output, dict):
                 raise InputError(f"{at}: an 'output' entry of record {qid!r} is not an object")
+            check_value(output.get("answer"), _ANSWER, at)
             answers.append(output.get("answer"))
             for provenance in output.get("provenance") or []:
                 if not isinstance(provenance, dict):
                     raise InputError(f"{at}: a provenance entry of record {qid!r} is not an object")
                 page = coerce(provenance, page_column, at)
+                for column in _PROVENANCE_TEXT:
+                    check_value(provenance.get(column.source), column, at)
                 qrel_rows.setdefault((qid, page), number)
                 title, texts = pages.setdefault(page, ("", []))
                 new_title = provenance.get("title")

@@ -3,6 +3,14 @@
 JSON lines are read by polars in one go; only when that fails, or a column has a type that
 needs per-value handling, is the file scanned line by line, which coerces the values or names
 the offending line (``file:line``). Parquet problems name the 1-based row.
+
+Types of the values (the one rule, :func:`check_value`, for every format that reads records
+here: BEIR, KILT, ``jsonl:``/``parquet:`` tables): a text field (a title, a text, a question,
+an answer) holds a JSON string — a number (``"text": 5``, ``"answers": [5]``), a boolean, a
+list or an object where a string is documented is refused at ``file:line`` naming the field
+("write it in quotes"), never turned into its text; ``null`` is "not given" (an optional field
+takes its default; an ``answers`` list drops it like a blank answer). An id holds a string or
+an integer (ints become their decimal text, as documented for ids); a grade an integer.
 """
 
 from __future__ import annotations
@@ -16,15 +24,15 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError, where
-from erag_dagster.input_files import (
+from erag_dagster.core.errors import InputError, where
+from erag_dagster.core.input_files import (
     parse_json,
     read_bytes,
     regular_file,
     starts_with_bom,
     text_lines,
 )
-from erag_dagster.input_numbers import is_grade
+from erag_dagster.core.input_numbers import is_grade
 
 
 def unique_nonempty(values: list[Any]) -> list[str]:
@@ -45,8 +53,9 @@ class Column:
     """One column to read: ``source`` field in the file → canonical ``target`` of ``kind``.
 
     kinds: ``id`` (str or int → str; required non-empty), ``str`` (null → ``""``), ``answers``
-    (null → [], str → [str], list of str; blank strings dropped), ``int`` (integer; integral
-    floats and digit strings accepted), ``paragraphs`` (str, or list of str joined by newlines).
+    (null → [], str → [str], list of str; blank strings and nulls dropped), ``int`` (integer;
+    integral floats and digit strings accepted), ``paragraphs`` (str, or list of str joined by
+    newlines). Any other JSON type is refused (:func:`check_value`).
     """
 
     source: str
@@ -56,9 +65,56 @@ class Column:
     default: Any = None
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in words: ``a number (5)``, ``a boolean (true)``, ``a list``."""
+    if isinstance(value, bool):
+        return f"a boolean ({_short(value)})"
+    if isinstance(value, int | float):
+        return f"a number ({_short(value)})"
+    if isinstance(value, list):
+        return f"a list ({_short(value)})"
+    if isinstance(value, dict):
+        return f"an object ({_short(value)})"
+    if value is None:
+        return "null"
+    return f"{type(value).__name__} ({_short(value)})"
+
+
+def check_value(value: Any, column: Column, at: str) -> None:
+    """Refuse, at ``at``, a present (non-null) ``value`` whose JSON type does not fit
+    ``column.kind`` (module docstring): text kinds take strings only (``paragraphs`` also a
+    list of strings, ``answers`` also a list of strings and nulls), ``id`` a string or an
+    integer. Grades (``int``) are :func:`coerce`'s."""
+    kind = column.kind
+    if value is None or kind == "int":
+        return
+    if kind == "id":
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            return
+        raise InputError(
+            f"{at}: field {column.source!r} is {_json_kind(value)}, not an id (a string, or an "
+            "integer)"
+        )
+    if isinstance(value, str):
+        return
+    if isinstance(value, list) and kind in ("paragraphs", "answers"):
+        for index, item in enumerate(value):
+            if isinstance(item, str) or (item is None and kind == "answers"):
+                continue
+            raise InputError(
+                f"{at}: field {column.source!r} holds {_json_kind(item)} at position {index}, "
+                "not a string; write it in quotes"
+            )
+        return
+    hint = "write it in quotes" if not isinstance(value, list | dict) else "give a string"
+    if isinstance(value, list):
+        hint = "give a string or a list of strings" if kind != "str" else "give a string"
+    raise InputError(f"{at}: field {column.source!r} is {_json_kind(value)}, not a string; {hint}")
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_value)`` for every non-blank line (1-based numbers), read
-    under the input rule (:mod:`erag_dagster.input_files`: regular file, bounded, BOM stripped,
+    under the input rule (:mod:`erag_dagster.core.input_files`: regular file, bounded, BOM stripped,
     duplicate keys and over-deep nesting refused at ``file:line``)."""
     for number, line in text_lines(path):
         if line.strip():
@@ -125,10 +181,10 @@ def read_table(path: Path, fmt: str, columns: list[Column]) -> pl.DataFrame:
     JSON lines are parsed by polars in one go; only if that fails, or a column has an
     unexpected type, is the file scanned line by line, which either coerces the values or
     names the offending line. A blank line holds no record. A required id that is missing or
-    empty is an error. Ids may be ints or strings (ints become their decimal text). Where
-    polars reads a column as text it writes any other JSON value it meets there as JSON text
-    (``[1]`` → ``"[1]"``), so an id or text given as a list or object is kept as that text, not
-    rejected; an ``answers`` column read as text always goes through the line-by-line path,
+    empty is an error. Ids may be ints or strings (ints become their decimal text). Before
+    polars reads a JSON-lines file every record's values are checked by :func:`check_value`
+    (polars would write a number or a list it meets in a text column as its JSON text: ``5`` →
+    ``"5"``); an ``answers`` column read as text always goes through the line-by-line path,
     since it may mix strings and lists.
     """
     raw: pl.DataFrame | None = None
@@ -137,8 +193,10 @@ def read_table(path: Path, fmt: str, columns: list[Column]) -> pl.DataFrame:
     # not copied) unless a BOM must be stripped first
     source: Path | io.BytesIO = regular_file(path)
     if fmt == "jsonl":
-        for _ in iter_jsonl(path):
-            pass
+        for number, record in iter_jsonl(path):
+            if isinstance(record, dict):  # a value of the wrong type: refused, never cast
+                for column in columns:
+                    check_value(record.get(column.source), column, where(path, number))
         if starts_with_bom(path):
             source = io.BytesIO(read_bytes(path))
     try:
@@ -272,6 +330,7 @@ def coerce(record: dict[str, Any], column: Column, at: str) -> Any:
             raise InputError(f"{at}: {_missing(column)}")
         return _python_default(column)
     kind = column.kind
+    check_value(value, column, at)  # a number where a string is documented: refused
     if isinstance(value, bool):
         pass  # booleans fit no column; fall through to the error
     elif kind == "id" and isinstance(value, (str, int)):
@@ -288,8 +347,7 @@ def coerce(record: dict[str, Any], column: Column, at: str) -> Any:
     elif kind == "answers" and isinstance(value, str):
         return unique_nonempty([value])
     elif kind == "answers" and isinstance(value, list):
-        if all(v is None or isinstance(v, (str, int, float)) for v in value):
-            return unique_nonempty([None if v is None else str(v) for v in value])
+        return unique_nonempty(value)  # strings (check_value): nulls and blanks dropped
     elif kind == "int" and _integral(value) and -(2**63) <= int(value) < 2**63:
         return int(value)
     raise InputError(

@@ -12,10 +12,10 @@ from typing import Any
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import bounded_read, decode, open_binary, parse_json
 from erag_dagster.data.formats.records import unique_nonempty
 from erag_dagster.data.schema import CORPUS_SCHEMA, QRELS_SCHEMA, QUERIES_SCHEMA, Dataset
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import bounded_read, decode, open_binary, parse_json
 
 SAMPLE_FILE = "squad-v1.1-dev-sample.json"
 """Name of the embedded sample inside the ``erag_dagster.data`` package's ``sample/`` folder."""
@@ -34,7 +34,7 @@ def load_squad(path: Path, spec: str | None = None) -> Dataset:
     A question without any non-empty answer (e.g. a SQuAD v2 unanswerable one), an answer whose
     ``text`` is not a string (``42``), a repeated question id or article title, or a structure
     that is not SQuAD's is an :class:`InputError` naming the file and the question id or
-    article. The file is read under the input rule (:mod:`erag_dagster.input_files`: a regular
+    article. The file is read under the input rule (:mod:`erag_dagster.core.input_files`: a regular
     file, bounded also once decompressed, BOM stripped, duplicate keys refused at ``file:line``).
     """
     label, data = _read_squad_json(path)
@@ -111,7 +111,7 @@ def load_sample(spec: str = "sample") -> Dataset:
 def _read_squad_json(path: Path) -> tuple[str, Any]:
     """Parse the JSON; returns a label for messages (``file`` or ``archive/member``) and data.
 
-    Read under the input rule (:mod:`erag_dagster.input_files`): a regular file within the
+    Read under the input rule (:mod:`erag_dagster.core.input_files`): a regular file within the
     input limit, which also bounds the decompressed size of a ``.gz`` or ``.zip``.
     """
     try:

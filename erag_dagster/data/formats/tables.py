@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from erag_dagster.core.errors import InputError
 from erag_dagster.data.formats.records import (
     Column,
     check_nonempty_corpus,
@@ -18,7 +19,6 @@ from erag_dagster.data.formats.records import (
 )
 from erag_dagster.data.schema import QRELS_SCHEMA, Dataset
 from erag_dagster.data.spec import CANONICAL_COLUMNS
-from erag_dagster.errors import InputError
 
 
 class TableFiles(NamedTuple):

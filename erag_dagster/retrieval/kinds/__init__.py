@@ -2,10 +2,10 @@
 
 A kind is its module beside this one, defining ``KIND``, a :class:`~.base.RetrieverKind` (its
 keys and their value rules, its defaults, its checks, what its hash covers, its run), and its
-line below. The registry (:mod:`erag_dagster.registry`) validates and hashes each entry through
-its kind and derives ``RETRIEVER_KINDS`` and ``RETRIEVER_KEYS`` from :data:`KINDS`;
-:func:`erag_dagster.retrievers.run_retriever` runs an entry through its kind. Importing this
-package loads no faiss, torch or pyserini (the kinds import their engines when they run)."""
+line below. The registry (:mod:`erag_dagster.config.registry`) validates and hashes each entry
+through its kind and derives ``RETRIEVER_KINDS`` and ``RETRIEVER_KEYS`` from :data:`KINDS`;
+:func:`erag_dagster.evaluation.retrievers.run_retriever` runs an entry through its kind. Importing
+this package loads no faiss, torch or pyserini (the kinds import their engines when they run)."""
 
 from __future__ import annotations
 

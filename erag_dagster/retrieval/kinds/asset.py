@@ -13,7 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import NOTES
+from erag_dagster.core.errors import InputError
 from erag_dagster.retrieval.kinds.base import RetrieverKind, Rule, RunRequest
 
 ASSET_KEY_PART = re.compile(r"^[A-Za-z0-9_]+$")
@@ -50,6 +51,8 @@ def run_asset(request: RunRequest) -> pl.DataFrame:
     )  # fmt: skip
     request.timing.search_seconds += time.perf_counter() - started
     request.timing.details.update(loaded.metadata())
+    if loaded.outside_ids:  # dropped, never without a word (the terminal's notes by default)
+        (request.log or NOTES.info)(loaded.left_out_line(source))
     return loaded.run
 
 

@@ -5,9 +5,9 @@ A kind is registered once (:mod:`erag_dagster.retrieval.kinds`): its name, the k
 with their value rules, the default of each optional key it reads, its checks against the other
 entries of the registry, the rewriting of its config as read (absolute paths, one spelling),
 what its partition hash covers, the retrievers it builds on and the function that runs it.
-:mod:`erag_dagster.registry` reads all but the defaults and the run (and must stay light: a
+:mod:`erag_dagster.config.registry` reads all but the defaults and the run (and must stay light: a
 kind module imports no engine at module level that loads faiss, torch or pyserini);
-:mod:`erag_dagster.retrievers` calls the run, which reads the defaults.
+:mod:`erag_dagster.evaluation.retrievers` calls the run, which reads the defaults.
 
 Defaults are read at the point of use through :meth:`RetrieverKind.setting` and are never
 written into the config, so a partition hash covers exactly the keys the entry states.
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from erag_dagster.callbacks import Log
-from erag_dagster.paths import storage_dir
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.paths import storage_dir
 
 if TYPE_CHECKING:
     import polars as pl
@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 
 class Rule(NamedTuple):
     """A key's value rule: ``check(value)`` is true for a good value; ``wanted`` ends the
-    refusal line (``... it must be <wanted>``)."""
+    refusal line (``... it must be <wanted>``); ``schema``: what of the check a JSON schema
+    can state (the eRAG component's ``defs.yaml`` schema carries it; the check decides)."""
 
     check: Callable[[Any], bool]
     wanted: str
+    schema: Mapping[str, Any] | None = None
 
 
 def is_number(value: Any) -> bool:
@@ -52,10 +54,12 @@ def is_text(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
 
-NUMBER = Rule(is_number, "a number >= 0")
-COUNT = Rule(is_count, "an integer >= 1")
+NUMBER = Rule(is_number, "a number >= 0", {"type": "number", "minimum": 0})
+COUNT = Rule(is_count, "an integer >= 1", {"type": "integer", "minimum": 1})
 MAX_LENGTH = Rule(lambda v: v is None or is_count(v), "an integer >= 1 or null")
-DTYPE = Rule(lambda v: isinstance(v, str), "a dtype name such as float32 or auto")
+DTYPE = Rule(
+    lambda v: isinstance(v, str), "a dtype name such as float32 or auto", {"type": "string"}
+)
 
 
 def index_root() -> Path:
@@ -79,7 +83,7 @@ class RetrievalTiming:
 class RunRequest:
     """One run asked of a kind: the registry entry (``name``, its resolved ``config``), the
     dataset's ``corpus`` and ``queries``, the cut-off ``k`` (>= 1) and what the registry-aware
-    caller (:func:`erag_dagster.retrievers.run_retriever`) lends: ``run_other(name, k,
+    caller (:func:`erag_dagster.evaluation.retrievers.run_retriever`) lends: ``run_other(name, k,
     timing)`` runs another registry retriever, ``partition_key(name)`` names its partition,
     ``reader_scorer(name, overrides)`` scores with a registry reader, and ``asset_runs`` holds
     the upstream assets' values by retriever name (empty outside Dagster)."""
@@ -118,7 +122,7 @@ Identity = Callable[
     [Mapping[str, Any], Callable[[str], str], Callable[[str], str]], Mapping[str, Any]
 ]
 """``identity(config, digest_of, reader_digest)``: what the partition hash covers (module
-docstring of :mod:`erag_dagster.registry`); ``digest_of(name)`` is another retriever's hash,
+docstring of :mod:`erag_dagster.config.registry`); ``digest_of(name)`` is another retriever's hash,
 ``reader_digest(name)`` a reader's."""
 
 

@@ -10,7 +10,7 @@ import time
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
+from erag_dagster.core.callbacks import Log
 from erag_dagster.retrieval.bm25 import DEFAULT_B, DEFAULT_K1, BM25Index, build_bm25_index
 from erag_dagster.retrieval.kinds.base import NUMBER, RetrieverKind, Rule, RunRequest, index_root
 

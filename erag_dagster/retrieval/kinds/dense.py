@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from erag_dagster.callbacks import Log
-from erag_dagster.errors import InputError
+from erag_dagster.core.callbacks import Log
+from erag_dagster.core.errors import InputError
 from erag_dagster.retrieval.kinds.base import (
     DTYPE,
     MAX_LENGTH,

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError
+from erag_dagster.core.errors import InputError
 from erag_dagster.retrieval.hybrid import DEFAULT_RRF_K, reciprocal_rank_fusion
 from erag_dagster.retrieval.kinds.base import COUNT, NUMBER, RetrieverKind, RunRequest
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import polars as pl
 
-from erag_dagster.errors import InputError
-from erag_dagster.input_files import regular_file_sha256
+from erag_dagster.core.callbacks import NOTES
+from erag_dagster.core.errors import InputError
+from erag_dagster.core.input_files import regular_file_sha256
 from erag_dagster.retrieval.kinds.base import RetrieverKind, Rule, RunRequest, is_text
 
 
@@ -34,6 +35,8 @@ def run_run_file(request: RunRequest) -> pl.DataFrame:
     )  # fmt: skip
     request.timing.search_seconds += time.perf_counter() - started
     request.timing.details.update(loaded.metadata())
+    if loaded.outside_ids:  # dropped, never without a word (the terminal's notes by default)
+        (request.log or NOTES.info)(loaded.left_out_line(f"run_file {request.name!r}"))
     return loaded.run
 
 
