@@ -36,7 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import polars as pl
 
+from erag_dagster.config.evaluation import EvaluationConfig
 from erag_dagster.meta.correlation_report import label_methods_table
+
+STATS = EvaluationConfig().statistics
 
 CANDIDATES = ("eRAG", "eRAG (contains)", "eRAG_likelihood", "eRAG_likelihood_gain")
 REFERENCES = ("closed_book", "containment")
@@ -48,7 +51,7 @@ def table(folder: Path) -> pl.DataFrame:
     """``method, kendall_tau, kendall_low, kendall_high`` of ``folder``'s P@3 Table 1."""
     labels = pl.read_parquet(folder / "labels.parquet")
     e2e = pl.read_parquet(folder / "end_to_end.parquet")
-    frame = label_methods_table(labels, e2e, K, folder.name)
+    frame = label_methods_table(labels, e2e, K, folder.name, STATS)
     return frame.filter(pl.col("metric") == METRIC).select(
         "method", "kendall_tau", "kendall_low", "kendall_high", "n_queries"
     )

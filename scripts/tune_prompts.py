@@ -51,7 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import polars as pl
 
+from erag_dagster.config.evaluation import EvaluationConfig
+from erag_dagster.config.registry import load_registry
 from erag_dagster.data.loaders import load_dataset
+from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.labels.cached import Subject, generate_stored, task_fingerprint
 from erag_dagster.labels.store import LabelStore
 from erag_dagster.meta.fit import label_auc, separation
@@ -59,9 +62,11 @@ from erag_dagster.metrics.downstream import token_f1
 from erag_dagster.readers.extraction import answer_final, extract_answer, line_final
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.passages import run_with_passages
-from erag_dagster.config.registry import load_registry
-from erag_dagster.evaluation.retrievers import run_retriever
 from erag_dagster.stats.correlation import percentile_interval, resample_blocks
+from erag_dagster.stats.settings import Statistics
+
+STATS = EvaluationConfig().statistics
+"""The project's default statistics (1000 resamples, seed 0, 95% intervals)."""
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "raw_answer_tokens/v1 line_final"
@@ -257,22 +262,23 @@ def cell_frame(pairs: pl.DataFrame, gen: dict, policy: str, n: int, cap: int, fi
     )
 
 
-def paired_auc_ci(a: pl.DataFrame, b: pl.DataFrame, n_resamples: int = 1000, seed: int = 0):
-    """AUC(a) − AUC(b) with its 95% paired bootstrap CI over questions (the same resamples)."""
+def paired_auc_ci(a: pl.DataFrame, b: pl.DataFrame, stats: Statistics):
+    """AUC(a) − AUC(b) with its paired bootstrap CI over questions (the same resamples;
+    ``stats``: resamples, seed and the interval's level)."""
     qids = a.get_column("query_id").unique(maintain_order=True).to_list()
     idx = {q: np.flatnonzero(a.get_column("query_id").to_numpy() == q) for q in qids}
     la, lb = a.get_column("label").to_numpy(), b.get_column("label").to_numpy()
     rel = a.get_column("relevant").to_numpy()
     diff = label_auc(la, rel) - label_auc(lb, rel)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(stats.seed)
     draws = []
-    for block in resample_blocks(rng, len(qids), n_resamples):
+    for block in resample_blocks(rng, len(qids), stats.resamples):
         for row in block:
             ix = np.concatenate([idx[qids[q]] for q in row])
             d = label_auc(la[ix], rel[ix]) - label_auc(lb[ix], rel[ix])
             if not math.isnan(d):
                 draws.append(d)
-    low, high = percentile_interval(draws, 0.95)
+    low, high = percentile_interval(draws, stats.confidence)
     return diff, low, high
 
 
@@ -385,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                     distinct.select("query_id", "doc_id", "relevant"), on=["query_id", "doc_id"]
                 )
                 frames[(name, policy, n)] = cell
-                sep = separation(cell.select("query_id", "label", "relevant"))
+                sep = separation(cell.select("query_id", "label", "relevant"), STATS)
                 per = {}
                 for retriever in retrievers:
                     sub = pairs.filter(pl.col("retriever") == retriever).select(
@@ -394,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
                     s = separation(
                         cell.join(sub, on=["query_id", "doc_id"], how="semi").select(
                             "query_id", "label", "relevant"
-                        )
+                        ),
+                        STATS,
                     )
                     per[retriever] = [s.auc, s.low, s.high]
                 results.append({
@@ -430,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in results:
         if base is not None:
             d, lo, hi = paired_auc_ci(
-                frames[(row["variant"], row["policy"], row["max_new_tokens"])], base
+                frames[(row["variant"], row["policy"], row["max_new_tokens"])], base, STATS
             )
             row.update(auc_vs_before=d, auc_vs_before_low=lo, auc_vs_before_high=hi)
     eligible = [r for r in results if r["cut_share"] <= 0.10 and r["policy"] != "sentence_v1"]

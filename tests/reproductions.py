@@ -316,6 +316,7 @@ class Conditions:
         judgment AUC and its 95% bootstrap CI over questions, the fit diagnostics' own
         :func:`~erag_dagster.meta.fit.separation`, 1000 resamples, seed 0), ``cut_share`` or
         ``words`` (means over the pairs)."""
+        from erag_dagster.config.evaluation import EvaluationConfig
         from erag_dagster.meta.fit import separation
 
         cond = entry.condition
@@ -331,7 +332,9 @@ class Conditions:
             return float(
                 frame[{"cut_share": "cut", "words": "words"}[column]].cast(pl.Float64).mean()
             )
-        found = separation(frame.select("query_id", "label", "relevant"))
+        found = separation(
+            frame.select("query_id", "label", "relevant"), EvaluationConfig().statistics
+        )
         return float({"auc": found.auc, "auc_low": found.low, "auc_high": found.high}[column])
 
     KINDS: ClassVar[dict[str, Callable[[Conditions, Reproduction], float]]] = {

@@ -20,8 +20,6 @@ from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.loading import eos_ids, generation_config
 from erag_dagster.readers.prefix_sharing import MIN_SHARED_TOKENS, shared_prefix
-from erag_dagster.config.registry import load_registry
-from erag_dagster.readers.prompts import first_line_complete, postprocess_answer
 
 FP32 = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 8}
 

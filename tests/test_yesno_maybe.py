@@ -189,10 +189,16 @@ def test_fit_fixes_know_what_is_already_configured() -> None:
         }
     )
     queries = pl.DataFrame({"query_id": ["a", "b"], "answers": [["yes"], ["yes"]]})
-    plain = fit_diagnostics(labels, queries, metric="accuracy", relevance_level=1, stats=STATS).warnings()[0]
+    plain = fit_diagnostics(
+        labels, queries, metric="accuracy", relevance_level=1, stats=STATS
+    ).warnings()[0]
     assert "add evaluation.verdict_labels: likelihood_gain" in plain
     computed = fit_diagnostics(
-        labels, queries, metric="accuracy", relevance_level=1, stats=STATS,
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
         label_methods=("likelihood_gain",),
     ).warnings()[0]
     assert "eRAG_likelihood_gain is computed" in computed and "add evaluation" not in computed
@@ -204,7 +210,11 @@ def test_fit_fixes_know_what_is_already_configured() -> None:
     assert "the verdict already ranks retrievers by eRAG_likelihood_gain" in ranked.warnings()[0]
     assert fit_from_dict(ranked.as_dict()) == ranked
     expected = fit_diagnostics(
-        labels, queries, metric="accuracy", relevance_level=1, stats=STATS,
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
         expected={"same_label": "a reader with a prior"},
     )
     assert expected.warnings() == [] and fit_lines([expected]) == []

@@ -32,7 +32,7 @@ from typing import Any
 from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.core.input_numbers import format_given
 from erag_dagster.readers.extraction import extract_answer
-from erag_dagster.readers.prompts import plain_prompt, postprocess_answer
+from erag_dagster.readers.prompts import plain_prompt
 from erag_dagster.readers.spec import ReaderSpec
 
 #: Top log-probabilities asked for P("yes") (the chat API allows up to 20, completions 5).
