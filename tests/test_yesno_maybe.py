@@ -154,7 +154,16 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     queries = pl.DataFrame(
         {"query_id": ["a", "b", "c", "d"], "answers": [["yes"], ["yes"], ["maybe"], ["yes"]]}
     )
-    fit = fit_diagnostics(labels, queries, metric="accuracy", relevance_level=1, stats=STATS)
+    fit = fit_diagnostics(
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
+    )
     # d has one document; of a, b, c two answer one label on every document
     assert (fit.same_label_queries, fit.multi_doc_queries) == (2, 3)
     assert fit.same_label_share > SAME_LABEL_SHARE
@@ -164,13 +173,29 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     assert "add evaluation.verdict_labels: likelihood_gain" in fit.warnings()[0]
     assert fit_from_dict(fit.as_dict()) == fit
     # free-text metrics are not read this way
-    other = fit_diagnostics(labels, queries, metric="f1", relevance_level=1, stats=STATS)
+    other = fit_diagnostics(
+        labels,
+        queries,
+        metric="f1",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
+    )
     assert other.same_label_queries is None and "same_label" not in dict(other.findings())
     # answers that follow the documents raise nothing
     mixed = labels.with_columns(answer=pl.Series(["yes", "no", "yes", "no", "yes"] * 2)[:8])
     assert (
         fit_diagnostics(
-            mixed, queries, metric="accuracy", relevance_level=1, stats=STATS
+            mixed,
+            queries,
+            metric="accuracy",
+            relevance_level=1,
+            stats=STATS,
+            label_methods=(),
+            verdict_labels="eRAG",
+            expected={},
         ).findings()
         == []
     )
@@ -190,7 +215,14 @@ def test_fit_fixes_know_what_is_already_configured() -> None:
     )
     queries = pl.DataFrame({"query_id": ["a", "b"], "answers": [["yes"], ["yes"]]})
     plain = fit_diagnostics(
-        labels, queries, metric="accuracy", relevance_level=1, stats=STATS
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
     ).warnings()[0]
     assert "add evaluation.verdict_labels: likelihood_gain" in plain
     computed = fit_diagnostics(
@@ -200,12 +232,14 @@ def test_fit_fixes_know_what_is_already_configured() -> None:
         relevance_level=1,
         stats=STATS,
         label_methods=("likelihood_gain",),
+        verdict_labels="eRAG",
+        expected={},
     ).warnings()[0]
     assert "eRAG_likelihood_gain is computed" in computed and "add evaluation" not in computed
     assert "evaluation.verdict_labels: likelihood_gain" in computed
     ranked = fit_diagnostics(
         labels, queries, metric="accuracy", relevance_level=1, stats=STATS,
-        label_methods=("likelihood_gain",), verdict_labels="likelihood_gain",
+        label_methods=("likelihood_gain",), verdict_labels="likelihood_gain", expected={}
     )  # fmt: skip
     assert "the verdict already ranks retrievers by eRAG_likelihood_gain" in ranked.warnings()[0]
     assert fit_from_dict(ranked.as_dict()) == ranked
@@ -216,6 +250,8 @@ def test_fit_fixes_know_what_is_already_configured() -> None:
         relevance_level=1,
         stats=STATS,
         expected={"same_label": "a reader with a prior"},
+        label_methods=(),
+        verdict_labels="eRAG",
     )
     assert expected.warnings() == [] and fit_lines([expected]) == []
     (line,) = expected.expected_lines()
@@ -271,13 +307,14 @@ def test_the_verdict_ranks_by_the_configured_label_method() -> None:
         ("r", "bad"): frame({"q1": [-0.5, 0.0], "q2": [-0.2, 0.0], "q3": [0.0, -0.1]}),
     }
     base = EvaluationConfig.from_mapping({"label_k": 2})
-    by_erag = decide(score(erag, base), base)
+    QUERY_IDS = ["q1", "q2", "q3"]
+    by_erag = decide(score(erag, base, QUERY_IDS), base)
     assert by_erag.labels == "eRAG" and by_erag.ranking["retriever"][0] == "bad"
     config = base.with_overrides(verdict_labels="likelihood_gain")
     with_method = {
         s: f.with_columns(method=pl.lit("eRAG_likelihood_gain")) for s, f in gain.items()
     }
-    found = decide(score(erag, config), config, method_labels=with_method)
+    found = decide(score(erag, config, QUERY_IDS), config, method_labels=with_method)
     assert found.labels == "eRAG_likelihood_gain"
     assert found.ranking["retriever"].to_list() == ["good", "bad"]
     assert found.lines()[0].startswith("reader r: retrievers ranked by eRAG_likelihood_gain P@2")

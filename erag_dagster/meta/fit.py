@@ -162,11 +162,11 @@ class FitDiagnostics:
     mean_answer_words: float
     mean_gold_words: float
     separation: Separation | None
+    label_methods: tuple[str, ...]
+    verdict_labels: str
+    expected: tuple[tuple[str, str], ...]
     same_label_queries: int | None = None
     multi_doc_queries: int | None = None
-    label_methods: tuple[str, ...] = ()
-    verdict_labels: str = "eRAG"
-    expected: tuple[tuple[str, str], ...] = ()
 
     @property
     def same_label_share(self) -> float | None:
@@ -461,9 +461,9 @@ def fit_diagnostics(
     answer_tokens: Sequence[int] | None = None,
     relevance_level: int,
     stats: Statistics,
-    label_methods: Sequence[str] = (),
-    verdict_labels: str = "eRAG",
-    expected: Mapping[str, str] | None = None,
+    label_methods: Sequence[str],
+    verdict_labels: str,
+    expected: Mapping[str, str],
 ) -> FitDiagnostics:
     """The :class:`FitDiagnostics` of one labelled run.
 
@@ -521,7 +521,7 @@ def fit_diagnostics(
         multi_doc_queries=multi,
         label_methods=tuple(label_methods),
         verdict_labels=verdict_labels,
-        expected=tuple(sorted((expected or {}).items())),
+        expected=tuple(sorted(expected.items())),
     )
 
 
@@ -536,9 +536,9 @@ def reader_fit(
     metric: str = "",
     relevance_level: int,
     stats: Statistics,
-    label_methods: Sequence[str] = (),
-    verdict_labels: str = "eRAG",
-    expected: Mapping[str, str] | None = None,
+    label_methods: Sequence[str],
+    verdict_labels: str,
+    expected: Mapping[str, str],
 ) -> FitDiagnostics:
     """:func:`fit_diagnostics` for labels a reader object made: its ``spec.max_new_tokens``
     and its ``count_tokens`` (when it has one; a transformers reader loads its model for it if
