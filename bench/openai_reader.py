@@ -42,9 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from erag_dagster.data.loaders import load_dataset
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
+from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.passages import reader_passages
-from erag_dagster.readers.prompts import build_messages, postprocess_answer
+from erag_dagster.readers.prompts import build_messages
 from erag_dagster.reports.tables import format_table
 from tests.openai_server import running_server
 
@@ -82,7 +83,7 @@ def bare_client(server, spec, items: list[tuple[str, str]], concurrency: int) ->
             seed=spec.seed,
             max_tokens=spec.max_new_tokens,
         )
-        return postprocess_answer(response.choices[0].message.content or "")
+        return extract_answer(response.choices[0].message.content or "")
 
     began = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:

@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="f1")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--reader", help="registry reader (default: the registry's first)")
+    parser.add_argument(
+        "--preset",
+        choices=("span", "label"),
+        help="the reader's prompt_preset (erag_dagster/readers/presets.py; default: its entry's)",
+    )
     parser.add_argument("--retriever", default="bm25", help="registry retriever (default: bm25)")
     parser.add_argument(
         "--methods",
@@ -101,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ds = load_dataset(args.dataset)
     registry = load_registry()
     entry = registry.readers[args.reader] if args.reader else next(iter(registry.readers.values()))
-    reader = reader_from_config(entry.name, {**entry.config, "dtype": args.dtype})
+    preset = {"prompt_preset": args.preset} if args.preset else {}
+    reader = reader_from_config(entry.name, {**entry.config, "dtype": args.dtype, **preset})
     store = LabelStore(str(args.store or args.out / "labels.sqlite"))
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()

@@ -89,6 +89,9 @@ def main() -> None:
                     count_tokens=reader.count_tokens,
                     relevance_level=1,
                     stats=STATS,
+                    label_methods=(),
+                    verdict_labels="eRAG",
+                    expected={},
                 )
                 row = {"setting": name, "seconds": round(time.perf_counter() - began, 1)}
                 row.update(fit.as_dict())

@@ -256,8 +256,9 @@ class Conditions:
 
     def report_asset(self, entry: Reproduction) -> float:
         """A value of a report asset a real ``erag-dagster run`` wrote under
-        ``$ERAG_REPRO_STORAGE/assets``: the rows matching ``where``, then ``column``'s only
-        value (``aggregate: only``) or its largest non-NaN value (``aggregate: max``)."""
+        ``$ERAG_REPRO_STORAGE/assets`` (a parquet table, or a JSON list of rows such as the
+        ``fit`` asset's): the rows matching ``where``, then ``column``'s only value
+        (``aggregate: only``) or its largest non-NaN value (``aggregate: max``)."""
         root = os.environ.get(STORAGE_ENV)
         if not root:
             raise Skip(
@@ -266,14 +267,20 @@ class Conditions:
             )
         cond = entry.condition
         path = Path(root) / "assets" / f"{cond['asset']}.parquet"
-        if not path.is_file():
+        rows = path.with_suffix(".json")  # an asset stored as a list of rows (the fit's)
+        if not path.is_file() and not rows.is_file():
             raise FileNotFoundError(f"{STORAGE_ENV}={root}: no report asset {path}")
         from erag_dagster.evaluation.checks import (
             report_value,  # the rule the readme_figures check uses
         )
 
+        if path.is_file():
+            frame = pl.read_parquet(path)
+        else:
+            path = rows
+            frame = pl.DataFrame(json.loads(rows.read_text(encoding="utf-8")), strict=False)
         try:
-            return report_value(pl.read_parquet(path), cond)
+            return report_value(frame, cond)
         except ValueError as error:
             raise ValueError(f"{entry.id}: {path.name}: {error}") from None
 
@@ -308,6 +315,7 @@ class Conditions:
         ``split`` half's queries of ``gold_score`` (the reference answer scored against the
         gold answers with the set's metric) of ``reference``, or with ``column`` ``low`` /
         ``high`` its 95% percentile bootstrap CI (1000 resamples, seed 0)."""
+        from erag_dagster.config.evaluation import EvaluationConfig
         from erag_dagster.stats.significance import bootstrap_mean_ci
 
         cond = entry.condition
@@ -320,7 +328,7 @@ class Conditions:
         column = cond.get("column", "mean")
         if column == "mean":
             return float(values.mean())
-        low, high = bootstrap_mean_ci(values, n_resamples=1000, seed=0)
+        low, high = bootstrap_mean_ci(values, EvaluationConfig().statistics)
         return float({"low": low, "high": high}[column])
 
     def system_difference(self, entry: Reproduction) -> float:
@@ -329,6 +337,7 @@ class Conditions:
         in the folder ``data`` (``scripts/measure_no_gold.py --compare``), over the ``split``
         half: its mean, or with ``column`` ``low`` / ``high`` its 95% percentile bootstrap CI
         (1000 resamples, seed 0)."""
+        from erag_dagster.config.evaluation import EvaluationConfig
         from erag_dagster.stats.significance import bootstrap_mean_ci
 
         cond = entry.condition
@@ -344,8 +353,35 @@ class Conditions:
         column = cond.get("column", "mean")
         if column == "mean":
             return float(values.mean())
-        low, high = bootstrap_mean_ci(values, n_resamples=1000, seed=0)
+        low, high = bootstrap_mean_ci(values, EvaluationConfig().statistics)
         return float({"low": low, "high": high}[column])
+    def label_auc(self, entry: Reproduction) -> float:
+        """A prompt-tuning figure recomputed from stored per-pair labels: the rows of the
+        parquet file ``data`` (written by ``scripts/tune_prompts.py``) matching ``where``
+        (column -> value), then ``column``: ``auc``, ``auc_low``, ``auc_high`` (label vs
+        judgment AUC and its 95% bootstrap CI over questions, the fit diagnostics' own
+        :func:`~erag_dagster.meta.fit.separation`, 1000 resamples, seed 0), ``cut_share`` or
+        ``words`` (means over the pairs)."""
+        from erag_dagster.config.evaluation import EvaluationConfig
+        from erag_dagster.meta.fit import separation
+
+        cond = entry.condition
+        frame = self._cached(
+            ("label_auc", cond["data"]), lambda: pl.read_parquet(REPO_ROOT / cond["data"])
+        )
+        for column, value in cond["where"].items():
+            frame = frame.filter(pl.col(column) == value)
+        if frame.height == 0:
+            raise ValueError(f"{entry.id}: no rows match {cond['where']}")
+        column = cond["column"]
+        if column in ("cut_share", "words"):
+            return float(
+                frame[{"cut_share": "cut", "words": "words"}[column]].cast(pl.Float64).mean()
+            )
+        found = separation(
+            frame.select("query_id", "label", "relevant"), EvaluationConfig().statistics
+        )
+        return float({"auc": found.auc, "auc_low": found.low, "auc_high": found.high}[column])
 
     KINDS: ClassVar[dict[str, Callable[[Conditions, Reproduction], float]]] = {
         "retrieval": retrieval,
@@ -356,4 +392,5 @@ class Conditions:
         "label_table1": label_table1,
         "reference_agreement": reference_agreement,
         "system_difference": system_difference,
+        "label_auc": label_auc,
     }

@@ -37,6 +37,7 @@ from erag_dagster.orchestration.definitions import build_defs
 from erag_dagster.orchestration.pipeline import plan
 from erag_dagster.orchestration.resources import EvalSettings
 from erag_dagster.readers import prompts
+from erag_dagster.readers.presets import PRESETS
 from tests.answer_seed import FIXTURE_ANSWERS, shared_answers
 from tests.pipeline_fixtures import scoped_env, small_registry, write_instance_yaml
 
@@ -94,7 +95,13 @@ def test_asset_code_versions_follow_exactly_the_code_they_run(
 ) -> None:
     registry = small_registry(tmp_path / "reg")
     base = _code_versions(registry)
-    assert set(base.values()) <= {"1", None}  # every part at version 1: what was declared before
+    # the answer extraction and the prompt presets are at version 2 (issue 43): every asset
+    # holding reader answers carries them, every other is at "1" (what was declared before)
+    now = "+" + "+".join(sorted(key_parts([prompts.POSTPROCESS, PRESETS])))
+    readers = {"doc_labels", "end_to_end", "baseline_labels"}
+    assert {k: v for k, v in base.items() if v not in ("1", None)} == dict.fromkeys(
+        readers, "1" + now
+    )
 
     def raised(name: str) -> dict[str, str]:
         changed = dataclasses.replace(downstream.DOWNSTREAM_METRICS[name], version="2")
@@ -104,15 +111,16 @@ def test_asset_code_versions_follow_exactly_the_code_they_run(
         return {key: version for key, version in now.items() if version != base[key]}
 
     # the registry's metric is f1: the labels and the end-to-end scores run it
-    assert raised("f1") == {"doc_labels": "1+f1/v2", "end_to_end": "1+f1/v2"}
+    # (and the closed-book row of Table 1, in baseline_labels)
+    assert raised("f1") == dict.fromkeys(readers, "1+f1/v2" + now)
     assert raised("em") == {}  # a metric nothing runs changes nothing
-    assert raised("contains") == {"baseline_labels": "1+contains/v2"}  # containment labels
+    assert raised("contains") == {"baseline_labels": "1+contains/v2" + now}  # containment
     # the metric in force is the settings' (``erag-dagster run --metric em``)
     with monkeypatch.context() as patch:
         em = dataclasses.replace(downstream.DOWNSTREAM_METRICS["em"], version="3")
         patch.setitem(downstream.DOWNSTREAM_METRICS, "em", em)
         by_em = _code_versions(registry, EvalSettings(registry_path=str(registry), metric="em"))
-    assert by_em["doc_labels"] == by_em["end_to_end"] == "1+em/v3"
+    assert by_em["doc_labels"] == by_em["end_to_end"] == "1+em/v3" + now
     # signed labels run the metric too (baseline_labels), and the prompt builder is everywhere
     signed = small_registry(tmp_path / "signed", **{"evaluation.label_methods": ["signed"]})
     with monkeypatch.context() as patch:
@@ -123,8 +131,8 @@ def test_asset_code_versions_follow_exactly_the_code_they_run(
         )
         patch.setattr(prompts, "PROMPT_BUILDER", CodeVersion("prompt_builder", "2"))
         both = _code_versions(signed)
-    assert both["baseline_labels"] == "1+f1/v2+prompt_builder/v2"
-    assert both["doc_labels"] == both["end_to_end"] == "1+f1/v2+prompt_builder/v2"
+    expected = "1+f1/v2+postprocess/v2+prompt_builder/v2+prompt_presets/v2"
+    assert both["baseline_labels"] == both["doc_labels"] == both["end_to_end"] == expected
     assert {k for k, v in both.items() if v not in ("1", None)} == {
         "doc_labels",
         "end_to_end",
@@ -253,7 +261,10 @@ def test_raising_a_metric_version_recomputes_exactly_its_scores_and_assets(
     event = instance.get_latest_materialization_event(dg.AssetKey("doc_labels"))
     metadata = event.asset_materialization.metadata
     assert metadata["pairs_judged_now"].value == 0
-    assert event.asset_materialization.tags["dagster/code_version"] == "1+f1/v2"
+    assert (  # the versions above 1 of what the labels depend on
+        event.asset_materialization.tags["dagster/code_version"]
+        == "1+f1/v2+postprocess/v2+prompt_presets/v2"
+    )
     # exactly the f1 scores were computed again, once each, under their own keys; every
     # stored score is kept as it was
     after = _scores(store_path)

@@ -223,6 +223,16 @@ def test_best_per_column_marks_group_maximum_ties_and_skips_nan() -> None:
     ]
 
 
+def test_the_closed_book_row_is_a_reference_never_marked_best() -> None:
+    frame = _frame([("erag", "P@1", 0.4), ("closed_book", "P@1", 0.9), ("kilt", "P@1", 0.2)])
+    best = best_per_column(table1(frame))
+    assert best.rows() == [
+        ("nq", "bm25", "erag", True),
+        ("nq", "bm25", "closed_book", False),  # higher, but not a labelling of documents
+        ("nq", "bm25", "kilt", False),
+    ]
+
+
 def test_correlation_vs_k_rows_and_values() -> None:
     per_k = {10: _inputs(seed=1, shift=0.0)[:2], 1: _inputs(seed=2)[:2]}
     frame = correlation_vs_k(per_k, stats(resamples=100))

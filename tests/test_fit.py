@@ -52,6 +52,9 @@ def test_truncated_answers_warn_with_the_fix() -> None:
         metric="f1",
         relevance_level=1,
         stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
     )
     reader.close()
     assert fit.max_new_tokens == 4 and fit.answers == 3
@@ -89,6 +92,9 @@ def test_labels_that_fit_give_no_warning() -> None:
         answer_tokens=[3, 2, 4, 2, 1, 1],
         relevance_level=1,
         stats=stats(resamples=200),
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
     )
     assert fit.cut_answers == 0 and fit.warnings() == []
     assert fit.mean_gold_words == pytest.approx((2 + 1.5 + 1) / 3)
@@ -117,6 +123,9 @@ def test_long_golds_scored_with_f1_and_poor_separation_warn() -> None:
         metric="f1",
         relevance_level=1,
         stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
     )
     text = "\n".join(fit.warnings())
     assert fit.cut_answers is None  # no token counts: the cut share is unknown, not 0
@@ -126,7 +135,16 @@ def test_long_golds_scored_with_f1_and_poor_separation_warn() -> None:
     assert "separate judged-relevant from other documents poorly: AUC 0.00" in text
     assert fit_frame([fit])["warnings"][0] == text  # one string per run: the frame writes to CSV
     contains = fit_diagnostics(
-        labels, queries, qrels, reader="r", metric="contains", relevance_level=1, stats=STATS
+        labels,
+        queries,
+        qrels,
+        reader="r",
+        metric="contains",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
     )
     assert any("contains needs a whole gold answer" in w for w in contains.warnings())
 
@@ -169,6 +187,9 @@ def test_run_report_prints_the_fit_after_the_verdict() -> None:
         count_tokens=lambda text: len(text.split()),
         relevance_level=1,
         stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
     )
     other = fit_diagnostics(
         labels,
@@ -181,6 +202,9 @@ def test_run_report_prints_the_fit_after_the_verdict() -> None:
         count_tokens=lambda text: len(text.split()),
         relevance_level=1,
         stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
     )
     report = RunReport(sections=[], statistics=STATS, fits=[fit, other])
     full = report.text(full=True)

@@ -161,6 +161,29 @@ def test_signed_labels_subtract_one_stored_closed_book_answer_per_query(
             assert row["closed_book"] == pytest.approx(closed_score[row["query_id"]])
 
 
+def test_the_closed_book_row_gives_each_question_its_score_without_a_document(
+    reader, tmp_path: Path
+) -> None:
+    """Table 1's closed_book row (issue 43): every document of a question carries the reader's
+    closed-book score of it, one stored generation per question, shared with signed utility."""
+    from erag_dagster.labels.signed import closed_book_labels
+
+    store = LabelStore(str(tmp_path / "labels.sqlite"))
+    run = pl.concat([_run("q1", ["green", "wheat"]), _run("q3", ["wheat", "grey", "green"])])
+    labels = closed_book_labels(run, QUERIES, reader, "f1", store)
+    closed = closed_book_answers(QUERIES.filter(pl.col("query_id") != "q2"), reader, store)
+    gold = dict(zip(QUERIES["query_id"], QUERIES["answers"], strict=True))
+    score = {q: token_f1(answer, gold[q]) for q, answer in closed.rows()}
+    assert labels.select("query_id", "doc_id", "rank").rows() == run.rows()
+    for qid, _, _, label in labels.rows():
+        assert label == pytest.approx(score[qid])
+    fingerprint = closed_book_fingerprint(reader)
+    count = f"select count(*) from generations where reader_fingerprint = '{fingerprint}'"
+    assert store._conn().execute(count).fetchone()[0] == 2
+    signed_labels(run, QUERIES, CORPUS, reader, "f1", store)  # its closed-book term: stored
+    assert store._conn().execute(count).fetchone()[0] == 2
+
+
 def test_table1_has_rows_for_the_new_methods(reader, tmp_path: Path) -> None:
     store = LabelStore(str(tmp_path / "labels.sqlite"))
     run = pl.concat([_run("q1", ["green", "wheat"]), _run("q3", ["grey", "wheat"])])

@@ -27,9 +27,10 @@ from erag_dagster.core.errors import InputError
 from erag_dagster.labels.cached import CommitPolicy
 from erag_dagster.labels.labeller import label_run
 from erag_dagster.labels.store import LabelStore
+from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.openai_reader import LogprobsUnavailable, OpenAIReader
-from erag_dagster.readers.prompts import build_messages, postprocess_answer, reader_passage
+from erag_dagster.readers.prompts import build_messages, reader_passage
 from erag_dagster.readers.retry import BACKOFF_CAP, backoff_seconds, retry_after_seconds
 from erag_dagster.readers.spec import ReaderSpec
 from tests.openai_server import RateLimitProxy, TransformersServer, free_port, running_server
@@ -107,7 +108,7 @@ def server_answers(base_url: str, model: str) -> dict[tuple[str, str], str]:
             seed=0,
             max_tokens=spec.max_new_tokens,
         )
-        out[(qid, did)] = postprocess_answer(response.choices[0].message.content or "")
+        out[(qid, did)] = extract_answer(response.choices[0].message.content or "")
     client.close()
     return out
 
@@ -222,6 +223,88 @@ def test_p_yes_without_logprobs_is_one_line_and_the_baseline_is_skipped(
     assert "llm_annotation" not in set(labels["method"])
     assert {"provenance", "containment"} <= set(labels["method"])
     assert lines == [f"LLM annotation baseline skipped: {reason}"]
+
+
+#: Yes/no questions on the same documents (issue 43: through ``api: chat`` a served reader
+#: wrote "The answer is yes. …" and ``accuracy`` scored it 0).
+YES_NO = pl.DataFrame(
+    {
+        "query_id": ["yn-fr", "yn-wall", "yn-jp"],
+        "question": [
+            "Is Paris the capital of France? Answer yes or no.",
+            "Did the Berlin Wall fall in 1989? Answer yes or no.",
+            "Is Tokyo the capital of Germany? Answer yes or no.",
+        ],
+        "answers": [["yes"], ["yes"], ["no"]],
+    }
+)
+YES_NO_RUN = pl.DataFrame(
+    {
+        "query_id": [q for q in YES_NO["query_id"] for _ in ("fr", "wall", "jp")],
+        "doc_id": ["fr", "wall", "jp"] * 3,
+        "rank": [1, 2, 3] * 3,
+    }
+)
+
+
+@pytest.mark.slow
+def test_chat_keeps_the_answer_format_and_scores_as_the_completion_api(
+    server: TransformersServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = {
+        "backend": "openai",
+        "base_url": server.base_url,
+        "model": server.model,
+        "concurrency": 2,
+        "max_retries": 30,
+    }  # fmt: skip  (the default answer prefix)
+    store = LabelStore(tmp_path / "labels.sqlite")
+    with caplog.at_level("INFO", logger="erag_dagster.readers.openai_probe"):
+        chat = reader_from_config("chat", served)  # continue_final_message: auto
+        assert isinstance(chat, OpenAIReader)
+        chat.load()
+    # transformers serve refuses a partial assistant turn (HTTP 422): the probe saw it once,
+    # and the prefix goes as an instruction, recorded in the reader's identity
+    assert chat._probe().continues is False
+    assert [r.message for r in caplog.records if "does not continue" in r.message]
+    prompt = chat.identity()["prompt"]
+    assert prompt["answer_prefix"] is None
+    assert prompt["prefix_instruction"] == 'Begin your reply with "The answer is:".'
+    completion = reader_from_config("completion", {**served, "api": "completion"})
+    bare_chat = reader_from_config("bare", {**served, "answer_prefix": ""})
+    labels = {
+        name: {
+            metric: label_run(run, queries, CORPUS, reader, metric, store).labels
+            for metric, run, queries in (("f1", RUN, QUERIES), ("accuracy", YES_NO_RUN, YES_NO))
+        }
+        for name, reader in (("chat", chat), ("completion", completion), ("bare", bare_chat))
+    }
+    # the form: the answer alone, neither the instructed prefix nor a restatement
+    for frame in labels["chat"].values():
+        for answer in frame["answer"]:
+            assert answer and not answer.lower().startswith(("the answer", "answer"))
+            assert "\n" not in answer and len(answer.split()) <= 8, answer
+    assert {a.split()[0].lower() for a in labels["chat"]["accuracy"]["answer"]} <= {"yes", "no"}
+    # the score: at least the completion API's (its prompt ends with the prefix), and what
+    # the chat API lost before without the prefix
+    mean = {n: {m: f["label"].mean() for m, f in by.items()} for n, by in labels.items()}
+    for metric in ("f1", "accuracy"):
+        assert mean["chat"][metric] >= mean["completion"][metric], mean
+        assert mean["chat"][metric] >= mean["bare"][metric], mean
+
+
+def test_continue_final_message_true_on_a_server_that_refuses_it_is_one_line(
+    server: TransformersServer,
+) -> None:
+    reader = reader_from_config(
+        "strict", config(server.base_url, server.model, answer_prefix="The answer is:",
+                         continue_final_message=True),
+    )  # fmt: skip
+    with pytest.raises(InputError) as err:
+        reader.load()
+    message = str(err.value)
+    assert "continue_final_message is true" in message and "HTTP 422" in message
+    assert "\n" not in message
 
 
 def _label_cli(tmp_path: Path, reader_cfg: dict, capsys) -> tuple[int, str]:

@@ -15,11 +15,11 @@ import pytest
 from erag_dagster.core.errors import InputError
 from erag_dagster.readers import models
 from erag_dagster.readers.batching import CPU_PAD_SLACK, length_batches
+from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.fingerprint import reader_fingerprint
 from erag_dagster.readers.prompts import (
     build_context_prompt,
-    postprocess_answer,
     reader_passage,
     render_template,
 )
@@ -129,7 +129,7 @@ def test_missing_model_path_is_input_error(tmp_path: Path) -> None:
     ],
 )
 def test_postprocess(raw: str, clean: str) -> None:
-    assert postprocess_answer(raw) == clean
+    assert extract_answer(raw) == clean
 
 
 def test_render_template_is_single_pass() -> None:

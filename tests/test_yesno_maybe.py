@@ -19,7 +19,13 @@ from erag_dagster.labels.likelihood_gain import (
     prior_fingerprint,
 )
 from erag_dagster.labels.store import LabelStore
-from erag_dagster.meta.fit import SAME_LABEL_SHARE, fit_diagnostics, fit_from_dict
+from erag_dagster.meta.fit import (
+    SAME_LABEL_SHARE,
+    fit_diagnostics,
+    fit_from_dict,
+    fit_lines,
+    format_fit,
+)
 from erag_dagster.meta.label_methods import (
     LABEL_METHODS,
     SIGNED_METHODS,
@@ -148,23 +154,168 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
     queries = pl.DataFrame(
         {"query_id": ["a", "b", "c", "d"], "answers": [["yes"], ["yes"], ["maybe"], ["yes"]]}
     )
-    fit = fit_diagnostics(labels, queries, metric="accuracy", relevance_level=1, stats=STATS)
+    fit = fit_diagnostics(
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
+    )
     # d has one document; of a, b, c two answer one label on every document
     assert (fit.same_label_queries, fit.multi_doc_queries) == (2, 3)
     assert fit.same_label_share > SAME_LABEL_SHARE
     kinds = [kind for kind, _ in fit.findings()]
     assert kinds == ["same_label"]
-    assert "a baseline tracked the reader better" in fit.warnings()[0]
-    assert "likelihood_gain" in fit.warnings()[0]
+    assert "its answers follow its prior for the question" in fit.warnings()[0]
+    assert "add evaluation.verdict_labels: likelihood_gain" in fit.warnings()[0]
     assert fit_from_dict(fit.as_dict()) == fit
     # free-text metrics are not read this way
-    other = fit_diagnostics(labels, queries, metric="f1", relevance_level=1, stats=STATS)
+    other = fit_diagnostics(
+        labels,
+        queries,
+        metric="f1",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
+    )
     assert other.same_label_queries is None and "same_label" not in dict(other.findings())
     # answers that follow the documents raise nothing
     mixed = labels.with_columns(answer=pl.Series(["yes", "no", "yes", "no", "yes"] * 2)[:8])
     assert (
         fit_diagnostics(
-            mixed, queries, metric="accuracy", relevance_level=1, stats=STATS
+            mixed,
+            queries,
+            metric="accuracy",
+            relevance_level=1,
+            stats=STATS,
+            label_methods=(),
+            verdict_labels="eRAG",
+            expected={},
         ).findings()
         == []
     )
+
+
+def test_fit_fixes_know_what_is_already_configured() -> None:
+    """The same-label finding does not ask for a label method or verdict setting that is
+    already configured, and a kind declared expected is one line with its reason instead of a
+    warning (issue 43)."""
+    labels = pl.DataFrame(
+        {
+            "query_id": ["a", "a", "b", "b"],
+            "doc_id": ["1", "2", "1", "2"],
+            "label": [1.0, 1.0, 0.0, 0.0],
+            "answer": ["yes", "Yes", "no", "no"],
+        }
+    )
+    queries = pl.DataFrame({"query_id": ["a", "b"], "answers": [["yes"], ["yes"]]})
+    plain = fit_diagnostics(
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=(),
+        verdict_labels="eRAG",
+        expected={},
+    ).warnings()[0]
+    assert "add evaluation.verdict_labels: likelihood_gain" in plain
+    computed = fit_diagnostics(
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
+        label_methods=("likelihood_gain",),
+        verdict_labels="eRAG",
+        expected={},
+    ).warnings()[0]
+    assert "eRAG_likelihood_gain is computed" in computed and "add evaluation" not in computed
+    assert "evaluation.verdict_labels: likelihood_gain" in computed
+    ranked = fit_diagnostics(
+        labels, queries, metric="accuracy", relevance_level=1, stats=STATS,
+        label_methods=("likelihood_gain",), verdict_labels="likelihood_gain", expected={}
+    )  # fmt: skip
+    assert "the verdict already ranks retrievers by eRAG_likelihood_gain" in ranked.warnings()[0]
+    assert fit_from_dict(ranked.as_dict()) == ranked
+    expected = fit_diagnostics(
+        labels,
+        queries,
+        metric="accuracy",
+        relevance_level=1,
+        stats=STATS,
+        expected={"same_label": "a reader with a prior"},
+        label_methods=(),
+        verdict_labels="eRAG",
+    )
+    assert expected.warnings() == [] and fit_lines([expected]) == []
+    (line,) = expected.expected_lines()
+    assert line.startswith("fit, expected [") and line.endswith("expected: a reader with a prior")
+    assert fit_from_dict(expected.as_dict()) == expected
+    compact = format_fit([expected], full=False).splitlines()
+    assert compact[0].startswith("no fit warning on 1 reader x retriever runs")
+    assert compact[1] == (
+        "fit, expected: one label for every document (1 of 1 runs): a reader with a prior"
+    )
+    assert line in format_fit([expected], full=True)
+
+
+def test_verdict_labels_and_expected_fit_settings() -> None:
+    """``evaluation.verdict_labels`` names eRAG or a label method (computed as if listed) and
+    ``evaluation.expected_fit`` maps finding kinds to reasons; anything else is one line."""
+    from erag_dagster.config.evaluation import EvaluationConfig
+    from erag_dagster.core.errors import InputError
+
+    config = EvaluationConfig.from_mapping({"verdict_labels": "likelihood_gain"})
+    assert config.verdict_labels == "likelihood_gain"
+    assert config.label_methods == ["likelihood_gain"]
+    assert EvaluationConfig().verdict_labels == "eRAG" and EvaluationConfig().expected_fit == {}
+    fitted = EvaluationConfig.from_mapping({"expected_fit": {"separation": " small  reader "}})
+    assert fitted.expected_fit == {"separation": "small reader"}
+    for bad, needle in (
+        ({"verdict_labels": "containment"}, "unknown verdict labels 'containment'"),
+        ({"expected_fit": {"nonsense": "x"}}, "fit finding kinds"),
+        ({"expected_fit": {"separation": ""}}, "say why"),
+        ({"expected_fit": ["separation"]}, "a mapping"),
+    ):
+        with pytest.raises(InputError, match=needle) as err:
+            EvaluationConfig.from_mapping(bad, where="registry.yaml")
+        assert "\n" not in str(err.value)
+
+
+def test_the_verdict_ranks_by_the_configured_label_method() -> None:
+    """``verdict_labels: likelihood_gain``: the verdict ranks the retrievers on that method's
+    labels (scored as Table 1 scores signed labels), and says so in its header."""
+    from erag_dagster.config.evaluation import EvaluationConfig
+    from erag_dagster.evaluation.steps import decide, score
+
+    def frame(values: dict[str, list[float]]) -> pl.DataFrame:
+        return pl.DataFrame(
+            [(q, f"{q}-{i}", i + 1, v) for q, vs in values.items() for i, v in enumerate(vs)],
+            schema=["query_id", "doc_id", "rank", "label"], orient="row",
+        )  # fmt: skip
+
+    erag = {("r", "good"): frame({"q1": [0, 0], "q2": [0, 0], "q3": [0, 1]}),
+            ("r", "bad"): frame({"q1": [1, 1], "q2": [1, 1], "q3": [1, 0]})}  # fmt: skip
+    gain = {
+        ("r", "good"): frame({"q1": [0.5, 0.4], "q2": [0.6, 0.3], "q3": [0.7, 0.2]}),
+        ("r", "bad"): frame({"q1": [-0.5, 0.0], "q2": [-0.2, 0.0], "q3": [0.0, -0.1]}),
+    }
+    base = EvaluationConfig.from_mapping({"label_k": 2})
+    QUERY_IDS = ["q1", "q2", "q3"]
+    by_erag = decide(score(erag, base, QUERY_IDS), base)
+    assert by_erag.labels == "eRAG" and by_erag.ranking["retriever"][0] == "bad"
+    config = base.with_overrides(verdict_labels="likelihood_gain")
+    with_method = {
+        s: f.with_columns(method=pl.lit("eRAG_likelihood_gain")) for s, f in gain.items()
+    }
+    found = decide(score(erag, config, QUERY_IDS), config, method_labels=with_method)
+    assert found.labels == "eRAG_likelihood_gain"
+    assert found.ranking["retriever"].to_list() == ["good", "bad"]
+    assert found.lines()[0].startswith("reader r: retrievers ranked by eRAG_likelihood_gain P@2")
+    assert type(found).from_dict(found.to_dict()).to_dict() == found.to_dict()

@@ -22,7 +22,12 @@ Defaults (the fields of :class:`EvaluationConfig`, each written once there):
   0.95 (the level of every interval), ``permutations`` 10000 (sign flips of a randomisation
   test; exact when ``2**n`` fits);
 - ``efficiency_ks`` ``[10, 50]``, ``efficiency_queries`` 10, ``efficiency_rounds`` 3 (Table 2);
-- ``label_methods`` none; ``schedule`` ``0 3 * * *`` (the re-evaluation schedule, cron);
+- ``label_methods`` none; ``verdict_labels`` ``eRAG`` (the labels the verdict ranks retrievers
+  by: eRAG's generated answers, or one of the label methods — ``likelihood``, ``signed``,
+  ``likelihood_gain`` —, which is then computed as if it were in ``label_methods``);
+  ``expected_fit`` none (fit finding kind → why it is expected: printed as one line with the
+  reason instead of a warning, :mod:`erag_dagster.meta.fit`); ``schedule`` ``0 3 * * *`` (the
+  re-evaluation schedule, cron);
 - ``reference`` ``gold``: labels score against the gold answers; a reference answer per question
   instead (``self@union``, ``self@RETRIEVER``, ``reader:NAME@RETRIEVER``, ...) labels a dataset
   without gold answers (:mod:`erag_dagster.labels.reference`, docs/label-methods.md).
@@ -150,6 +155,28 @@ def _reference(value: Any) -> str:
 
     found = parse_reference(value)
     return GOLD if found is None else found.text
+def _verdict_labels(value: Any) -> str:
+    from erag_dagster.meta.label_methods import VERDICT_LABELS, check_verdict_labels
+
+    if not isinstance(value, str):
+        raise ValueError(f"one of {', '.join(VERDICT_LABELS)}")
+    return check_verdict_labels(value)
+
+
+def _expected_fit(value: Any) -> dict[str, str]:
+    from erag_dagster.meta.fit import SHORT_FIXES
+
+    kinds = ", ".join(SHORT_FIXES)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a mapping of fit finding kinds ({kinds}) to why each is expected")
+    out = {}
+    for kind, reason in value.items():
+        if kind not in SHORT_FIXES:
+            raise ValueError(f"a mapping whose keys are fit finding kinds ({kinds}), not {kind!r}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"a mapping whose values say why each kind is expected ({kind!r})")
+        out[str(kind)] = " ".join(reason.split())
+    return dict(sorted(out.items()))
 
 
 def _schedule(value: Any) -> str:
@@ -202,6 +229,16 @@ FIELDS: dict[str, _Field] = {
         _reference,
         "what answers are scored against: gold, self@RETRIEVER, self@union, reader:NAME@RETRIEVER",
         schema=_TEXT,
+    ),
+    "verdict_labels": _Field(
+        _verdict_labels,
+        "the labels the verdict ranks retrievers by: eRAG, or a label method",
+        schema=_TEXT,
+    ),
+    "expected_fit": _Field(
+        _expected_fit,
+        "fit finding kinds expected on this data, each with why (one line, not a warning)",
+        run_config=False,
     ),
     "bootstrap_resamples": _Field(
         _count, "bootstrap resamples of every CI", per_dataset=False, schema=_COUNT
@@ -272,6 +309,8 @@ class EvaluationConfig:
     e2e_ks: list[int] = field(default_factory=lambda: [1, 3])
     label_methods: list[str] = field(default_factory=list)
     reference: str = "gold"
+    verdict_labels: str = "eRAG"
+    expected_fit: dict[str, str] = field(default_factory=dict)
     bootstrap_resamples: int = 1000
     seed: int = 0
     alpha: float = 0.05
@@ -340,6 +379,11 @@ class EvaluationConfig:
         if "e2e_ks" not in given and derived_from_label_k["e2e_ks"]:
             values["e2e_ks"] = _default_e2e_ks(values["label_k"], values["k"])
         values["e2e_ks"] = sorted({min(x, values["k"]) for x in values["e2e_ks"]})
+        if (
+            values["verdict_labels"] != "eRAG"
+            and values["verdict_labels"] not in values["label_methods"]
+        ):
+            values["label_methods"] = [*values["label_methods"], values["verdict_labels"]]
         return EvaluationConfig(**values)
 
     @property

@@ -197,6 +197,17 @@ class EvaluationSession:
             store_name=self.store_name,
         )  # fmt: skip
 
+    def verdict_labels(self, run: pl.DataFrame, reader: Reader) -> pl.DataFrame | None:
+        """The labels the verdict ranks ``run`` by when ``config.verdict_labels`` names a label
+        method (:func:`systems.verdict_labels`, through the label store); ``None`` for eRAG's
+        own or when the reader cannot give them (one line to the log)."""
+        if self.store is None:
+            raise ValueError("this evaluation session was built without a label store")
+        return systems.verdict_labels(
+            run, self.dataset, reader, self.config, self.store,
+            executor=self._executor(), producer=self.producer, log=self.log,
+        )  # fmt: skip
+
     def fit(
         self, labels: pl.DataFrame, reader: Any, *, reader_name: str, retriever: str
     ) -> FitDiagnostics:
@@ -236,9 +247,16 @@ class EvaluationSession:
         """The mean of each list metric per (reader, retriever)."""
         return steps.summarise(per_query, self.config)
 
-    def decide(self, per_query: pl.DataFrame, dataset: str | None = None) -> Verdict | None:
-        """The verdict on the headline metric (``None`` without labelled queries)."""
-        return steps.decide(per_query, self.config, dataset)
+    def decide(
+        self,
+        per_query: pl.DataFrame,
+        dataset: str | None = None,
+        method_labels: Mapping[System, pl.DataFrame] | None = None,
+    ) -> Verdict | None:
+        """The verdict on the headline metric of the labels ``verdict_labels`` names (eRAG's
+        ``per_query``, or a label method's ``method_labels``: :func:`steps.verdict_table`);
+        ``None`` without labelled queries."""
+        return steps.decide(per_query, self.config, dataset, method_labels)
 
     def leaderboard(self, runs: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         """The human-judgment leaderboard of ``runs`` (the first is the baseline) on
@@ -259,18 +277,20 @@ class EvaluationSession:
         runs: Mapping[str, pl.DataFrame],
         labels: Mapping[System, pl.DataFrame],
         fits: Sequence[FitDiagnostics] = (),
+        method_labels: Mapping[System, pl.DataFrame] | None = None,
     ) -> RunReport:
         """The :class:`~erag_dagster.reports.run_report.RunReport` of retrieved ``runs`` (by
         retriever key) and their ``labels`` (by ``(reader, retriever)``): the human-judgment
         leaderboard, the eRAG report, its per-query table and the verdict, every label and run,
-        the fit diagnostics and the missing-query notes."""
+        the fit diagnostics and the missing-query notes. ``method_labels``: the labels the
+        verdict ranks by when ``verdict_labels`` names a label method (:meth:`decide`)."""
         from erag_dagster.meta.fit import fit_frame
         from erag_dagster.reports.run_report import RunReport, Section
 
         board = self.leaderboard(runs)
         scored = self.score(labels)
         erag_report = self.summarise(scored.per_query)
-        found = self.decide(scored.per_query)
+        found = self.decide(scored.per_query, method_labels=method_labels)
         doc_labels = pl.concat(
             [f.select(pl.lit(r).alias("reader"), pl.lit(t).alias("retriever"), pl.all())
              for (r, t), f in labels.items()]
@@ -314,6 +334,7 @@ class EvaluationSession:
             say(f"retrieve {key}")
             runs[key] = self.retrieve(name)
         labels: dict[System, pl.DataFrame] = {}
+        method_labels: dict[System, pl.DataFrame] = {}
         fits = []
         for reader_key, model in readers:  # each model loads on its first pair, stays loaded
             labelling = self
@@ -325,7 +346,10 @@ class EvaluationSession:
                 system = labelling.label_system(run, model, reader_name=reader_key, retriever=key)
                 labels[(reader_key, key)] = system.labels
                 fits.append(system.fit)  # docs/label-methods.md, "Fit diagnostics"
-        return self.report(runs, labels, fits)
+                ranked = labelling.verdict_labels(run, model)
+                if ranked is not None:  # evaluation.verdict_labels names a label method
+                    method_labels[(reader_key, key)] = ranked
+        return self.report(runs, labels, fits, method_labels)
 
 
 def _no_teacher(name: str) -> Reader:

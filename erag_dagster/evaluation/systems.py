@@ -141,6 +141,31 @@ def _check_references(config: EvaluationConfig, references: References | None) -
             f"reference answers of {references.spec!r} given to labels of evaluation.reference "
             f"{config.reference!r}"
         )
+def verdict_labels(
+    run: pl.DataFrame,
+    dataset: Dataset,
+    reader: Reader,
+    config: EvaluationConfig,
+    store: LabelStoreBase,
+    *,
+    executor: ExecutorSpec | ReaderCalls | None,
+    producer: str | None,
+    log: Log | None = None,
+) -> pl.DataFrame | None:
+    """The labels of :func:`labelled_run` of ``run`` that the verdict ranks by when
+    ``config.verdict_labels`` names a label method (``query_id, doc_id, rank, label``,
+    :func:`erag_dagster.meta.label_methods.extra_labels`, stored like eRAG's); ``None`` for
+    ``eRAG`` (the verdict then ranks :func:`label`'s) or when the reader cannot give them (one
+    line to ``log``)."""
+    from erag_dagster.meta.label_methods import LABEL_METHODS, extra_labels
+
+    if config.verdict_labels == "eRAG":
+        return None
+    found = extra_labels(
+        labelled_run(run, config), dataset.queries, dataset.corpus, reader, config.metric,
+        [config.verdict_labels], store, producer, log, executor,
+    )  # fmt: skip
+    return found.get(LABEL_METHODS[config.verdict_labels])
 
 
 def fit(
@@ -157,11 +182,16 @@ def fit(
     diagnostics"): answers cut at the reader's ``max_new_tokens``, answer vs gold length, and
     the label-vs-judgment AUC with its bootstrap CI (``config.relevance_level``,
     ``config.statistics``; no AUC without ``qrels``). The metric named is the one
-    the labels record (their ``metric`` column; ``""`` when there are no labels)."""
+    the labels record (their ``metric`` column; ``""`` when there are no labels). The
+    configured ``label_methods`` and ``verdict_labels`` shape the fixes a warning names (one
+    already configured is not asked for again); ``expected_fit`` the findings printed as
+    expected, with their reason, instead of as warnings."""
     return reader_fit(
         labels, queries, qrels, reader, reader_name=reader_name, retriever=retriever,
         metric=str(labels["metric"][0]) if labels.height else "",
         relevance_level=config.relevance_level, stats=config.statistics,
+        label_methods=tuple(config.label_methods),
+        verdict_labels=config.verdict_labels, expected=config.expected_fit,
     )  # fmt: skip
 
 

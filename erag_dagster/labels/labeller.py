@@ -61,6 +61,7 @@ from erag_dagster.readers.accounting import (
     usage_of,
 )
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
+from erag_dagster.readers.presets import PRESETS
 
 LABEL_COLUMNS = ("query_id", "doc_id", "rank", "label", "answer", "reader_fingerprint", "metric")
 REFERENCE_LABEL_COLUMNS = ("reference_answer", "reference")
@@ -268,9 +269,15 @@ def label_run(
 
 def erag_code_versions(metric: str) -> tuple[CodeVersion, ...]:
     """The versioned code an eRAG label of ``metric`` depends on: the metric, the prompt
-    builder and the answer post-processing (:mod:`erag_dagster.core.code_versions`); an unknown
-    metric is an :class:`InputError`."""
-    return (get_downstream_metric(metric), prompts.PROMPT_BUILDER, prompts.POSTPROCESS)
+    builder, the prompt presets (:mod:`erag_dagster.readers.presets`) and the answer
+    extraction (:mod:`erag_dagster.core.code_versions`); an unknown metric is an
+    :class:`InputError`."""
+    return (
+        get_downstream_metric(metric),
+        prompts.PROMPT_BUILDER,
+        PRESETS,
+        prompts.POSTPROCESS,
+    )
 
 
 # -- steps ---------------------------------------------------------------------------------------

@@ -81,6 +81,33 @@ def closed_book_answers(
     )
 
 
+def closed_book_scores(
+    queries: pl.DataFrame,
+    reader,
+    metric: str,
+    store=None,
+    run_id: str | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
+) -> pl.DataFrame:
+    """``query_id, closed_book``: the downstream ``metric`` of the reader's closed-book answer
+    to each query of ``queries`` (:func:`closed_book_answers`, stored) against its golds, in
+    [0, 1]; a query without gold answers is an :class:`~erag_dagster.core.errors.InputError`."""
+    require_answers(queries, "closed-book scores")
+    closed = closed_book_answers(queries, reader, store, run_id, executor=executor).join(
+        queries.select(pl.col("query_id").cast(pl.String), "answers"), on="query_id"
+    )
+    score = get_downstream_metric(metric)
+    return pl.DataFrame(
+        {
+            "query_id": closed["query_id"],
+            "closed_book": [
+                score(a, g) for a, g in zip(closed["answer"], closed["answers"], strict=True)
+            ],
+        },
+        schema={"query_id": pl.String, "closed_book": pl.Float64},
+    )
+
+
 def signed_labels(
     run: pl.DataFrame,
     queries: pl.DataFrame,
@@ -102,23 +129,43 @@ def signed_labels(
         erag_labels = erag.labels
         asked = queries.join(erag_labels.select("query_id").unique(), on="query_id", how="semi")
         require_answers(asked, "signed labels")
-        closed = closed_book_answers(asked, reader, store, run_id, executor=calls).join(
-            asked.select(pl.col("query_id").cast(pl.String), "answers"), on="query_id"
-        )
-    score = get_downstream_metric(metric)
-    closed_scores = pl.DataFrame(
-        {
-            "query_id": closed["query_id"],
-            "closed_book": [
-                score(a, g) for a, g in zip(closed["answer"], closed["answers"], strict=True)
-            ],
-        },
-        schema={"query_id": pl.String, "closed_book": pl.Float64},
-    )
+        closed_scores = closed_book_scores(asked, reader, metric, store, run_id, executor=calls)
     return (
         erag_labels.select("query_id", "doc_id", "rank", "label")
         .join(closed_scores, on="query_id", how="left")
         .with_columns(label=pl.col("label") - pl.col("closed_book"))
         .sort("query_id", "rank")
         .select(*LABEL_SCHEMA, "closed_book")
+    )
+
+
+def closed_book_labels(
+    run: pl.DataFrame,
+    queries: pl.DataFrame,
+    reader,
+    metric: str,
+    store=None,
+    run_id: str | None = None,
+    executor: ExecutorSpec | ReaderCalls | None = None,
+) -> pl.DataFrame:
+    """``query_id, doc_id, rank, label`` for every row of ``run``: the closed-book score of the
+    row's query (:func:`closed_book_scores`), the same for every document of the query.
+
+    Table 1's ``closed_book`` row (:data:`erag_dagster.meta.label_methods.CLOSED_BOOK_METHOD`):
+    a reference, not a labelling of documents. Every list metric of a list whose labels all
+    equal ``c`` is a non-decreasing function of ``c``, so its Kendall tau with end-to-end
+    quality is that of the reader's closed-book score: how much of the end-to-end quality the
+    reader reaches with no document at all. Where it is as high as eRAG's, end-to-end quality
+    barely depends on retrieval."""
+    if run.height == 0:
+        return pl.DataFrame(schema=LABEL_SCHEMA)
+    asked = queries.join(
+        run.select(pl.col("query_id").cast(pl.String)).unique(), on="query_id", how="semi"
+    )
+    scores = closed_book_scores(asked, reader, metric, store, run_id, executor)
+    return (
+        run.select(pl.col("query_id").cast(pl.String), pl.col("doc_id").cast(pl.String), "rank")
+        .join(scores, on="query_id", how="left")
+        .select("query_id", "doc_id", "rank", pl.col("closed_book").alias("label"))
+        .sort("query_id", "rank")
     )

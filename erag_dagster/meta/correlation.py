@@ -168,13 +168,17 @@ def best_per_column(table: pl.DataFrame) -> pl.DataFrame:
 
     Takes a :func:`table1` frame; returns the same shape with ``dataset, retriever, method``
     kept and each metric column a ``Boolean``: true where the value equals the group maximum
-    (ties are all marked). NaN and null are never best.
+    (ties are all marked). NaN and null are never best, nor is a reference row
+    (:data:`~erag_dagster.meta.label_methods.REFERENCE_METHODS`: the closed-book score).
     """
+    from erag_dagster.meta.label_methods import REFERENCE_METHODS
+
     index = ["dataset", "retriever"]
     metric_columns = [c for c in table.columns if c not in (*index, "method")]
+    reference = pl.col("method").is_in(sorted(REFERENCE_METHODS))
     marks = []
     for c in metric_columns:
-        value = pl.col(c).cast(pl.Float64).fill_nan(None)
+        value = pl.when(reference).then(None).otherwise(pl.col(c).cast(pl.Float64).fill_nan(None))
         marks.append((value == value.max().over(index)).fill_null(False).alias(c))
     return table.select(*index, "method", *marks)
 

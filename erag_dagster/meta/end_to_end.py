@@ -32,6 +32,7 @@ from erag_dagster.labels.reader_calls import ReaderCalls
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers import prompts
 from erag_dagster.readers.passages import check_run_queries, run_with_passages
+from erag_dagster.readers.presets import PRESETS
 
 __all__ = [
     "END_TO_END",
@@ -155,6 +156,7 @@ def evaluate_end_to_end(
 
 def end_to_end_code_versions(metric: str) -> tuple[CodeVersion, ...]:
     """The versioned code an end-to-end score of ``metric`` depends on: the metric, the prompt
-    builder, the post-processing and this task (:mod:`erag_dagster.core.code_versions`)."""
+    builder, the prompt presets, the answer extraction and this task
+    (:mod:`erag_dagster.core.code_versions`)."""
     measure = get_downstream_metric(metric)
-    return (measure, prompts.PROMPT_BUILDER, prompts.POSTPROCESS, END_TO_END)
+    return (measure, prompts.PROMPT_BUILDER, PRESETS, prompts.POSTPROCESS, END_TO_END)

@@ -4,9 +4,11 @@ From one (reader, retriever) labelling — the reader's answers, their eRAG labe
 gold answers and, where present, the human judgments — :func:`fit_diagnostics` computes:
 
 - **cut answers**: the share of answers that stopped at ``max_new_tokens`` (an answer of at
-  least ``max_new_tokens - CUT_SLACK`` tokens, counted by the reader's own tokenizer: the kept
-  first line, decoded and stripped, can re-tokenise one token shorter). Unknown (``None``)
-  without a token counter;
+  least ``max_new_tokens - CUT_SLACK`` tokens, counted by the reader's own tokenizer: the
+  extracted answer, decoded and stripped, can re-tokenise one token shorter; an answer whose
+  end was generated stops there, :mod:`erag_dagster.readers.extraction`, so it is shorter
+  unless a lead-in or markup of a cut answer was removed). Unknown (``None``) without a token
+  counter;
 - **lengths**: mean answer length and mean gold-answer length, in whitespace words (a query's
   gold length is the mean over its gold answers; the mean over queries weights each query
   once);
@@ -52,6 +54,9 @@ the lengths and the length findings compare the answers with the reference answe
 were scored against, so the same F1 caps hold — and every line says "reference" where it says
 "gold"; ``reference`` names it. A diagnostic that needs what the data lacks says it is not
 available: the label-vs-judgment AUC without judgments (``not available: no judgments``).
+A finding of a kind the evaluation declares expected (``evaluation.expected_fit``: kind → why,
+e.g. a reader too small to separate well, measured) is printed as one line with that reason
+instead of a warning (:meth:`FitDiagnostics.expected_lines`).
 
 Edge cases: an empty label frame gives ``answers == 0`` and no warning; a query without gold
 answers is left out of the gold length; no judgments, or no relevant or no other document among
@@ -64,7 +69,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -110,9 +115,11 @@ SHORT_FIXES: dict[str, str] = {
     "short_answers": "answers much shorter than the golds: more tokens or a sentence prompt",
     "long_answers": "answers much longer than the golds: a span prompt or metric contains",
     "separation": "labels barely follow the judgments",
-    "same_label": "one label for every document: add label method likelihood_gain",
+    "same_label": "one label for every document",
 }
 """Each kind of finding in a few words, for the compact report (one line per reader)."""
+EXPECTED_PREFIX = "fit, expected"
+"""How a line of a finding declared expected (``evaluation.expected_fit``) begins."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,11 @@ class FitDiagnostics:
     ``cut_answers`` is ``None`` when the token counts are unknown; ``mean_gold_words`` is
     ``nan`` when no labelled query has gold answers; ``same_label_queries`` (of
     ``multi_doc_queries``, the queries with two or more labelled documents) is ``None`` but for
-    label outputs (module docstring).
+    label outputs (module docstring). ``label_methods`` and ``verdict_labels`` are what the
+    evaluation has configured (``evaluation.label_methods``, ``evaluation.verdict_labels``): a
+    fix already configured is not asked for again (:meth:`findings`). ``expected``: ``(kind,
+    reason)`` pairs of ``evaluation.expected_fit`` — findings of those kinds are expected, and
+    printed as one line with the reason instead of a warning (:meth:`expected_lines`).
     """
 
     reader: str
@@ -160,6 +171,9 @@ class FitDiagnostics:
     mean_answer_words: float
     mean_gold_words: float
     separation: Separation | None
+    label_methods: tuple[str, ...]
+    verdict_labels: str
+    expected: tuple[tuple[str, str], ...]
     same_label_queries: int | None = None
     multi_doc_queries: int | None = None
     reference: str = ""
@@ -256,22 +270,57 @@ class FitDiagnostics:
             text = (
                 f"the reader gave one label to every document of {self.same_label_queries} of "
                 f"{self.multi_doc_queries} queries ({same:.0%}, more than {SAME_LABEL_SHARE:.0%}):"
-                " its answers follow its prior for the question, not the documents; on such data a"
-                " baseline tracked the reader better than eRAG's generated labels "
-                '(docs/label-methods.md, "Yes/no/maybe answers"): add evaluation.label_methods '
-                "[likelihood_gain] and read Table 1's baseline rows next to eRAG's"
+                " its answers follow its prior for the question, not the documents, so its "
+                f"generated labels can rank retrievers by noise; {self._same_label_fix()}"
             )
             out.append(("same_label", text))
         return out
 
+    def _same_label_fix(self) -> str:
+        """The same-label finding's fix, given what is configured (docs/label-methods.md,
+        "Label-set answers: one recommendation")."""
+        if self.verdict_labels == "likelihood_gain":
+            return (
+                "the verdict already ranks retrievers by eRAG_likelihood_gain "
+                "(evaluation.verdict_labels), so this concerns Table 1's eRAG row only"
+            )
+        if "likelihood_gain" in self.label_methods:
+            return (
+                "eRAG_likelihood_gain is computed (evaluation.label_methods): read its Table-1 "
+                "row next to eRAG's and closed_book's, and rank the verdict by it with "
+                "evaluation.verdict_labels: likelihood_gain"
+            )
+        return (
+            "add evaluation.verdict_labels: likelihood_gain (it computes the label too) and "
+            "read Table 1's closed_book row next to eRAG's"
+        )
+
     def warnings(self) -> list[str]:
-        """:meth:`findings` as lines naming the run: ``fit warning [reader / retriever]: ...``."""
-        return [f"fit warning [{self.name}]: {text}" for _, text in self.findings()]
+        """The :meth:`findings` not declared expected, as lines naming the run:
+        ``fit warning [reader / retriever]: ...``."""
+        reasons = dict(self.expected)
+        return [
+            f"fit warning [{self.name}]: {text}"
+            for kind, text in self.findings()
+            if kind not in reasons
+        ]
+
+    def expected_lines(self) -> list[str]:
+        """The :meth:`findings` declared expected (``evaluation.expected_fit``), each as one line
+        with its reason: ``fit, expected [reader / retriever]: ... — expected: <reason>``."""
+        reasons = dict(self.expected)
+        return [
+            f"{EXPECTED_PREFIX} [{self.name}]: {text} — expected: {reasons[kind]}"
+            for kind, text in self.findings()
+            if kind in reasons
+        ]
 
     def as_dict(self) -> dict[str, object]:
         """Plain data for a frame, JSON or the HTML page: every field, the separation's flat
         (``auc``, ``auc_low``, ... ``None`` without judgments), ``cut_share`` and ``warnings``."""
         row = {k: v for k, v in asdict(self).items() if k != "separation"}
+        row["label_methods"] = ",".join(self.label_methods)  # one CSV cell
+        row["expected"] = json.dumps(dict(self.expected), sort_keys=True)  # one CSV cell
         sep = self.separation
         row.update(
             cut_share=self.cut_share,
@@ -285,6 +334,7 @@ class FitDiagnostics:
             mean_label_relevant=None if sep is None else sep.mean_relevant,
             mean_label_other=None if sep is None else sep.mean_other,
             warnings=self.warnings(),
+            expected_findings=self.expected_lines(),
         )
         return row
 
@@ -315,7 +365,26 @@ def fit_from_dict(row: dict[str, object]) -> FitDiagnostics:
         separation=separation, same_label_queries=_optional_int(row.get("same_label_queries")),
         multi_doc_queries=_optional_int(row.get("multi_doc_queries")),
         reference=str(row.get("reference") or ""),
+        label_methods=_methods(row.get("label_methods")),
+        verdict_labels=str(row.get("verdict_labels") or "eRAG"),
+        expected=_expected(row.get("expected")),
     )  # fmt: skip
+
+
+def _methods(value: object) -> tuple[str, ...]:
+    """``label_methods`` as :meth:`FitDiagnostics.as_dict` wrote it (comma-joined; a list
+    from older values), as a tuple."""
+    if isinstance(value, str):
+        return tuple(m for m in value.split(",") if m)
+    return tuple(str(m) for m in value or ())  # type: ignore[union-attr]
+
+
+def _expected(value: object) -> tuple[tuple[str, str], ...]:
+    """``expected`` as :meth:`FitDiagnostics.as_dict` wrote it (a JSON object), as pairs."""
+    if not value:
+        return ()
+    found = json.loads(value) if isinstance(value, str) else dict(value)  # type: ignore[arg-type]
+    return tuple(sorted((str(k), str(v)) for k, v in found.items()))
 
 
 def _optional_int(value: object) -> int | None:
@@ -412,6 +481,9 @@ def fit_diagnostics(
     answer_tokens: Sequence[int] | None = None,
     relevance_level: int,
     stats: Statistics,
+    label_methods: Sequence[str],
+    verdict_labels: str,
+    expected: Mapping[str, str],
 ) -> FitDiagnostics:
     """The :class:`FitDiagnostics` of one labelled run.
 
@@ -421,7 +493,9 @@ def fit_diagnostics(
     ``labels`` row order) or else ``count_tokens`` (the reader's tokenizer, e.g. its
     ``count_tokens`` method); with neither, or without ``max_new_tokens``, the cut share is
     unknown. ``metric`` names the downstream metric the labels were scored with;
-    ``relevance_level`` and ``stats`` (the AUC's bootstrap CI) are the configuration's.
+    ``relevance_level`` and ``stats`` (the AUC's bootstrap CI) are the configuration's;
+    ``label_methods`` / ``verdict_labels`` what the evaluation configured (the fixes named);
+    ``expected``: finding kind -> why it is expected (``evaluation.expected_fit``).
     """
     answers = labels.get_column("answer").fill_null("").to_list() if labels.height else []
     cut: int | None = None
@@ -473,6 +547,9 @@ def fit_diagnostics(
         same_label_queries=same,
         multi_doc_queries=multi,
         reference=reference,
+        label_methods=tuple(label_methods),
+        verdict_labels=verdict_labels,
+        expected=tuple(sorted(expected.items())),
     )
 
 
@@ -496,6 +573,9 @@ def reader_fit(
     metric: str = "",
     relevance_level: int,
     stats: Statistics,
+    label_methods: Sequence[str],
+    verdict_labels: str,
+    expected: Mapping[str, str],
 ) -> FitDiagnostics:
     """:func:`fit_diagnostics` for labels a reader object made: its ``spec.max_new_tokens``
     and its ``count_tokens`` (when it has one; a transformers reader loads its model for it if
@@ -507,20 +587,35 @@ def reader_fit(
         reader=reader_name or str(getattr(reader, "name", "")), retriever=retriever,
         metric=metric, max_new_tokens=None if max_new is None else int(max_new),
         count_tokens=getattr(reader, "count_tokens", None), relevance_level=relevance_level,
-        stats=stats,
+        stats=stats, label_methods=label_methods,
+        verdict_labels=verdict_labels, expected=expected,
     )  # fmt: skip
 
 
 def fit_frame(diagnostics: Sequence[FitDiagnostics]) -> pl.DataFrame:
     """One row per diagnosed run (:meth:`FitDiagnostics.as_dict`; ``warnings`` as one string,
     a line per warning, so the frame writes to CSV)."""
-    rows = [{**d.as_dict(), "warnings": "\n".join(d.warnings())} for d in diagnostics]
+    rows = [
+        {
+            **d.as_dict(),
+            "warnings": "\n".join(d.warnings()),
+            "expected_findings": "\n".join(d.expected_lines()),
+        }
+        for d in diagnostics
+    ]
     return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
 
 
 def fit_lines(diagnostics: Sequence[FitDiagnostics]) -> list[str]:
-    """Every warning line of every run (``[]`` when all labels fit): what a report prints."""
+    """Every warning line of every run (``[]`` when all labels fit, or every finding is
+    expected): what a report prints as warnings."""
     return [line for d in diagnostics for line in d.warnings()]
+
+
+def expected_fit_lines(diagnostics: Sequence[FitDiagnostics]) -> list[str]:
+    """Every expected finding of every run, one line each with its reason
+    (:meth:`FitDiagnostics.expected_lines`)."""
+    return [line for d in diagnostics for line in d.expected_lines()]
 
 
 def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
@@ -544,6 +639,7 @@ def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
     warnings = fit_lines(diagnostics)
     fits = "no fit warning: the labels fit the data (thresholds: docs/label-methods.md)"
     lines += warnings or [fits]
+    lines += expected_fit_lines(diagnostics)
     return "\n".join(lines)
 
 
@@ -560,10 +656,24 @@ def _compact(diagnostics: Sequence[FitDiagnostics]) -> str:
         facts.append(f"label-vs-judgment AUC {min(aucs):.2f}-{max(aucs):.2f}")
     detail = f" ({'; '.join(facts)})" if facts else ""
     kinds: dict[str, int] = {}
+    expected: dict[str, int] = {}
+    reasons: dict[str, str] = {}
     for d in diagnostics:
+        declared = dict(d.expected)
         for kind in dict.fromkeys(kind for kind, _ in d.findings()):
-            kinds[kind] = kinds.get(kind, 0) + 1
+            if kind in declared:
+                expected[kind] = expected.get(kind, 0) + 1
+                reasons.setdefault(kind, declared[kind])
+            else:
+                kinds[kind] = kinds.get(kind, 0) + 1
+    lines = [
+        f"{EXPECTED_PREFIX}: {SHORT_FIXES[k]} ({n} of {runs} runs): {reasons[k]}"
+        for k, n in expected.items()
+    ]
     if not kinds:
-        return f"no fit warning on {runs} reader x retriever runs{detail}; each run: --full"
+        return "\n".join(
+            [f"no fit warning on {runs} reader x retriever runs{detail}; each run: --full", *lines]
+        )
     said = "; ".join(f"{SHORT_FIXES[k]} ({n} of {runs} runs)" for k, n in kinds.items())
-    return f"fit warning: {said} [{runs} runs{detail}; each run and its fix: --full]"
+    head = f"fit warning: {said} [{runs} runs{detail}; each run and its fix: --full]"
+    return "\n".join([head, *lines])

@@ -45,11 +45,35 @@ LABEL_METHODS: dict[str, str] = {
     "likelihood_gain": "eRAG_likelihood_gain",
 }
 
+#: Table 1's reference row: the reader's closed-book score of each question given to every
+#: document of its list (:func:`erag_dagster.labels.signed.closed_book_labels`). Not a
+#: labelling of documents: never marked best in Table 1, left out of the agreement with the
+#: judgments; there to show how much of the end-to-end quality needs no retrieval.
+CLOSED_BOOK_METHOD = "closed_book"
+#: Table-1 rows that are references, not labelling methods (never marked best).
+REFERENCE_METHODS: frozenset[str] = frozenset({CLOSED_BOOK_METHOD})
+
 #: Table-1 methods whose labels are signed (scored with ``evaluate_labels(signed=True)``).
 SIGNED_METHODS: frozenset[str] = frozenset({"signed_utility", "eRAG_likelihood_gain"})
 
 #: Settings that need teacher forcing (``continuation_log_probs``: the transformers backend).
 TEACHER_FORCED: frozenset[str] = frozenset({"likelihood", "likelihood_gain"})
+
+
+#: What ``evaluation.verdict_labels`` may name: eRAG's generated answers, or a label method.
+VERDICT_LABELS: tuple[str, ...] = ("eRAG", *LABEL_METHODS)
+
+
+def check_verdict_labels(name: str) -> str:
+    """``name`` when it is one of :data:`VERDICT_LABELS`, else :class:`InputError`."""
+    if name not in VERDICT_LABELS:
+        raise InputError(f"unknown verdict labels {name!r}; known: {', '.join(VERDICT_LABELS)}")
+    return name
+
+
+def verdict_method(setting: str) -> str:
+    """The Table-1 method name of a ``verdict_labels`` setting (``eRAG`` stays ``eRAG``)."""
+    return LABEL_METHODS.get(setting, setting)
 
 
 def check_label_methods(names: Sequence[str]) -> list[str]:
@@ -73,13 +97,14 @@ def label_method_code_versions(metric: str, methods: Sequence[str]) -> tuple[Cod
     from erag_dagster.labels.likelihood_gain import CLOSED_BOOK_LIKELIHOOD, LIKELIHOOD_GAIN
     from erag_dagster.labels.signed import CLOSED_BOOK, SIGNED_UTILITY
     from erag_dagster.readers import prompts
+    from erag_dagster.readers.presets import PRESETS
 
     versions: list[CodeVersion] = []
     for name in check_label_methods(methods):
         if name == "likelihood":
-            versions += [LIKELIHOOD, prompts.PROMPT_BUILDER]
+            versions += [LIKELIHOOD, prompts.PROMPT_BUILDER, PRESETS]
         elif name == "likelihood_gain":
-            versions += [LIKELIHOOD, prompts.PROMPT_BUILDER]
+            versions += [LIKELIHOOD, prompts.PROMPT_BUILDER, PRESETS]
             versions += [CLOSED_BOOK_LIKELIHOOD, LIKELIHOOD_GAIN]
         else:
             versions += [*erag_code_versions(metric), CLOSED_BOOK, SIGNED_UTILITY]

@@ -12,6 +12,7 @@ from erag_dagster.core.callbacks import Log
 from erag_dagster.core.code_versions import CodeVersion
 from erag_dagster.labels.executor import ExecutorSpec
 from erag_dagster.labels.reader_calls import reader_calls
+from erag_dagster.labels.signed import closed_book_labels
 from erag_dagster.meta.baselines import (
     ANNOTATION,
     containment_labels,
@@ -20,7 +21,11 @@ from erag_dagster.meta.baselines import (
     semantic_labels,
 )
 from erag_dagster.meta.end_to_end import evaluate_end_to_end
-from erag_dagster.meta.label_methods import extra_labels, label_method_code_versions
+from erag_dagster.meta.label_methods import (
+    CLOSED_BOOK_METHOD,
+    extra_labels,
+    label_method_code_versions,
+)
 from erag_dagster.metrics.downstream import get_downstream_metric
 from erag_dagster.readers import prompts
 
@@ -62,14 +67,20 @@ def end_to_end_at_depths(
 
 def baseline_code_versions(metric: str, methods: Sequence[str]) -> tuple[CodeVersion, ...]:
     """The versioned code :func:`baseline_label_set` depends on
-    (:mod:`erag_dagster.core.code_versions`): the ``contains`` metric (the containment labels), the
-    LLM annotation's task and the prompt builder (it builds the relevance prompt), and the code
-    of the extra label ``methods`` under ``metric``. Provenance and semantic labels are
-    computed from the judgments and the encoder, and stored nowhere."""
+    (:mod:`erag_dagster.core.code_versions`): the ``contains`` metric (the containment labels),
+    the LLM annotation's task and the prompt builder (it builds the relevance prompt), the
+    closed-book answer's task with the code of an answer scored with ``metric`` (the
+    closed-book row), and the code of the extra label ``methods`` under ``metric``. Provenance
+    and semantic labels are computed from the judgments and the encoder, and stored nowhere."""
+    from erag_dagster.labels.labeller import erag_code_versions
+    from erag_dagster.labels.signed import CLOSED_BOOK
+
     return (
         get_downstream_metric("contains"),
         ANNOTATION,
         prompts.PROMPT_BUILDER,
+        *erag_code_versions(metric),
+        CLOSED_BOOK,
         *label_method_code_versions(metric, methods),
     )
 
@@ -91,10 +102,12 @@ def baseline_label_set(
     executor: ExecutorSpec | None = None,
 ) -> pl.DataFrame:
     """``query_id, doc_id, rank, label, method`` for every baseline labelling of ``run``:
-    provenance (the judgments, relevant at ``relevance_level``), containment, semantic similarity to
-    the answer and to the question (``encoder``), and LLM annotation (``reader``, answers kept in
-    ``store``; left out, with one logged line, when the reader cannot give P("yes"): a server
-    without ``logprobs``); plus the extra labellings ``methods``
+    provenance (the judgments, relevant at ``relevance_level``), containment, semantic
+    similarity to the answer and to the question (``encoder``), and LLM annotation (``reader``,
+    answers kept in ``store``; left out, with one logged line, when the reader cannot give
+    P("yes"): a server without ``logprobs``); the closed-book reference row (``closed_book``:
+    the reader's score with no document, given to every document of the question,
+    :func:`~erag_dagster.labels.signed.closed_book_labels`); plus the extra labellings ``methods``
     (:mod:`erag_dagster.meta.label_methods`, scored with the downstream ``metric``; signed ones
     have labels in [-1, 1]). ``executor``: where the reader runs
     (:mod:`erag_dagster.labels.reader_calls`; its tasks share one Ray pool)."""
@@ -115,6 +128,9 @@ def baseline_label_set(
             parts["llm_annotation"] = llm_annotation_labels(
                 run, queries, corpus, reader, store=store, run_id=run_id, executor=calls
             )
+        parts[CLOSED_BOOK_METHOD] = closed_book_labels(
+            run, queries, reader, metric, store, run_id, executor=calls
+        )
         if methods:
             if log is not None:
                 log(f"extra label methods {', '.join(methods)} of {run.height} pairs")

@@ -89,7 +89,7 @@ class GapRecorder(LogitsProcessor):
 
 
 def decided_steps(row: Sequence[int], stopped_at: int | None, eos: Sequence[int]) -> int:
-    """How many decode steps chose the tokens an answer is made of: up to the first-line stop
+    """How many decode steps chose the tokens an answer is made of: up to the answer stop
     (``stopped_at``) or the first end-of-sequence token, both included, else every step."""
     n = len(row) if stopped_at is None else min(stopped_at, len(row))
     for j, token in enumerate(row[:n]):

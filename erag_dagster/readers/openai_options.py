@@ -14,9 +14,17 @@ HTTP server, :mod:`.openai_reader`), and the one rule for secrets in a reader en
                             address (:mod:`.addresses`; ``false``, the default, refuses it)
 ``api``                     ``chat`` (``/v1/chat/completions``, the server's chat template) or
                             ``completion`` (``/v1/completions`` with the plain prompt)
-``continue_final_message``  chat only: also send ``answer_prefix`` as a partial assistant turn
-                            (vLLM's ``continue_final_message``; other servers may refuse the
-                            field). ``false`` (default): the prefix is not sent in chat mode
+``continue_final_message``  chat only: how ``answer_prefix`` reaches the model. ``auto``
+                            (default): the reader's probe asks the server once to continue a
+                            partial assistant turn that holds the prefix (vLLM's
+                            ``continue_final_message``); a server that accepts it gets the
+                            prefix so, one that refuses the request gets an instruction to begin
+                            the reply with the prefix instead
+                            (:data:`~.openai_payload.PREFIX_INSTRUCTION`), and either way the
+                            answer is read by the one extraction
+                            (:func:`~erag_dagster.readers.extraction.extract_answer`, a leading
+                            copy of the prefix removed). ``true``: the continued turn or a
+                            one-line error; ``false``: always the instruction
 ``concurrency``             requests in flight (4, >= 1)
 ``timeout_seconds``         per-request timeout, seconds (120, > 0)
 ``max_retries``             retries of a request on 429 / 5xx / connection errors (8, >= 0)
@@ -40,9 +48,11 @@ from erag_dagster.core.errors import InputError
 from erag_dagster.readers.addresses import link_local_reason
 from erag_dagster.readers.options import BackendOptions, check_int
 
-__all__ = ["API_MODES", "OpenAIOptions", "refuse_secrets"]
+__all__ = ["API_MODES", "CONTINUE_MODES", "OpenAIOptions", "refuse_secrets"]
 
 API_MODES = ("chat", "completion")
+CONTINUE_MODES = (True, False, "auto")
+"""Values of ``continue_final_message`` (module docstring)."""
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: ``model`` values that name a model of this package, never one a server serves.
 _PACKAGED_PREFIX = "packaged:"
@@ -56,7 +66,7 @@ class OpenAIOptions(BackendOptions):
     api_key_env: str | None = None
     allow_link_local: bool = False
     api: str = "chat"
-    continue_final_message: bool = False
+    continue_final_message: bool | str = "auto"
     concurrency: int = 4
     timeout_seconds: float = 120.0
     max_retries: int = 8
@@ -67,6 +77,12 @@ class OpenAIOptions(BackendOptions):
             raise InputError(f"{where}: backend openai needs 'model': the id the server serves")
         if self.api not in API_MODES:
             raise InputError(f"{where}: api {self.api!r} unknown; use {', '.join(API_MODES)}")
+        mode = self.continue_final_message
+        if not (isinstance(mode, bool) or mode == "auto"):
+            raise InputError(
+                f"{where}: continue_final_message must be auto, true or false, got "
+                f"{self.continue_final_message!r}"
+            )
         refuse_secrets(None, self.api_key_env, where)
         if self.api_key_env is not None and not _ENV_NAME_RE.match(self.api_key_env):
             raise InputError(

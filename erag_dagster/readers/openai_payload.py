@@ -4,11 +4,16 @@ read back (the answer, P("yes") from ``top_logprobs``), and the one line a failu
 Stateless functions over a :class:`~erag_dagster.readers.spec.ReaderSpec`; the reader
 (:mod:`.openai_reader`) owns the client, the pool and the counts.
 
-* **Requests**: ``chat`` (``/chat/completions``: the server applies its chat template; the
-  ``answer_prefix`` is sent only with ``continue_final_message: true``) or ``completion``
-  (``/completions`` with :func:`~erag_dagster.readers.prompts.plain_prompt`). Greedy:
-  ``temperature: 0`` and ``seed``; ``max_tokens`` = ``max_new_tokens``; answers post-processed
-  by :func:`~erag_dagster.readers.prompts.postprocess_answer` like the in-process reader.
+* **Requests**: ``chat`` (``/chat/completions``: the server applies its chat template) or
+  ``completion`` (``/completions`` with :func:`~erag_dagster.readers.prompts.plain_prompt`,
+  which ends with the ``answer_prefix``). In chat the ``answer_prefix`` goes as a partial
+  assistant turn the server continues (``continued``: vLLM's ``continue_final_message``) or,
+  where the server does not continue one, as an instruction to begin the reply with it
+  (:data:`PREFIX_INSTRUCTION`, added to the system turn); which one, the reader's probe decided
+  (:mod:`.openai_probe`). Greedy: ``temperature: 0`` and ``seed``; ``max_tokens`` =
+  ``max_new_tokens``; answers read by
+  :func:`~erag_dagster.readers.extraction.extract_answer` like the in-process reader's, after a
+  leading copy of an instructed prefix is removed (:func:`answer_of`).
 * **P("yes")** needs the server's ``logprobs``; where a response carries none,
   :class:`LogprobsUnavailable` says so in one line. A response that carries ``logprobs`` but no
   first token (the model ended its answer at once: llama.cpp's server then lists no
@@ -26,7 +31,8 @@ from typing import Any
 
 from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.core.input_numbers import format_given
-from erag_dagster.readers.prompts import plain_prompt, postprocess_answer
+from erag_dagster.readers.extraction import extract_answer
+from erag_dagster.readers.prompts import plain_prompt
 from erag_dagster.readers.spec import ReaderSpec
 
 #: Top log-probabilities asked for P("yes") (the chat API allows up to 20, completions 5).
@@ -43,6 +49,23 @@ class NoFirstToken(LogprobsUnavailable):
     sequence first), and the server lists no alternatives for a token it did not emit."""
 
 
+PREFIX_INSTRUCTION = 'Begin your reply with "{prefix}".'
+"""The instruction that carries ``answer_prefix`` where a chat server continues no assistant
+turn (``{prefix}``: the prefix)."""
+
+
+def with_prefix_instruction(messages: list[dict[str, str]], prefix: str) -> list[dict[str, str]]:
+    """``messages`` with :data:`PREFIX_INSTRUCTION` for ``prefix`` added to the system turn (a
+    system turn made for it when there is none); unchanged when ``prefix`` is empty."""
+    if not prefix:
+        return list(messages)
+    line = PREFIX_INSTRUCTION.format(prefix=prefix)
+    if messages and messages[0]["role"] == "system":
+        first = {"role": "system", "content": f"{messages[0]['content']} {line}".strip()}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": line}, *messages]
+
+
 def prompt_text(messages: list[dict[str, str]], prefix: str) -> str:
     """The text a completion request sends (and, for chat, what the token estimate counts)."""
     return plain_prompt(messages, prefix)
@@ -54,10 +77,12 @@ def request_payload(
     prefix: str,
     max_tokens: int,
     logprobs: bool = False,
+    continued: bool = False,
 ) -> dict[str, Any]:
     """The request body for ``spec.api``: greedy, ``max_tokens`` new tokens, ``prefix`` sent
-    (completion: in the prompt; chat: only with ``continue_final_message``), and with
-    ``logprobs`` the top alternatives of each token."""
+    (completion: at the end of the prompt; chat: as a partial assistant turn the server
+    continues when ``continued``, else as :data:`PREFIX_INSTRUCTION`), and with ``logprobs``
+    the top alternatives of each token."""
     body: dict[str, Any] = {
         "model": spec.model,
         "max_tokens": max_tokens,
@@ -70,9 +95,11 @@ def request_payload(
             body["logprobs"] = TOP_LOGPROBS_COMPLETION
         return body
     turns = list(messages)
-    if spec.continue_final_message and prefix:
+    if continued and prefix:
         turns.append({"role": "assistant", "content": prefix})
         body["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
+    elif prefix:
+        turns = with_prefix_instruction(turns, prefix)
     body["messages"] = turns
     if logprobs:
         body["logprobs"] = True
@@ -87,11 +114,16 @@ def create_request(client: Any, api: str, payload: Mapping[str, Any]) -> Any:
     return client.chat.completions.create(**payload)
 
 
-def answer_of(response: Any, api: str) -> str:
-    """The post-processed answer text of a response's first choice."""
+def answer_of(response: Any, api: str, instructed: str = "") -> str:
+    """The answer (:func:`extract_answer`) of a response's first choice; ``instructed``: the
+    prefix the reply was told to begin with (:data:`PREFIX_INSTRUCTION`), removed first
+    (case and surrounding white space ignored) when the reply does begin with it."""
     choice = response.choices[0]
-    text = choice.text if api == "completion" else choice.message.content
-    return postprocess_answer(text or "")
+    text = (choice.text if api == "completion" else choice.message.content) or ""
+    head, prefix = text.lstrip(), instructed.strip()
+    if prefix and head[: len(prefix)].casefold() == prefix.casefold():
+        text = head[len(prefix) :]
+    return extract_answer(text)
 
 
 def p_yes_of(response: Any, spec: ReaderSpec, question: str) -> float:

@@ -8,10 +8,19 @@
 generation that reads the model id and ``system_fingerprint`` the server reports and its token
 count of a probe prompt (for the cost estimate). The result, :class:`ServerInfo`, is what the
 reader's identity holds of the remote model, since its weights cannot be hashed.
+
+Through ``api: chat`` with an ``answer_prefix``, that generation also settles how the prefix is
+sent (``continue_final_message``, :mod:`.openai_options`): with ``auto`` it asks the server to
+continue a partial assistant turn holding the prefix; a server that answers continues it from
+then on (:attr:`ServerInfo.continues`), one that refuses the request with an HTTP error
+(``transformers serve`` answers 422: the field is unknown to it) gets the prefix as an
+instruction instead (:data:`~.openai_payload.PREFIX_INSTRUCTION`), said once in the log. With
+``true`` a refusal is the one-line error; with ``false`` nothing is asked.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +47,8 @@ PROBE_PASSAGE = (
 )
 PROBE_QUESTION = "When was the stone bridge built?"
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ServerInfo:
@@ -48,6 +59,9 @@ class ServerInfo:
     response_model: str | None
     system_fingerprint: str | None
     tokens_per_char: float
+    continues: bool = False
+    """Whether chat requests send the answer prefix as a partial assistant turn the server
+    continues (module docstring); ``False`` for completions and without a prefix."""
 
 
 def probe_server(spec: ReaderSpec, client: Any) -> ServerInfo:
@@ -71,16 +85,51 @@ def probe_server(spec: ReaderSpec, client: Any) -> ServerInfo:
     raw = served[spec.model].model_dump()
     entry = {k: raw[k] for k in MODEL_ENTRY_KEYS if raw.get(k) is not None}
     messages = build_messages(spec, PROBE_QUESTION, PROBE_PASSAGE)
-    try:
-        response = call_with_retries(
-            lambda: create_request(
-                client, spec.api, request_payload(spec, messages, spec.answer_prefix, 1)
-            ),
-            min(2, spec.max_retries),
+    mode = spec.continue_final_message if spec.api == "chat" and spec.answer_prefix else False
+    what = f"a 1-token probe generation of {spec.model!r}"
+
+    def probe(continued: bool) -> Any:
+        payload = request_payload(spec, messages, spec.answer_prefix, 1, continued=continued)
+        return call_with_retries(
+            lambda: create_request(client, spec.api, payload), min(2, spec.max_retries)
         )
+
+    continues = mode is not False
+    try:
+        response = probe(continues)
     except Exception as exc:
-        raise request_fault(spec, exc, f"a 1-token probe generation of {spec.model!r}") from None
+        if not (continues and _refused(exc)):
+            raise request_fault(spec, exc, what) from None
+        fault = request_fault(spec, exc, what)
+        if mode is True:
+            raise InputError(
+                f"{where}: continue_final_message is true but the server at {spec.base_url} "
+                f"refuses to continue a partial assistant turn ({fault}); set "
+                "continue_final_message: auto (the prefix then goes as an instruction)"
+            ) from None
+        log.info(
+            "reader %s: the server at %s does not continue a partial assistant turn (%s); the "
+            "answer prefix goes as an instruction",
+            spec.name, spec.base_url, fault,
+        )  # fmt: skip
+        continues = False
+        try:
+            response = probe(False)
+        except Exception as again:
+            raise request_fault(spec, again, what) from None
     prompt_tokens = getattr(getattr(response, "usage", None), "prompt_tokens", None) or 0
     chars = len(prompt_text(messages, spec.answer_prefix))
     ratio = prompt_tokens / chars if prompt_tokens and chars else 0.25
-    return ServerInfo(entry, getattr(response, "model", None), response.system_fingerprint, ratio)
+    return ServerInfo(
+        entry, getattr(response, "model", None), response.system_fingerprint, ratio, continues
+    )
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a request failed because the server refused it (an HTTP 4xx or 5xx status
+    other than a refused key or a rate limit), not because it could not be reached."""
+    import openai
+
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+        return False
+    return isinstance(exc, openai.APIStatusError) and exc.status_code != 429

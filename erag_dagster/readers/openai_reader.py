@@ -55,6 +55,7 @@ from erag_dagster.core.callbacks import OnBatch
 from erag_dagster.core.errors import EnvironmentFault, InputError
 from erag_dagster.readers.fingerprint import fingerprint_of, short
 from erag_dagster.readers.openai_payload import (
+    PREFIX_INSTRUCTION,
     LogprobsUnavailable,
     NoFirstToken,
     answer_of,
@@ -115,7 +116,11 @@ class OpenAIReader:
         """Everything the fingerprint hashes (see the module docstring); probes the server."""
         info = self._probe()
         spec = self.spec
-        prefix_sent = spec.api == "completion" or spec.continue_final_message
+        prefix_sent = spec.api == "completion" or info.continues
+        instructed = self._instructed_prefix()
+        prompt = prompt_identity(spec, spec.answer_prefix if prefix_sent else None)
+        if instructed:
+            prompt["prefix_instruction"] = PREFIX_INSTRUCTION.format(prefix=instructed)
         return {
             "fingerprint_version": IDENTITY_VERSION,
             "backend": "openai",
@@ -127,7 +132,7 @@ class OpenAIReader:
                 "response_model": info.response_model,
                 "system_fingerprint": info.system_fingerprint,
             },
-            "prompt": prompt_identity(spec, spec.answer_prefix if prefix_sent else None),
+            "prompt": prompt,
             "decoding": {
                 "greedy": True,
                 "temperature": 0,
@@ -136,6 +141,14 @@ class OpenAIReader:
             },
             "postprocess_version": POSTPROCESS_VERSION,
         }
+
+    def _instructed_prefix(self) -> str:
+        """The answer prefix the chat reply is told to begin with (``""``: none — the prefix
+        is in the prompt, continued by the server, or empty); probes the server."""
+        spec = self.spec
+        if spec.api != "chat" or not spec.answer_prefix or self._probe().continues:
+            return ""
+        return spec.answer_prefix
 
     @cached_property
     def fingerprint(self) -> str:
@@ -332,18 +345,21 @@ class OpenAIReader:
         if not items:
             return []
         spec = self.spec
+        continued = self._probe().continues
         payloads = [
             request_payload(
                 spec,
                 build_messages(spec, q, self._context(q, list(ps), max_input_tokens)),
                 spec.answer_prefix,
                 spec.max_new_tokens,
+                continued=continued,
             )
             for q, ps in items
         ]
+        instructed = self._instructed_prefix()
         return self._run(
             payloads,
-            lambda r: answer_of(r, spec.api),
+            lambda r: answer_of(r, spec.api, instructed),
             lambda i: describe_pair(items[i][0], "answer"),
             on_batch,
         )

@@ -8,19 +8,15 @@ get the same parts as plain text separated by blank lines (see :func:`plain_prom
 
 Which text of a document the reader sees: :func:`reader_passage`.
 
-Versions (:mod:`erag_dagster.core.code_versions`), declared here once: :data:`PROMPT_BUILDER` covers
+Versions (:mod:`erag_dagster.core.code_versions`): :data:`PROMPT_BUILDER`, declared here, covers
 every rule above and below that shapes what the reader is sent (:func:`reader_passage`,
 :func:`render_template`, :func:`build_messages`, :func:`plain_prompt`,
-:func:`build_context_prompt`); :data:`POSTPROCESS` covers :func:`postprocess_answer`. Raise one
-when its rules change. Both are part of the reader fingerprint: the post-processing version
-always was (``postprocess_version``); the prompt builder's enters the ``prompt`` part only from
-version 2 on (:func:`prompt_builder_part`), so the answers stored before it had a version —
-the seeded answer files included — keep their keys.
-
-Post-processing (:data:`POSTPROCESS_VERSION`; part of the reader fingerprint): strip whitespace,
-drop one leading ``:``, keep the first non-empty line, drop one final ``.``, strip again. So
-nothing after the first line's end can change an answer, and generation stops there
-(:func:`first_line_complete`).
+:func:`build_context_prompt`); :data:`POSTPROCESS` (re-exported from
+:mod:`erag_dagster.readers.extraction`, where it is declared) covers what is read from the
+generation (:func:`~erag_dagster.readers.extraction.extract_answer`). Raise one when its rules
+change. Both are part of the reader fingerprint: the extraction's version always was
+(``postprocess_version``); the prompt builder's enters the ``prompt`` part only from version 2
+on (:func:`prompt_builder_part`), so the answers stored before it had a version keep their keys.
 
 End-to-end context (:func:`build_context_prompt`): passages are joined in rank order with
 :data:`CONTEXT_SEPARATOR`; when they exceed the token budget, whole passages are dropped from the
@@ -35,12 +31,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from erag_dagster.core.code_versions import CodeVersion
+from erag_dagster.readers.extraction import EXTRACTION
 from erag_dagster.readers.spec import FewShotExample, ReaderSpec
 
 #: The prompt builder's version (module docstring): what the reader is sent.
 PROMPT_BUILDER = CodeVersion("prompt_builder", "1")
-#: The answer post-processing's version (module docstring): what is kept of its output.
-POSTPROCESS = CodeVersion("postprocess", "1")
+#: The answer extraction's version (:mod:`erag_dagster.readers.extraction`): what is kept of
+#: a generation.
+POSTPROCESS = EXTRACTION
 POSTPROCESS_VERSION = POSTPROCESS.version
 CONTEXT_SEPARATOR = "\n\n"
 _PLACEHOLDER = re.compile(r"\{(question|passage)\}")
@@ -111,40 +109,6 @@ def plain_prompt(messages: Sequence[Message], answer_prefix: str) -> str:
     if answer_prefix:
         parts.append(answer_prefix)
     return "\n\n".join(parts)
-
-
-def _answer_start(text: str) -> str:
-    """``text`` from its first character that can belong to the answer: leading whitespace
-    and one leading ``:`` (with the whitespace after it) removed."""
-    answer = text.lstrip()
-    if answer.startswith(":"):
-        answer = answer[1:].lstrip()
-    return answer
-
-
-def postprocess_answer(text: str) -> str:
-    """Clean a generated answer (version :data:`POSTPROCESS_VERSION`, see module docstring).
-
-    ``"  : Denver Broncos.\\nMore"`` → ``"Denver Broncos"``; an empty generation gives ``""``.
-    """
-    answer = _answer_start(text)
-    lines = [line.strip() for line in answer.splitlines() if line.strip()]
-    answer = lines[0] if lines else ""
-    if answer.endswith("."):
-        answer = answer[:-1]
-    return answer.strip()
-
-
-def first_line_complete(text: str) -> bool:
-    """Whether ``postprocess_answer(text + more)`` equals ``postprocess_answer(text)`` for any
-    continuation ``more``: the answer's first non-empty line has ended (a line break follows
-    it). ``"The end"`` → False; ``" :\\n"`` → False (the answer has not begun);
-    ``"Denver.\\n"`` → True. Generation may stop there (:mod:`.stopping`)."""
-    answer = _answer_start(text)
-    if not answer:
-        return False
-    first = answer.splitlines(keepends=True)[0]
-    return first != first.splitlines()[0]
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,15 @@ key                    meaning (default)
                        ``openai`` the model id the server serves (required)
 ``device``             ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N`` (``auto``: CUDA when available)
 ``batch_size``         prompts per forward pass (16)
-``max_new_tokens``     generated tokens per answer (16; 1 to 32768), greedy decoding
+``prompt_preset``      ``span`` (default) or ``label``: where the four keys below come from when
+                       the entry leaves them out (:mod:`.presets`: per packaged model, chosen on
+                       data; ``label`` for label-set answers, ``metric: accuracy``)
+``max_new_tokens``     generated tokens per answer (the preset's; 1 to 32768), greedy decoding
 ``do_sample``          must be ``false`` (accepted so configs can state it; recorded as greedy)
-``system_prompt``      the system turn
+``system_prompt``      the system turn (the preset's)
 ``prompt_template``    the user turn; must contain ``{question}`` and ``{passage}``
-``answer_prefix``      text that starts the assistant turn (``The answer is:``)
-``few_shot``           worked examples, each ``{question, passage, answer}`` (none)
+``answer_prefix``      text that starts the assistant turn (the preset's)
+``few_shot``           worked examples, each ``{question, passage, answer}`` (the preset's)
 ``num_threads``        torch CPU threads (``$ERAG_TORCH_THREADS``, else 2)
 ``max_input_tokens``   prompt budget in tokens; passages are cut to fit (``null``: the model's
                        context length minus ``max_new_tokens``)
@@ -52,7 +55,7 @@ key                    meaning (default)
                        (default: on in float32, where the answers are those of plain
                        generation; off in bf16/fp16, where any change of batch layout flips
                        answers: 13–19% of 90 sample answers here). Not hashed
-``stop_at_line_end``   stop a row once its answer's first line is complete (``true``;
+``stop_at_line_end``   stop a row once its answer is final (``true``;
                        :mod:`.stopping`): the same answers, fewer decode steps. Not hashed;
                        ``false`` decodes to ``max_new_tokens`` (for comparisons)
 =====================  ==========================================================================
@@ -81,6 +84,7 @@ from erag_dagster.core.errors import InputError
 from erag_dagster.readers.backends import BACKENDS, DEFAULT_BACKEND
 from erag_dagster.readers.openai_options import refuse_secrets
 from erag_dagster.readers.options import BackendOptions, check_int, coerce, field_names
+from erag_dagster.readers.presets import PRESET_KINDS, preset_for
 
 __all__ = [
     "ALL_KEYS",
@@ -96,12 +100,7 @@ __all__ = [
 
 PACKAGED_DEFAULT = "packaged:smollm2-135m-instruct"
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You answer questions about a passage. Reply with a short answer of a few words copied "
-    "from the passage, not a sentence."
-)
 DEFAULT_PROMPT_TEMPLATE = "Passage: {passage}\n\nQuestion: {question}"
-DEFAULT_ANSWER_PREFIX = "The answer is:"
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 PLACEHOLDERS = ("{question}", "{passage}")
@@ -153,12 +152,13 @@ class ReaderSpec:
     backend: str = DEFAULT_BACKEND
     device: str = "auto"
     batch_size: int = 16
-    max_new_tokens: int = 16
+    prompt_preset: str = "span"
+    max_new_tokens: int | None = None
     do_sample: bool = False
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    system_prompt: str | None = None
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE
-    answer_prefix: str = DEFAULT_ANSWER_PREFIX
-    few_shot: tuple[FewShotExample, ...] = ()
+    answer_prefix: str | None = None
+    few_shot: tuple[FewShotExample, ...] | None = None
     num_threads: int = field(default_factory=default_num_threads)
     max_input_tokens: int | None = None
     seed: int = 0
@@ -180,7 +180,27 @@ class ReaderSpec:
                 f"{where}: backend {self.backend!r} takes {kind.__name__}, "
                 f"not {type(self.options).__name__}"
             )
+        self._apply_preset(where)
         self._validate(where)
+
+    def _apply_preset(self, where: str) -> None:
+        """Fill the prompt keys left ``None`` from the ``prompt_preset`` of the model
+        (:func:`~erag_dagster.readers.presets.preset_for`)."""
+        if self.prompt_preset not in PRESET_KINDS:
+            raise InputError(
+                f"{where}: prompt_preset {self.prompt_preset!r} unknown; use "
+                f"{', '.join(PRESET_KINDS)}"
+            )
+        preset = preset_for(str(self.model), self.prompt_preset)
+        defaults = {
+            "system_prompt": preset.system_prompt,
+            "answer_prefix": preset.answer_prefix,
+            "few_shot": tuple(FewShotExample(*ex) for ex in preset.few_shot),
+            "max_new_tokens": preset.max_new_tokens,
+        }
+        for key, value in defaults.items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)
 
     def __getattr__(self, key: str) -> Any:
         """``spec.<key>`` for a key of the backend's options (found only when no field is)."""

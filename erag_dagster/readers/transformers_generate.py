@@ -1,18 +1,19 @@
-"""Greedy answers of the transformers reader: prompts in, post-processed answers out.
+"""Greedy answers of the transformers reader: prompts in, extracted answers out.
 
 :class:`GenerationMixin` is the generation half of
 :class:`~erag_dagster.readers.transformers_reader.TransformersReader` (which owns the loaded
 model, the prompt fitting and the one batch loop, ``_run_batches``): the shared prefix is
-prefilled once (:mod:`.prefix_sharing`, per ``share_prefix``), each row stops once its first
-line is complete (:mod:`.stopping`, unless ``stop_at_line_end`` is false), and in float32 every
+prefilled once (:mod:`.prefix_sharing`, per ``share_prefix``), each row stops once its answer
+is final (:mod:`.stopping`, unless ``stop_at_line_end`` is false), and in float32 every
 answer goes through the margin guard (:mod:`.exact_greedy`): a row whose greedy choice came
 within :data:`~.exact_greedy.MARGIN_FLOOR` of a tie is decoded again alone by the model's
-float64 twin, so answers do not depend on the batch layout. Answers are post-processed by
-:func:`~erag_dagster.readers.prompts.postprocess_answer`.
+float64 twin, so answers do not depend on the batch layout. Answers are read from the
+generation by :func:`~erag_dagster.readers.extraction.extract_answer`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,9 +26,9 @@ from erag_dagster.readers.exact_greedy import (
     decided_steps,
     reference_model,
 )
+from erag_dagster.readers.extraction import answer_final, extract_answer
 from erag_dagster.readers.loading import LoadedModel, eos_ids, generation_config
 from erag_dagster.readers.prefix_sharing import cache_kwarg
-from erag_dagster.readers.prompts import postprocess_answer
 
 __all__ = ["GenerationMixin"]
 
@@ -40,12 +41,31 @@ class GenerationMixin:
 
     def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
         """Greedy answers to ``prompts``: the shared prefix prefilled once
-        (:mod:`.prefix_sharing`, per ``share_prefix``), each row stopped once its first line is
-        complete (:mod:`.stopping`, unless ``stop_at_line_end`` is false), post-processed
-        (:func:`postprocess_answer`)."""
+        (:mod:`.prefix_sharing`, per ``share_prefix``), each row stopped once its answer is
+        final (:mod:`.stopping`, unless ``stop_at_line_end`` is false), the answer read by
+        :func:`extract_answer`."""
+        return self._generate_rows(prompts, on_batch)
+
+    def _generated_tokens(
+        self, prompts: list[list[int]], final: Callable[[str], bool] = answer_final
+    ) -> list[list[int]]:
+        """The generated token ids of each prompt (EOS and what follows it dropped), each row
+        stopped once ``final`` holds for its text (:class:`~.stopping.AnswerStop`) or at
+        ``max_new_tokens``. The margin guard applies as to answers."""
+        return self._generate_rows(prompts, None, final, tokens=True)
+
+    def _generate_rows(
+        self,
+        prompts: list[list[int]],
+        on_batch: OnBatch | None = None,
+        final: Callable[[str], bool] = answer_final,
+        tokens: bool = False,
+    ) -> list[Any]:
+        """The one generation loop of :meth:`_generate` and :meth:`_generated_tokens`: answers,
+        or with ``tokens`` the token ids that made them."""
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        from erag_dagster.readers.stopping import FirstLineStop
+        from erag_dagster.readers.stopping import AnswerStop
 
         loaded = self._ensure()
         eos = eos_ids(loaded)
@@ -55,7 +75,7 @@ class GenerationMixin:
             loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
         ) -> tuple[torch.Tensor, list[int | None]]:
             start = 1 if loaded.is_seq2seq else ids.shape[1]
-            stop = FirstLineStop(loaded.tokenizer, start, ids.shape[0])
+            stop = AnswerStop(loaded.tokenizer, start, ids.shape[0], final)
             kwargs = {} if cache is None else {cache_kwarg(loaded.model): cache}
             gaps = GapRecorder() if guarded else None
             out = loaded.model.generate(
@@ -85,15 +105,17 @@ class GenerationMixin:
                 for r, gap in enumerate(gaps.smallest(steps)):
                     if gap < MARGIN_FLOOR:  # near a tie: float32 may not decide it the same
                         prompt = ids[r][mask[r].bool()].tolist()
-                        generated[r], stopped[r] = self._reference_tokens(prompt, config)
+                        generated[r], stopped[r] = self._reference_tokens(prompt, config, final)
                         self.guard_counts["reference"] += 1
                 self.guard_counts["rows"] += len(generated)
             rows = [
                 until_eos(row if at is None else row[:at], eos)
                 for row, at in zip(generated, stopped, strict=True)
             ]
+            if tokens:
+                return rows, sum(len(row) for row in rows)
             decode = loaded.tokenizer.decode
-            answers = [postprocess_answer(decode(row, skip_special_tokens=True)) for row in rows]
+            answers = [extract_answer(decode(row, skip_special_tokens=True)) for row in rows]
             return answers, sum(len(row) for row in rows)
 
         guarded = self.guarded
@@ -105,20 +127,22 @@ class GenerationMixin:
         """Whether answers go through the margin guard (:mod:`.exact_greedy`): float32 readers."""
         return self.guard and self.dtype == torch.float32
 
-    def _reference_tokens(self, prompt: list[int], config: Any) -> tuple[list[int], int | None]:
+    def _reference_tokens(
+        self, prompt: list[int], config: Any, final: Callable[[str], bool] = answer_final
+    ) -> tuple[list[int], int | None]:
         """The greedy tokens of ``prompt`` decoded alone by the float64 twin of the model
-        (:func:`.exact_greedy.reference_model`, made on first need), and where the first-line
-        stop ended them (``None``: not stopped)."""
+        (:func:`.exact_greedy.reference_model`, made on first need), and where the answer stop
+        (``final``) ended them (``None``: not stopped)."""
         from transformers import StoppingCriteriaList
 
-        from erag_dagster.readers.stopping import FirstLineStop
+        from erag_dagster.readers.stopping import AnswerStop
 
         loaded = self._ensure()
         if loaded.reference is None:
             loaded.reference = reference_model(loaded.model)
         ids = torch.tensor([prompt], dtype=torch.long, device=loaded.device)
         start = 1 if loaded.is_seq2seq else ids.shape[1]
-        stop = FirstLineStop(loaded.tokenizer, start, 1)
+        stop = AnswerStop(loaded.tokenizer, start, 1, final)
         out = loaded.reference.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),

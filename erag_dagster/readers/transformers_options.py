@@ -3,7 +3,7 @@
 Beyond :class:`~erag_dagster.readers.options.LocalWeightsOptions` (``gguf_file``,
 ``revision``, ``allow_download``, ``dtype``): ``share_prefix`` (``true``, ``false`` or
 ``auto``, the default: on in float32; :mod:`.prefix_sharing`) and ``stop_at_line_end``
-(``true``: stop a row once its answer's first line is complete; :mod:`.stopping`). Neither is
+(``true``: stop a row once its answer is final; :mod:`.stopping`). Neither is
 hashed into the fingerprint. Light: imports no torch (the reader does,
 :mod:`.transformers_reader`).
 """

@@ -332,6 +332,18 @@ class TransformersReader(GenerationMixin, ScoringMixin):
         prompts = [self._fitted_ids(q, [p], limit) for q, p in items]
         return self._generate(prompts, on_batch)
 
+    def generated_tokens(
+        self, items: Sequence[tuple[str, str]], final: Callable[[str], bool]
+    ) -> list[list[int]]:
+        """The token ids :meth:`answer` generates for each ``(question, passage)`` before its
+        answer is read, each row stopped once ``final(text so far)`` holds or at
+        ``max_new_tokens`` (EOS dropped): what a measurement reads several answer policies
+        and ``max_new_tokens`` values from (``scripts/tune_prompts.py``)."""
+        if not items:
+            return []
+        limit = self._input_limit(None)
+        return self._generated_tokens([self._fitted_ids(q, [p], limit) for q, p in items], final)
+
     def answer_with_context(
         self, question: str, passages: Sequence[str], max_input_tokens: int | None = None
     ) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 from erag_dagster.core.callbacks import OnBatch
 from erag_dagster.core.errors import EnvironmentFault
+from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.fingerprint import fingerprint_of, reader_identity, short
 from erag_dagster.readers.models import ModelSource, load_folder_kwargs, resolve_model
 from erag_dagster.readers.prompts import (
@@ -40,7 +41,6 @@ from erag_dagster.readers.prompts import (
     build_context_prompt,
     build_messages,
     plain_prompt,
-    postprocess_answer,
 )
 from erag_dagster.readers.spec import ReaderSpec
 
@@ -211,7 +211,7 @@ class VLLMReader:
             for q, ps in items
         ]
         outputs = self._generate(prompts, spec.max_new_tokens)
-        answers = [postprocess_answer(out.outputs[0].text) for out in outputs]
+        answers = [extract_answer(out.outputs[0].text) for out in outputs]
         if on_batch is not None:
             on_batch(list(range(len(answers))), answers)
         return answers

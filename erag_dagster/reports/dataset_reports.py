@@ -32,6 +32,7 @@ from erag_dagster.data.spec import parse_spec
 from erag_dagster.meta.agreement import label_agreement_table
 from erag_dagster.meta.correlation import table1
 from erag_dagster.meta.correlation_report import correlation_report
+from erag_dagster.meta.label_methods import CLOSED_BOOK_METHOD
 from erag_dagster.reports import erag_tables
 from erag_dagster.reports.declaration import (
     Computed,
@@ -181,6 +182,11 @@ ERAG_REPORT = Report(
 
 # -- correlation_report -------------------------------------------------------------------------
 
+CLOSED_BOOK_NOTE = (
+    "closed_book: the reader's score with no document, per question (a reference, never "
+    "starred): where it is as high as eRAG's, end-to-end quality barely depends on retrieval"
+)
+
 
 def _correlation(inputs: DatasetInputs) -> Computed:
     config = inputs.config
@@ -218,7 +224,15 @@ def _correlation_text(frame: pl.DataFrame, full: bool, _stats: Statistics) -> st
     text = format_table1(
         pivoted, statistic="kendall_tau", compact=True, headers=("dataset", "reader", "method")
     )
-    return f"list metric {metric}, one column per retriever (every metric: --full)\n{text}"
+    head = f"list metric {metric}, one column per retriever (every metric: --full)"
+    return "\n".join([head, text, *_reference_notes(frame)])
+
+
+def _reference_notes(frame: pl.DataFrame) -> list[str]:
+    """The line that says what a reference row of Table 1 is, when the table has one."""
+    if CLOSED_BOOK_METHOD not in set(frame["method"]):
+        return []
+    return [CLOSED_BOOK_NOTE]
 
 
 def _correlation_page(frame: pl.DataFrame, files: Mapping[str, bytes], _stats: Statistics) -> str:
@@ -237,6 +251,7 @@ def _correlation_page(frame: pl.DataFrame, files: Mapping[str, bytes], _stats: S
             "orange for negative, deeper for larger |tau|; outlined bold *: the best "
             "method in its column for that system."
         ),
+        *(note(n) for n in _reference_notes(frame)),
         *(note(n) for n in cells.notes),
         "<h3>Figure 1: correlation vs number of retrieved documents</h3>",
     ]

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from erag_dagster.core.input_numbers import format_given
+from erag_dagster.meta.fit import EXPECTED_PREFIX
 from erag_dagster.reports.html_blocks import absent, esc, note, rows_table
 from erag_dagster.reports.html_chart import ci_chart_svg
 from erag_dagster.reports.html_examples import WorkedExample, marked_spans
@@ -123,10 +124,21 @@ def examples_html(examples: Sequence[WorkedExample], metric: str, names: Mapping
 
 
 def fit_html(warnings: Sequence[str]) -> str:
-    """The fit diagnostics' warning lines as a list; none: "no warning"."""
-    if not warnings:
-        return '<p class="note">No warning: the labels fit the data by every check.</p>'
-    return '<ul class="warnings">' + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>"
+    """The fit diagnostics' lines as a list: warnings, then the findings declared expected
+    (lines starting ``fit, expected``, shown as notes); no warning: "no warning" first."""
+    expected = [w for w in warnings if w.startswith(EXPECTED_PREFIX)]
+    found = [w for w in warnings if not w.startswith(EXPECTED_PREFIX)]
+    parts = []
+    if found:
+        parts.append(
+            '<ul class="warnings">' + "".join(f"<li>{esc(w)}</li>" for w in found) + "</ul>"
+        )
+    else:
+        parts.append('<p class="note">No warning: the labels fit the data by every check.</p>')
+    if expected:
+        items = "".join(f"<li>{esc(w)}</li>" for w in expected)
+        parts.append(f'<ul class="note">{items}</ul>')
+    return "".join(parts)
 
 
 def _p(value: float) -> str:

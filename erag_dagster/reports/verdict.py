@@ -94,6 +94,9 @@ class Verdict:
     statistics: Statistics
     dataset: str | None = None
     readers: tuple[str, ...] = field(default=())
+    labels: str = "eRAG"
+    """The labels ranked: ``eRAG`` or a label method's Table-1 name
+    (``evaluation.verdict_labels``)."""
 
     @property
     def alpha(self) -> float:
@@ -108,7 +111,7 @@ class Verdict:
             ranks = self.ranking.filter(pl.col("reader") == reader)
             n = int(ranks["queries"].max() or 0)
             out.append(
-                f"reader {short_name(reader)}: retrievers ranked by eRAG {self.metric} "
+                f"reader {short_name(reader)}: retrievers ranked by {self.labels} {self.metric} "
                 f"(mean over {n} questions [{self.statistics.percent} bootstrap CI])"
             )
             width = max(len(short_name(r)) for r in ranks["retriever"])
@@ -151,6 +154,7 @@ class Verdict:
         """The verdict as JSON-able data (the ``verdict`` asset's stored value)."""
         return {
             "metric": self.metric,
+            "labels": self.labels,
             "alpha": self.alpha,
             "statistics": self.statistics.as_dict(),
             "dataset": self.dataset,
@@ -178,18 +182,23 @@ class Verdict:
             statistics=Statistics.from_dict(data["statistics"]),
             dataset=data.get("dataset"),
             readers=tuple(data["readers"]),
+            labels=str(data.get("labels", "eRAG")),
         )
 
     def markdown(self) -> str:
         """The verdict for Dagster metadata (``MetadataValue.md``): a bullet per reader with
         its sentence, then the ranking and pair lines as a code block."""
         bullets = [f"- **{short_name(r)}**: {self.sentences[r]}" for r in self.readers]
-        head = f"**Verdict** (eRAG {self.metric}; p: {self.family})"
+        head = f"**Verdict** ({self.labels} {self.metric}; p: {self.family})"
         return "\n".join([head, "", *bullets, "", "```", self.text, "```"])
 
 
 def verdict(
-    per_query: pl.DataFrame, metric: str, stats: Statistics, dataset: str | None = None
+    per_query: pl.DataFrame,
+    metric: str,
+    stats: Statistics,
+    dataset: str | None = None,
+    labels: str = "eRAG",
 ) -> Verdict:
     """The :class:`Verdict` of every reader of ``per_query`` on the headline ``metric``.
 
@@ -199,6 +208,7 @@ def verdict(
     :func:`~erag_dagster.stats.significance.compare_paired` and kept in the verdict. Raises
     :class:`InputError` for an empty table, a missing column or a null/non-finite score (naming the
     reader, retriever and query).
+    ``labels`` names the labels the table was scored from (the header says it).
     """
     _check(per_query, metric)
     rankings, pair_rows, sentences = [], [], {}
@@ -232,6 +242,7 @@ def verdict(
         statistics=stats,
         dataset=dataset,
         readers=readers,
+        labels=labels,
     )
 
 

@@ -11,7 +11,7 @@ warnings beside it (:func:`~erag_dagster.meta.fit.fit_from_dict`).
 import dagster as dg
 import polars as pl
 
-from erag_dagster.meta.fit import fit_lines
+from erag_dagster.meta.fit import expected_fit_lines, fit_lines
 from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import (
@@ -59,12 +59,16 @@ def fit(
         for (reader_key, retriever_key), labels in sorted(by_system(doc_labels).items())
     ]
     warnings = fit_lines(fits)
+    expected = expected_fit_lines(fits)
     return dg.Output(
         [f.as_dict() for f in fits],
         metadata={
             "runs": len(fits),
             "warnings": dg.MetadataValue.md(
                 "\n".join(f"- {w}" for w in warnings) or "the labels fit the data"
+            ),
+            "expected": dg.MetadataValue.md(
+                "\n".join(f"- {w}" for w in expected) or "none declared expected"
             ),
         },
     )

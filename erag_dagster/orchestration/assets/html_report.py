@@ -25,7 +25,7 @@ import polars as pl
 
 from erag_dagster.config.registry import Registry
 from erag_dagster.core.hashing import sha256_text
-from erag_dagster.meta.fit import fit_from_dict, fit_lines
+from erag_dagster.meta.fit import expected_fit_lines, fit_from_dict, fit_lines
 from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
 from erag_dagster.orchestration.assets.common import (
@@ -140,7 +140,8 @@ def _section(
     per_query = value["erag_per_query"]
     found = Verdict.from_dict(value["verdict"]) if value["verdict"] else None  # the run's one
     if fit_warnings is None and value["fit"] is not None:  # the fit asset's, computed once
-        fit_warnings = fit_lines([fit_from_dict(row) for row in value["fit"]])
+        fits = [fit_from_dict(row) for row in value["fit"]]
+        fit_warnings = fit_lines(fits) + expected_fit_lines(fits)
     board = cost = queries = None
     examples: list = []
     identities = None

@@ -12,7 +12,12 @@ import polars as pl
 
 from erag_dagster.orchestration.assets.adapter import adapt
 from erag_dagster.orchestration.assets.automation import RECOMPUTE_WHEN_STALE
-from erag_dagster.orchestration.assets.common import CODE_VERSION, dataset_of, session_of
+from erag_dagster.orchestration.assets.common import (
+    CODE_VERSION,
+    by_system,
+    dataset_of,
+    session_of,
+)
 from erag_dagster.orchestration.resources import EvalSettings
 from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
@@ -29,12 +34,17 @@ def build_verdict(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
 
 
 def verdict(
-    context: dg.AssetExecutionContext, settings: EvalSettings, erag_per_query: pl.DataFrame
+    context: dg.AssetExecutionContext,
+    settings: EvalSettings,
+    erag_per_query: pl.DataFrame,
+    baseline_labels: dict[str, pl.DataFrame],
 ) -> dg.Output[dict]:
-    """Per reader, the retrievers ranked on the headline eRAG metric with bootstrap CIs, and
-    every pair tested (paired randomisation, Holm over the reader's pairs)."""
+    """Per reader, the retrievers ranked on the headline metric of the labels
+    ``evaluation.verdict_labels`` names (eRAG's, or a label method's rows of
+    ``baseline_labels``) with bootstrap CIs, and every pair tested (paired randomisation, Holm
+    over the reader's pairs)."""
     session = session_of(context, settings)
-    found = session.decide(erag_per_query, dataset_of(context))
+    found = session.decide(erag_per_query, dataset_of(context), by_system(baseline_labels))
     if found is None:
         return dg.Output(
             {}, metadata={"verdict": dg.MetadataValue.md("no eRAG labels: no verdict")}
@@ -44,6 +54,7 @@ def verdict(
         metadata={
             "verdict": dg.MetadataValue.md(found.markdown()),
             "headline_metric": found.metric,
+            "labels": found.labels,
             "test": found.family,
             **{f"statistics_{k}": v for k, v in session.statistics.as_dict().items()},
         },
