@@ -355,6 +355,7 @@ class Conditions:
             return float(values.mean())
         low, high = bootstrap_mean_ci(values, EvaluationConfig().statistics)
         return float({"low": low, "high": high}[column])
+
     def label_auc(self, entry: Reproduction) -> float:
         """A prompt-tuning figure recomputed from stored per-pair labels: the rows of the
         parquet file ``data`` (written by ``scripts/tune_prompts.py``) matching ``where``

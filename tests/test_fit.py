@@ -252,7 +252,10 @@ def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch
     reader = next(iter(raw["readers"]))
     assert fit.reader.startswith(reader) and fit.retriever.startswith("bm25-")
     assert fit.answers == 3 * 2 and fit.metric == raw["evaluation"]["metric"]
-    assert fit.max_new_tokens == raw["readers"][reader]["max_new_tokens"]
+    from erag_dagster.config.registry import load_registry
+
+    spec = reader_from_config(reader, load_registry(str(path)).readers[reader].config).spec
+    assert fit.max_new_tokens == spec.max_new_tokens  # the entry's, else its preset's
     assert fit.cut_answers is not None  # counted with the reader's tokenizer
     assert fit.separation is not None and fit.separation.relevant >= 1
     assert fit.name in format_fit([fit])

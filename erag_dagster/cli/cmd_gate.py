@@ -25,7 +25,7 @@ def _gate_settings(args: argparse.Namespace):
         reader=args.reader or "",
         store=args.store or "",
         registry=args.registry or "",
-        reference=args.reference or "",
+        reference=args.reference,
         drop_unknown_queries=bool(args.drop_unknown_queries),
     )
 

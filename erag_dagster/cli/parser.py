@@ -211,11 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor", choices=["inprocess", "ray"], help="default: registry generation.executor"
     )
     p.add_argument("--ray-address", help="local | auto | ray://HOST:PORT (executor ray)")
-    p.add_argument(
-        "--reference",
-        help="score against a reference answer per question instead of gold, e.g. self@union "
-        "(this run's top documents; default: registry evaluation.reference)",
-    )
+    config_option(p, "reference")
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser("score", parents=[common], help="list metrics on eRAG labels")
@@ -305,11 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         config_option(p, "label_k", "--k")
         p.add_argument("--store", help=_STORE_HELP)
         p.add_argument("--registry")
-        p.add_argument(
-            "--reference",
-            help="score answers against a reference answer per question instead of gold, e.g. "
-            "self@union (a question log; default: evaluation.reference; docs/gate.md)",
-        )
+        config_option(p, "reference")
         p.add_argument("--verbose", action="store_true", help="labelling progress on stderr")
         p.add_argument(
             "--drop-unknown-queries",

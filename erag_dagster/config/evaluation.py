@@ -155,6 +155,8 @@ def _reference(value: Any) -> str:
 
     found = parse_reference(value)
     return GOLD if found is None else found.text
+
+
 def _verdict_labels(value: Any) -> str:
     from erag_dagster.meta.label_methods import VERDICT_LABELS, check_verdict_labels
 

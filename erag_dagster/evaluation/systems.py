@@ -141,6 +141,8 @@ def _check_references(config: EvaluationConfig, references: References | None) -
             f"reference answers of {references.spec!r} given to labels of evaluation.reference "
             f"{config.reference!r}"
         )
+
+
 def verdict_labels(
     run: pl.DataFrame,
     dataset: Dataset,

@@ -83,7 +83,7 @@ def dataset_assets(
         stages += [
             *([labels.build_reference_answers(registry, keys)] if registry.has_reference else []),
             labels.build_doc_labels(registry, settings, keys),
-            verdict.build_verdict(keys),
+            verdict.build_verdict(keys, methods=not registry.has_reference),
             fit.build_fit(keys),
             # scored against gold answers: none with a reference (evaluation.reference)
             *(

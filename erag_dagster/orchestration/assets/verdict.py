@@ -22,15 +22,25 @@ from erag_dagster.orchestration.resources import EvalSettings
 from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 
-def build_verdict(keys: ResourceKeys = UNPREFIXED) -> dg.AssetsDefinition:
-    """The ``verdict`` asset (resources under ``keys``)."""
+def build_verdict(keys: ResourceKeys = UNPREFIXED, methods: bool = True) -> dg.AssetsDefinition:
+    """The ``verdict`` asset (resources under ``keys``). ``methods``: whether the graph has
+    ``baseline_labels`` (the label methods ``evaluation.verdict_labels`` may name); a graph
+    scored against a reference (``evaluation.reference``) has none, and its verdict ranks by
+    eRAG's labels against that reference."""
     return dg.asset(
         name="verdict",
         group_name="reports",
         code_version=CODE_VERSION,
         automation_condition=RECOMPUTE_WHEN_STALE,
         io_manager_key=keys.io_manager,
-    )(adapt(verdict, keys))
+    )(adapt(verdict if methods else verdict_of_erag_labels, keys))
+
+
+def verdict_of_erag_labels(
+    context: dg.AssetExecutionContext, settings: EvalSettings, erag_per_query: pl.DataFrame
+) -> dg.Output[dict]:
+    """:func:`verdict` of a graph without ``baseline_labels``: eRAG's labels only."""
+    return verdict(context, settings, erag_per_query, {})
 
 
 def verdict(
