@@ -235,6 +235,7 @@ FIELDS: dict[str, _Field] = {
     "verdict_labels": _Field(
         _verdict_labels,
         "the labels the verdict ranks retrievers by: eRAG, or a label method",
+        run_config=False,  # it decides what the verdict asset reads: the definitions'
         schema=_TEXT,
     ),
     "expected_fit": _Field(

@@ -83,7 +83,7 @@ def dataset_assets(
         stages += [
             *([labels.build_reference_answers(registry, keys)] if registry.has_reference else []),
             labels.build_doc_labels(registry, settings, keys),
-            verdict.build_verdict(keys, methods=not registry.has_reference),
+            verdict.build_verdict(keys, methods=_ranks_by_a_label_method(registry, settings)),
             fit.build_fit(keys),
             # scored against gold answers: none with a reference (evaluation.reference)
             *(
@@ -93,6 +93,16 @@ def dataset_assets(
             ),
         ]
     return with_reports(stages, reports.build_report_assets(registry, keys, package_checks))
+
+
+def _ranks_by_a_label_method(registry: Registry, settings: EvalSettings | None) -> bool:
+    """Whether the verdict reads ``baseline_labels`` (``evaluation.verdict_labels`` names a
+    label method, and the graph scores against gold): only then does it wait for the
+    meta-evaluation stage; eRAG's own labels need nothing past ``erag_per_query``."""
+    from erag_dagster.orchestration.assets.common import evaluation_of
+
+    ranked = evaluation_of(registry, settings).verdict_labels != "eRAG"
+    return ranked and not registry.has_reference
 
 
 def with_reports(

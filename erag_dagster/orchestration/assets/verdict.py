@@ -23,10 +23,10 @@ from erag_dagster.orchestration.resources.keys import UNPREFIXED, ResourceKeys
 
 
 def build_verdict(keys: ResourceKeys = UNPREFIXED, methods: bool = True) -> dg.AssetsDefinition:
-    """The ``verdict`` asset (resources under ``keys``). ``methods``: whether the graph has
-    ``baseline_labels`` (the label methods ``evaluation.verdict_labels`` may name); a graph
-    scored against a reference (``evaluation.reference``) has none, and its verdict ranks by
-    eRAG's labels against that reference."""
+    """The ``verdict`` asset (resources under ``keys``). ``methods``: whether it reads
+    ``baseline_labels`` — only when ``evaluation.verdict_labels`` names a label method (then it
+    waits for the meta-evaluation stage); otherwise it ranks eRAG's labels and is computed
+    right after them (a graph scored against a reference has no ``baseline_labels``)."""
     return dg.asset(
         name="verdict",
         group_name="reports",
