@@ -263,4 +263,7 @@ def test_the_run_report_diagnoses_every_labelled_partition(tmp_path, monkeypatch
     assert report.fits == [fit] and f"== {FIT_TITLE} ==" in report.text(full=True)
     verdict_block = report.text().split("\n\n")[0]  # compact: one fit line under the verdict
     assert verdict_block.startswith("== Verdict")
-    assert "fit warning" in verdict_block.splitlines()[-1]  # a warning, or "no fit warning"
+    lines = verdict_block.splitlines()
+    first = next(i for i, line in enumerate(lines) if "fit warning" in line)  # or "no fit warning"
+    # then the findings the registry declares expected (evaluation.expected_fit), one line each
+    assert all(line.startswith("fit, expected") for line in lines[first + 1 :])
