@@ -26,7 +26,7 @@ from erag_dagster.meta.fit import (
 )
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.reports.run_report import FIT_TITLE, RunReport
-from tests.stats_fixture import STATS, stats
+from tests.stats_fixture import FIT_SETTINGS, STATS, stats
 
 SENTENCE_PROMPT = "Reply with the whole sentence of the passage that answers the question."
 
@@ -50,11 +50,7 @@ def test_truncated_answers_warn_with_the_fix() -> None:
         reader,
         retriever="gold",
         metric="f1",
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     )
     reader.close()
     assert fit.max_new_tokens == 4 and fit.answers == 3
@@ -121,11 +117,7 @@ def test_long_golds_scored_with_f1_and_poor_separation_warn() -> None:
         reader="r",
         retriever="bm25",
         metric="f1",
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     )
     text = "\n".join(fit.warnings())
     assert fit.cut_answers is None  # no token counts: the cut share is unknown, not 0
@@ -140,11 +132,7 @@ def test_long_golds_scored_with_f1_and_poor_separation_warn() -> None:
         qrels,
         reader="r",
         metric="contains",
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     )
     assert any("contains needs a whole gold answer" in w for w in contains.warnings())
 
@@ -185,11 +173,7 @@ def test_run_report_prints_the_fit_after_the_verdict() -> None:
         metric="rougel",
         max_new_tokens=16,
         count_tokens=lambda text: len(text.split()),
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     )
     other = fit_diagnostics(
         labels,
@@ -200,11 +184,7 @@ def test_run_report_prints_the_fit_after_the_verdict() -> None:
         metric="rougel",
         max_new_tokens=64,
         count_tokens=lambda text: len(text.split()),
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     )
     report = RunReport(sections=[], statistics=STATS, fits=[fit, other])
     full = report.text(full=True)

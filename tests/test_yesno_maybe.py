@@ -35,7 +35,7 @@ from erag_dagster.meta.label_methods import (
 )
 from erag_dagster.readers.factory import reader_from_config
 from tests.conftest import load_script
-from tests.stats_fixture import STATS
+from tests.stats_fixture import FIT_SETTINGS, STATS
 
 LABELS = ("yes", "no", "maybe")
 
@@ -158,11 +158,7 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
         labels,
         queries,
         metric="accuracy",
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     )
     # d has one document; of a, b, c two answer one label on every document
     assert (fit.same_label_queries, fit.multi_doc_queries) == (2, 3)
@@ -177,11 +173,7 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
         labels,
         queries,
         metric="f1",
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     )
     assert other.same_label_queries is None and "same_label" not in dict(other.findings())
     # answers that follow the documents raise nothing
@@ -191,11 +183,7 @@ def test_fit_warns_when_one_label_answers_every_document() -> None:
             mixed,
             queries,
             metric="accuracy",
-            relevance_level=1,
-            stats=STATS,
-            label_methods=(),
-            verdict_labels="eRAG",
-            expected={},
+            **FIT_SETTINGS,
         ).findings()
         == []
     )
@@ -218,11 +206,7 @@ def test_fit_fixes_know_what_is_already_configured() -> None:
         labels,
         queries,
         metric="accuracy",
-        relevance_level=1,
-        stats=STATS,
-        label_methods=(),
-        verdict_labels="eRAG",
-        expected={},
+        **FIT_SETTINGS,
     ).warnings()[0]
     assert "add evaluation.verdict_labels: likelihood_gain" in plain
     computed = fit_diagnostics(
