@@ -181,11 +181,12 @@ def test_auto_dtype_is_float32_and_bf16_records_the_hardware() -> None:
 
 @pytest.mark.slow
 def test_the_default_runs_seeded_answers_are_this_machines() -> None:
-    """Every fingerprint of the seed file is one of the registry readers' three tasks, and a
-    sample of each (four eRAG answers, two end-to-end answers, four P(yes) per reader) is
-    answered anew here: the same text, and P(yes) within 1e-4 (float32 values, not bit for bit).
-    """
+    """Every fingerprint of the seed file is one of the registry readers' four tasks, and a
+    sample of each (four eRAG answers, two end-to-end answers, four P(yes), two closed-book
+    answers per reader) is answered anew here: the same text, and P(yes) within 1e-4 (float32
+    values, not bit for bit)."""
     from erag_dagster.core.hashing import sha256_text
+    from erag_dagster.labels.signed import closed_book_fingerprint
     from erag_dagster.labels.store_base import read_recovery
     from erag_dagster.meta.baselines import annotation_fingerprint
     from erag_dagster.meta.end_to_end import end_to_end_fingerprint, list_text
@@ -202,6 +203,7 @@ def test_the_default_runs_seeded_answers_are_this_machines() -> None:
         tasks[reader.fingerprint] = (reader, "answer", 4)
         tasks[end_to_end_fingerprint(reader)] = (reader, "end_to_end", 2)
         tasks[annotation_fingerprint(reader)] = (reader, "p_yes", 4)
+        tasks[closed_book_fingerprint(reader)] = (reader, "closed_book", 2)  # Table 1's row
     unknown = set(rows.get_column("reader_fingerprint")) - set(tasks)
     assert not unknown, (
         f"{SEEDED.name}: {len(unknown)} fingerprint(s) no registry reader has here (another "
@@ -214,6 +216,10 @@ def test_the_default_runs_seeded_answers_are_this_machines() -> None:
         sample = part.gather_every(part.height // n).head(n).rows(named=True)
         asked = []
         for row in sample:
+            if kind == "closed_book":  # the question alone: no document, an empty text
+                assert row["text_hash"] == sha256_text("") and not row["doc_id"]
+                asked.append((question[row["query_id"]], []))
+                continue
             passages = [text[d] for d in row["doc_id"].split(" ")]
             shown = list_text(passages)
             assert sha256_text(question[row["query_id"]]) == row["question_hash"]
@@ -222,8 +228,8 @@ def test_the_default_runs_seeded_answers_are_this_machines() -> None:
         stored = [row["answer"] for row in sample]
         if kind == "answer":
             assert reader.answer(asked) == stored, reader.name
-        elif kind == "end_to_end":
-            assert reader.answer_with_contexts(asked) == stored, reader.name
+        elif kind in ("end_to_end", "closed_book"):
+            assert reader.answer_with_contexts(asked) == stored, (reader.name, kind)
         else:
             fresh = reader.yes_probability(asked)
             assert fresh == pytest.approx([float(a) for a in stored], abs=1e-4), reader.name

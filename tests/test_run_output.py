@@ -237,7 +237,11 @@ def test_audit_names_the_run_that_generated_a_label(quiet_and_verbose, capsys) -
     assert f1[0]["reader_name"] == "smollm2-135m"
     assert (f1[0]["answer"], f1[0]["score"]) == (row["answer"], row["label"])
     assert instance.get_run_by_id(f1[0]["generation_run_id"]) is not None
-    assert json.loads(f1[0]["decoding"])["max_new_tokens"] == 16
+    from erag_dagster.readers.factory import reader_from_config
+
+    entry = registry.readers["smollm2-135m"]
+    spec = reader_from_config(entry.name, entry.config).spec  # the entry's keys, else its preset's
+    assert json.loads(f1[0]["decoding"])["max_new_tokens"] == spec.max_new_tokens
     assert main(["audit", "--query", "nope", "--doc", "nope", "--store", store]) == 2
     instance.dispose()
 
