@@ -498,13 +498,13 @@ BAD_DEFS = {
         r"defs\.yaml:\d+: key 'k' appears twice",
     ),
     "refused reader key": (
-        "      max_new_tokens: 16\n",
-        "      max_new_tokens: 16\n      trust_remote_code: true\n",
+        "      batch_size: 16\n",
+        "      batch_size: 16\n      trust_remote_code: true\n",
         r"defs\.yaml:\d+ - erag_dagster\.ERagEvaluation attributes\.readers",
     ),
     "literal key": (
-        "      max_new_tokens: 16\n",
-        "      max_new_tokens: 16\n      api_key: sk-live-0a1b2c3d4e5f6a7b\n",
+        "      batch_size: 16\n",
+        "      batch_size: 16\n      api_key: sk-live-0a1b2c3d4e5f6a7b\n",
         r"defs\.yaml:\d+: readers\.smollm2-135m\.api_key holds a credential \(not shown\)",
     ),
     "password in the store": (

@@ -49,6 +49,8 @@ NOT_RUN = {
     "workflow runs in tests/test_gate.py::test_the_documented_workflow_gates_a_pull_request",
     "compare --baseline eval/baseline.json": "the gate's documented workflow: "
     "tests/test_gate.py::test_the_documented_workflow_gates_a_pull_request",
+    "compare --baseline runs/main.trec": "the question-log gate, as written, in a folder laid "
+    "out as it names: tests/test_gate.py::test_the_documented_question_log_gate_runs",
     "check-dataset jsonl:my-set": "the page's own example folder: tests/test_check_dataset.py "
     "builds it and compares the output with the page",
     "install-models": "installs wheels into the running environment (set-up installs the same "

@@ -442,6 +442,37 @@ def test_the_documented_workflow_gates_a_pull_request(
     assert "0 pairs answered by the reader" in text  # every label came from the cached store
 
 
+def test_the_documented_question_log_gate_runs(
+    gate: Gate, storage_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """docs/gate.md's question-log example, as written, in a folder laid out as it names: the
+    sample's questions as a log without answers, its corpus, and BM25's top 3 on both sides.
+    Both sides are labelled against one set of references (the store already holds every
+    pair's answer: no reader call for a label), so the same ranking is indistinguishable."""
+    import shlex
+
+    from erag_dagster.data.loaders import load_dataset
+
+    doc = (REPO_ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
+    (example,) = re.findall(r"erag-dagster (compare [^`]*?--reference self@union[^`]*?)\n```", doc)
+    args = shlex.split(example.replace("\\\n", " "))
+    ds = load_dataset(DATASET)
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "runs").mkdir()
+    ds.queries.select("query_id", "question").write_ndjson(tmp_path / "eval" / "log.jsonl")
+    ds.corpus.select("doc_id", "title", "text").write_ndjson(tmp_path / "eval" / "corpus.jsonl")
+    shutil.copy(gate.same, tmp_path / "runs" / "main.trec")
+    shutil.copy(gate.same, tmp_path / "runs" / "pr.trec")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ERAG_LABEL_STORE", str(gate.store))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert ": INDISTINGUISHABLE (margin 0," in out.splitlines()[0]
+    assert "erag against self@union" in out
+    # every pair of both sides was answered before (the store): a label costs no reader call
+    assert re.findall(r"(\d+) pairs answered by the reader", out) == ["0", "0"]
+
+
 def test_the_documented_workflow_is_the_example_file() -> None:
     doc = (REPO_ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
     block = doc.split("```yaml\n")[-1].split("```")[0]

@@ -18,6 +18,7 @@ from erag_dagster.readers.batching import CPU_PAD_SLACK, length_batches
 from erag_dagster.readers.extraction import extract_answer
 from erag_dagster.readers.factory import reader_from_config
 from erag_dagster.readers.fingerprint import reader_fingerprint
+from erag_dagster.readers.presets import preset_for
 from erag_dagster.readers.prompts import (
     build_context_prompt,
     reader_passage,
@@ -70,7 +71,9 @@ def reader() -> TransformersReader:
 def test_spec_defaults_and_roundtrip() -> None:
     spec = ReaderSpec.from_dict({}, name="r")
     assert spec.model == PACKAGED_DEFAULT
-    assert (spec.batch_size, spec.max_new_tokens, spec.do_sample) == (16, 16, False)
+    preset = preset_for(PACKAGED_DEFAULT)  # what the entry leaves unset comes from its preset
+    assert (spec.batch_size, spec.max_new_tokens, spec.do_sample) == (16, 24, False)
+    assert spec.max_new_tokens == preset.max_new_tokens
     assert spec.answer_prefix == "The answer is:"
     again = ReaderSpec.from_dict(spec.to_dict())
     assert again == spec
@@ -203,7 +206,7 @@ def test_identity_is_auditable(reader: TransformersReader) -> None:
         "greedy": True,
         "do_sample": False,
         "num_beams": 1,
-        "max_new_tokens": 16,
+        "max_new_tokens": 24,  # the span preset's (no max_new_tokens in FP32)
         "exact_greedy": {"version": 1, "margin_floor": 0.002, "reference_dtype": "float64"},
     }
     assert set(identity["libraries"]) >= {"torch", "transformers"}

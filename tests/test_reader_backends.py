@@ -192,26 +192,28 @@ def test_parsing_any_spec_and_building_an_openai_reader_import_no_torch() -> Non
 
 # -- fingerprints stay byte-identical ------------------------------------------------------------
 
-#: Computed at 40b3423 (the flat ReaderSpec, before the options classes), with this
-#: environment's torch and transformers (the library versions are part of a local reader's
-#: identity, as in the seeded answers of tests/answers/: a library upgrade moves both).
+#: Computed at 40b3423 (the flat ReaderSpec, before the options classes) and recomputed once on
+#: purpose by issue 43 (the extraction's version, the span presets' prompts and 24 tokens and the
+#: chat mode resolved by the probe enter the identity), with this environment's torch and
+#: transformers (the library versions are part of a local reader's identity, as in the seeded
+#: answers of tests/answers/: a library upgrade moves both). Any other move is a regression.
 BEFORE: dict[str, str] = {
-    "openai-chat": "4ce3a5e3bfa4dec7e8148ef09007f3f356d42c4beac42412378fc2d04f19fe03",
-    "openai-completion": "4eb2b132cba47a86f0b994549721471ca236d49137227e50f09648114b809c8d",
-    "openai-continue": "80958d20968b0336e4e56f4e96d72d9d97226ab1cfd978ea3d6961b7f2113f0b",
-    "registry:gemma3-270m": "cbec8cc69d88d3b1accb5da2fe3714e4bc0ee71d31dae5f092ca6697aabe822e",
-    "registry:smollm2-135m": "874977029a0b6435250e40ef80db9f76da543e048a88e05a903569a79a8c2294",
-    "transformers": "22d30170f26b3c6e1567eb4883d64a4aadc05638721c8983d6fe1e7eea42f03f",
-    "vllm": "e2b49a5c8176cff788a4f0851e5309f78f013f27c554fda2c262bd814fb6c729",
+    "openai-chat": "26f31f5ac794b9ed158d18d29c392e08996c31f9b2965de1f1849ad2fd78759f",
+    "openai-completion": "38cd447704673b2e8b5fcad4a7da587b29a0626da6a8877ea3a9e4a6cf640dfb",
+    "openai-continue": "18633874d7d77e052755b42f0dffc42d2d2241867101d40fad990d1f2348d888",
+    "registry:gemma3-270m": "59ec88465dbf35fe916a12975ac2fa18ba77b376e03ad0c58c96f01674dd9be4",
+    "registry:smollm2-135m": "02df0858a92c23bcba0bf0a361cb2de4239cead0e27336ef31bde58251a727d9",
+    "transformers": "971f2c92f2cce0b644bbcfbca497459c0c45b48104aeed733c93fb76c8ad8769",
+    "vllm": "0f5650c26a011b2167040abd5c06ff1fd8007a910e5f92bb18d54422c96fa5cb",
 }
 #: sha256 of the canonical JSON of ``spec.to_dict()`` (what a Ray actor rebuilds a reader from
-#: and the store records), computed at the same commit.
+#: and the store records), computed at the same commits.
 SPECS_BEFORE: dict[str, str] = {
-    "openai-chat": "37ec3dea886e55cb93980600030eb14a675c56e7b6ee83e6908a1ac58e6b4c56",
-    "openai-completion": "028734250160ef9d073b3edbc6c4279b2f6dd67c6361e35b9a5902c7a8526453",
-    "openai-continue": "07ef62f93152c3d79f5ba5ba2d9487a98d8bc5f3f0c8e43266693e63707a86f0",
-    "transformers": "869cf19b96d663b175a01727c15b495887255ecb8720ae69ee989b9344880476",
-    "vllm": "824599ed2c73cfefbca2c4e102a82c93acec0fa5484910729b08019126e8df4e",
+    "openai-chat": "6cf9115205ec3197883587fc19f97aec2be8faca0acec3602d59f67dce2b579e",
+    "openai-completion": "3a38d956dfb1578b9a13e9d3aae08e047d2bfcb090864042328cca80a47ca173",
+    "openai-continue": "7b19df7f48860f89763211b24a3dc6b78007e89bcb99d952ae77b99903cb2211",
+    "transformers": "98c83dc9da40e439cc6b156ae3925be6fd4f8247aa4243e8f20eeaf37784bb8d",
+    "vllm": "e57279403f8d1c57acda1c73ac606199af01d446ddf00196769440b5faaf2789",
 }
 
 TRANSFORMERS = {
@@ -253,7 +255,9 @@ def test_fingerprints_and_spec_mappings_are_those_of_the_flat_spec() -> None:
     specs["transformers"] = sha256_json(reader.spec.to_dict())
     for label, cfg in OPENAI.items():
         reader = reader_from_config("o", cfg)
-        reader._info = SERVED  # type: ignore[attr-defined]  (the probe's result, no server)
+        # the probe's result, no server: a server asked to continue the turn accepted it
+        continues = cfg.get("continue_final_message") is True
+        reader._info = dataclasses.replace(SERVED, continues=continues)  # type: ignore[attr-defined]
         fingerprints[label] = reader.fingerprint
         specs[label] = sha256_json(reader.spec.to_dict())
     # VLLMReader's own identity needs vllm and a GPU: this is its spec's part, on the CPU

@@ -76,4 +76,4 @@ def _run_graph(graph, args: argparse.Namespace, many: bool) -> None:
         only=DEFAULT_REPORTS, verbose=args.verbose, full=args.full, tables_dir=tables,
         graph=graph,
     )  # fmt: skip
-    print(f"\nHTML report: {graph.page}")  # written by this run's html_report step
+    print(f"HTML report: {graph.page}")  # written by this run's html_report step

@@ -645,7 +645,10 @@ def format_fit(diagnostics: Sequence[FitDiagnostics], full: bool = True) -> str:
 
 def _compact(diagnostics: Sequence[FitDiagnostics]) -> str:
     """One line over every run: each kind of finding with the runs it holds for, or that none
-    has a warning; the extremes (largest cut share, AUC range) in brackets."""
+    has a warning; the extremes (largest cut share, AUC range) in brackets. Findings declared
+    expected (``evaluation.expected_fit``) are named with their counts on that line when no
+    warning is left, else on a second line; their reasons are printed by the full format (the
+    run's first page stays within 60 lines, docs/default-run.md)."""
     runs = len(diagnostics)
     shares = [d.cut_share for d in diagnostics if d.cut_share is not None]
     aucs = [d.separation.auc for d in diagnostics if d.separation is not None]
@@ -657,23 +660,18 @@ def _compact(diagnostics: Sequence[FitDiagnostics]) -> str:
     detail = f" ({'; '.join(facts)})" if facts else ""
     kinds: dict[str, int] = {}
     expected: dict[str, int] = {}
-    reasons: dict[str, str] = {}
     for d in diagnostics:
         declared = dict(d.expected)
         for kind in dict.fromkeys(kind for kind, _ in d.findings()):
-            if kind in declared:
-                expected[kind] = expected.get(kind, 0) + 1
-                reasons.setdefault(kind, declared[kind])
-            else:
-                kinds[kind] = kinds.get(kind, 0) + 1
-    lines = [
-        f"{EXPECTED_PREFIX}: {SHORT_FIXES[k]} ({n} of {runs} runs): {reasons[k]}"
-        for k, n in expected.items()
-    ]
+            counts = expected if kind in declared else kinds
+            counts[kind] = counts.get(kind, 0) + 1
+    named = ", ".join(
+        f"{SHORT_FIXES[k].split(': ')[0]} ({n} of {runs} runs)" for k, n in expected.items()
+    )
+    declared_note = f"{EXPECTED_PREFIX}: {named}" if expected else ""
     if not kinds:
-        return "\n".join(
-            [f"no fit warning on {runs} reader x retriever runs{detail}; each run: --full", *lines]
-        )
+        said = f"; {declared_note}; why," if expected else ";"
+        return f"no fit warning on {runs} reader x retriever runs{detail}{said} each run: --full"
     said = "; ".join(f"{SHORT_FIXES[k]} ({n} of {runs} runs)" for k, n in kinds.items())
     head = f"fit warning: {said} [{runs} runs{detail}; each run and its fix: --full]"
-    return "\n".join([head, *lines])
+    return "\n".join([head, *([f"{declared_note} (why: --full)"] if expected else [])])

@@ -52,7 +52,12 @@ from erag_dagster.reports.leaderboard import (
     leaderboard,
     leaderboard_metrics,
 )
-from erag_dagster.reports.tables import format_table, format_table1, table1_cells
+from erag_dagster.reports.tables import (
+    compact_table1_text,
+    format_table,
+    format_table1,
+    table1_cells,
+)
 from erag_dagster.reports.verdict import short_name
 from erag_dagster.stats.settings import Statistics
 
@@ -221,11 +226,11 @@ def _correlation_text(frame: pl.DataFrame, full: bool, _stats: Statistics) -> st
         metric=system.list.get(0).str.replace(_HASH.pattern, ""),
         method=pl.col("method").str.replace_all(_HASH.pattern, ""),
     )
-    text = format_table1(
-        pivoted, statistic="kendall_tau", compact=True, headers=("dataset", "reader", "method")
-    )
-    head = f"list metric {metric}, one column per retriever (every metric: --full)"
-    return "\n".join([head, text, *_reference_notes(frame)])
+    # the section's title explains the star and the CI: the marks join the head line
+    table, marks = compact_table1_text(pivoted, "kendall_tau", ("dataset", "reader", "method"))
+    head = " ".join([f"list metric {metric}, one column per retriever (every metric: --full).",
+                     *marks])  # fmt: skip
+    return "\n".join([head, table, *_reference_notes(frame)])
 
 
 def _reference_notes(frame: pl.DataFrame) -> list[str]:

@@ -178,8 +178,9 @@ def format_table1(
     cells = table1_cells(frame, statistic, star, digits, ci_digits, compact)
     render = _render_markdown if markdown else _render_text
     table = render([*headers, *cells.headers[len(_TABLE1_INDEX) :]], cells.rows, cells.right)
-    if compact:
-        return table + "\n" + "\n".join(cells.notes)
+    if compact:  # the star's line, then the marks on one line
+        marks = " ".join(cells.notes[1:])
+        return "\n".join([table, cells.notes[0], *([marks] if marks else [])])
     # Markdown joins adjacent lines into one paragraph; a blank line keeps the notes apart.
     return table + "\n\n" + ("\n\n" if markdown else "\n").join(cells.notes)
 
@@ -192,6 +193,17 @@ class Table1Cells(NamedTuple):
     rows: list[list[str]]
     right: list[bool]
     notes: list[str]
+
+
+def compact_table1_text(
+    frame: pl.DataFrame, statistic: str, headers: Sequence[str]
+) -> tuple[str, list[str]]:
+    """Compact Table 1 for a section whose title already explains the star and the bootstrap
+    CI: the rendered table and its marks (``nan: ...``, ``no CI: ...``; only those present),
+    without the star footnote (:func:`format_table1` keeps it for a table printed alone)."""
+    cells = table1_cells(frame, statistic, "*", compact=True)
+    table = _render_text([*headers, *cells.headers[len(_TABLE1_INDEX) :]], cells.rows, cells.right)
+    return table, cells.notes[1:]
 
 
 def table1_cells(
@@ -252,13 +264,10 @@ def table1_cells(
     right = [False] * len(_TABLE1_INDEX) + [True] * len(metrics)
     if compact:
         notes = [f"{star} best in its column; [low, high]: percentile bootstrap CI over queries."]
-        marks = []
         if any_nan:
-            marks.append("nan: correlation undefined (a side's scores are constant)")
+            notes.append("nan: correlation undefined (a side's scores are constant).")
         if any_undefined:
-            marks.append("no CI: too many undefined resamples (--full says how many)")
-        if marks:
-            notes.append("; ".join(marks) + ".")
+            notes.append("no CI: too many undefined resamples (--full says how many).")
         return Table1Cells(headers, rows, right, notes)
     notes = [
         f"{star} best in its column within the dataset and retriever.",
