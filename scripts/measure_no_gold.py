@@ -36,6 +36,12 @@ project's own functions (``run_retriever``, ``label_run``, ``make_references``,
 ``baseline_label_set``, ``evaluate_end_to_end``, ``label_methods_table``).
 
     python scripts/measure_no_gold.py --dataset "sample?spread_questions=60" --out DIR
+        [--reader NAME] [--dtype float32] [--metric f1] [--k 3] [--compare dense]
+        [--preset label] [--max-new-tokens N] [--system-prompt TEXT] [--store PATH]
+
+``--preset``, ``--max-new-tokens`` and ``--system-prompt`` override the registry reader's keys
+of those names (the label-set preset for yes/no sets; 64 tokens and a sentence prompt for long
+answers, as docs/label-methods.md recommends for each).
 """
 
 from __future__ import annotations
@@ -137,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         default="self@bm25,self@union",
         help="evaluation.reference values, comma-separated (each a Table-1 row)",
     )
+    parser.add_argument("--preset", help="the reader's prompt_preset (span, label)")
+    parser.add_argument("--max-new-tokens", type=int, help="the reader's max_new_tokens")
+    parser.add_argument("--system-prompt", help="the reader's system_prompt")
     parser.add_argument("--no-annotation", action="store_true", help="leave out llm_annotation")
     parser.add_argument(
         "--compare", help="a second retriever whose lists are labelled too (systems.parquet)"
@@ -152,7 +161,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def build(name: str):
         entry = registry.readers[name]
-        return reader_from_config(entry.name, {**entry.config, "dtype": args.dtype})
+        overrides = {
+            "prompt_preset": args.preset,
+            "max_new_tokens": args.max_new_tokens,
+            "system_prompt": args.system_prompt,
+        }
+        given = {key: value for key, value in overrides.items() if value is not None}
+        return reader_from_config(entry.name, {**entry.config, "dtype": args.dtype, **given})
 
     reader = build(args.reader or next(iter(registry.readers)))
     store = LabelStore(str(args.store or args.out / "labels.sqlite"))
@@ -203,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     others = baseline_label_set(
         run, ds.queries, ds.corpus, ds.qrels, encoder_from_config(registry.first_config("dense")),
         _WithoutAnnotation(reader) if args.no_annotation else reader, store,
-        metric=args.metric, log=say,
+        metric=args.metric, relevance_level=EvaluationConfig().relevance_level, log=say,
     )  # fmt: skip
     parts.append(
         others.filter(pl.col("method").is_in(NO_GOLD_BASELINES)).select(
@@ -241,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         ends = e2e.join(kept, on="query_id", how="semi")
         mine.write_parquet(folder / "labels.parquet")
         ends.write_parquet(folder / "end_to_end.parquet")
-        table = label_methods_table(mine, ends, args.k, args.dataset)
+        table = label_methods_table(mine, ends, args.k, args.dataset, EvaluationConfig().statistics)
         table.write_parquet(args.out / f"correlation_{half}.parquet")
         print(f"\n## {half} half: {kept.height} queries ({args.dataset}, {reader.name}, "
               f"{args.metric}, {args.retriever} top {args.k})")  # fmt: skip
