@@ -8,6 +8,10 @@ then exactly the one full decoding gives (the extracted part is already all gene
 greedy decoding of a row does not depend on when the others stop: finished rows are padded and
 the batch keeps its shape). A batch ends when all its rows have stopped, at EOS or at
 ``max_new_tokens``; that saves the decode steps after the longest answer.
+
+Decoder-only readers decode with :func:`~erag_dagster.readers.greedy_decode.greedy_decode`
+instead, which applies the same ``final`` rule and also drops each stopped row from the batch;
+this criterion serves ``generate`` (encoder-decoder readers, and the side-by-side comparison).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
 :class:`~erag_dagster.readers.transformers_reader.TransformersReader` (which owns the loaded
 model, the prompt fitting and the one batch loop, ``_run_batches``): the shared prefix is
 prefilled once (:mod:`.prefix_sharing`, per ``share_prefix``), each row stops once its answer
-is final (:mod:`.stopping`, unless ``stop_at_line_end`` is false), and in float32 every
+is final (:func:`~.extraction.answer_final`, unless ``stop_at_line_end`` is false) and a
+decoder-only model's batch drops it at once (:mod:`.greedy_decode`; an encoder-decoder's goes
+through ``generate`` with :mod:`.stopping`'s criterion), and in float32 every
 answer goes through the margin guard (:mod:`.exact_greedy`): a row whose greedy choice came
 within :data:`~.exact_greedy.MARGIN_FLOOR` of a tie is decoded again alone by the model's
 float64 twin, so answers do not depend on the batch layout. Answers are read from the
@@ -27,6 +29,7 @@ from erag_dagster.readers.exact_greedy import (
     reference_model,
 )
 from erag_dagster.readers.extraction import answer_final, extract_answer
+from erag_dagster.readers.greedy_decode import greedy_decode
 from erag_dagster.readers.loading import LoadedModel, eos_ids, generation_config
 from erag_dagster.readers.prefix_sharing import cache_kwarg
 
@@ -37,7 +40,14 @@ class GenerationMixin:
     """Greedy generation for a reader that provides ``spec``, ``dtype``, ``guard``,
     ``guard_counts``, ``_ensure()`` (the loaded model), ``_shared(prompts)`` and
     ``_run_batches(...)`` (:class:`~erag_dagster.readers.transformers_reader.TransformersReader`).
+
+    ``decode_with_generate``: decode a decoder-only model's batches with transformers'
+    ``generate`` (every row kept to the batch's end) instead of :func:`.greedy_decode.greedy_decode`
+    (each row dropped once it has ended) — the same answers; kept for the side-by-side test and
+    ``bench/decode.py``. An encoder-decoder always uses ``generate``.
     """
+
+    decode_with_generate: bool = False
 
     def _generate(self, prompts: list[list[int]], on_batch: OnBatch | None = None) -> list[str]:
         """Greedy answers to ``prompts``: the shared prefix prefilled once
@@ -73,7 +83,20 @@ class GenerationMixin:
 
         def forward(
             loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, cache: Any
-        ) -> tuple[torch.Tensor, list[int | None]]:
+        ) -> tuple[list[list[int]], list[int | None], Any, torch.Tensor]:
+            if not (loaded.is_seq2seq or self.decode_with_generate):
+                decoded = greedy_decode(
+                    loaded.model, ids, mask, cache,
+                    max_new_tokens=config.max_new_tokens, eos=eos,
+                    final=final if self.spec.stop_at_line_end else None,
+                    decode=lambda rows: loaded.tokenizer.batch_decode(
+                        rows, skip_special_tokens=True
+                    ),
+                    record_gaps=guarded,
+                )  # fmt: skip
+                if loaded.device.type == "cuda":
+                    torch.cuda.synchronize(loaded.device)
+                return decoded.tokens, decoded.stopped, decoded if guarded else None, mask
             start = 1 if loaded.is_seq2seq else ids.shape[1]
             stop = AnswerStop(loaded.tokenizer, start, ids.shape[0], final)
             kwargs = {} if cache is None else {cache_kwarg(loaded.model): cache}
@@ -90,14 +113,12 @@ class GenerationMixin:
             )
             if loaded.device.type == "cuda":
                 torch.cuda.synchronize(loaded.device)
-            return out, stop.stopped, gaps, mask
+            return out[:, start:].tolist(), stop.stopped, gaps, mask
 
         def collect(
             loaded: LoadedModel, raw: tuple[Any, ...], ids: torch.Tensor
         ) -> tuple[list[str], int]:
-            out, stopped, gaps, mask = raw
-            new = out[:, 1:] if loaded.is_seq2seq else out[:, ids.shape[1] :]
-            generated = new.tolist()
+            generated, stopped, gaps, mask = raw
             if gaps is not None:
                 steps = [
                     decided_steps(row, at, eos) for row, at in zip(generated, stopped, strict=True)
