@@ -66,21 +66,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 #: each take a whole file at a time (``--dist loadfile --no-loadscope-reorder``), so starting
 #: these first keeps one long file from running alone at the end.
 SLOW_FIRST = (
-    "test_daemon.py",
-    "test_reproductions.py",
-    "test_ray_labels.py",
+    "test_ray_labels.py",  # three Ray clusters, actors that each load the reader (~350 s)
+    "test_openai_reader.py",  # a real `transformers serve`, stopped and restarted mid-run
+    "test_daemon.py",  # a real `dagster dev` building the graph with no click
+    "test_bad_inputs.py",
     "test_determinism.py",
     "test_dagster_pipeline.py",
+    "test_gate.py",
+    "test_meta_eval.py",
+    "test_no_gold.py",
+    "test_one_core.py",
+    "test_label_store.py",
+    "test_greedy_decode.py",
+    "test_gpu_check.py",
     "test_prefix_sharing.py",
-    "test_openai_reader.py",
+    "test_component.py",  # a team's project: dg scaffold/check, its run labelled
+    "test_store_backends.py",
     "test_run_output.py",
     "test_datasets.py",
-    "test_component.py",  # a team's project: dg scaffold/check, its run labelled (~95 s alone)
     "test_automation.py",
-    "test_store_backends.py",
     "test_ui_browser.py",
-    "test_meta_eval.py",
-    "test_label_store.py",
+    "test_reproductions.py",
 )
 #: Run last: they wait for llama.cpp's server, built in the background by ``make test``.
 LAST = ("test_llama_server.py",)

@@ -44,10 +44,13 @@ finally:
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
     print("blocked modules loaded:", loaded, file=sys.stderr)
 """
+#: Two pairs (one question, its first two documents), two new tokens: bfloat16 on a CPU without
+#: bf16 instructions is emulated, ~5x slower than float32 (4 pairs x 4 tokens took 170 s).
+PAIRS = 2
 DRY_RUN = [
-    "--device", "cpu", "--readers", "smollm2-135m", "--pairs", "4", "--per-query", "2",
+    "--device", "cpu", "--readers", "smollm2-135m", "--pairs", str(PAIRS), "--per-query", "2",
     "--batch-sizes", "1,4", "--ks", "1,2", "--table2-queries", "1", "--rounds", "1",
-    "--max-new-tokens", "4",
+    "--max-new-tokens", "2",
 ]  # fmt: skip
 
 
@@ -76,7 +79,7 @@ def test_dry_run_prints_its_table_without_the_blocked_packages(dry_run) -> None:
     assert body.count(["determinism", "smollm2-135m"]) == 2
     assert body.count(["table2", "smollm2-135m"]) == 6
     assert body[-1] == ["table2", "paper"]
-    assert "pairs/s, batch 1 (4 pairs)" in done.stdout
+    assert f"pairs/s, batch 1 ({PAIRS} pairs)" in done.stdout
     assert "answers equal, batch 1/4 x 2 orders" in done.stdout
     assert [row["section"] for row in result["tables"]["rows"]].count("table2") == 7
 
@@ -88,17 +91,17 @@ def test_dry_run_float32_answers_equal_in_every_layout(dry_run) -> None:
     fp32 = runs["float32"]
     layouts = [(lay["batch_size"], lay["order"]) for lay in fp32["layouts"]]
     assert layouts == [(1, "forward"), (1, "reversed"), (4, "forward"), (4, "reversed")]
-    assert fp32["equal_in_every_layout"] == fp32["pairs"] == 4
+    assert fp32["equal_in_every_layout"] == fp32["pairs"] == PAIRS
     first = fp32["layouts"][0]["answers"]
     assert all(lay["answers"] == first for lay in fp32["layouts"])
     assert all(lay["guarded"] for lay in fp32["layouts"])
     assert not any(lay["guarded"] for lay in runs["bfloat16"]["layouts"])
-    assert 0 <= runs["bfloat16"]["equal_in_every_layout"] <= 4
-    assert len(fp32["labels_f1"]) == 4 and all(0.0 <= x <= 1.0 for x in fp32["labels_f1"])
+    assert 0 <= runs["bfloat16"]["equal_in_every_layout"] <= PAIRS
+    assert len(fp32["labels_f1"]) == PAIRS and all(0.0 <= x <= 1.0 for x in fp32["labels_f1"])
     cells = [(row["k"], row["mode"]) for row in result["table2"]]
     assert cells == [(k, m) for k in (1, 2) for m in gpu_check.MODES]
     assert all(row["seconds"] > 0 and row["peak_mib"] is None for row in result["table2"])
-    assert result["pairs"] == [[q.query_id, d] for q, d in gpu_check.fixed_pairs(4, 2)]
+    assert result["pairs"] == [[q.query_id, d] for q, d in gpu_check.fixed_pairs(PAIRS, 2)]
 
 
 def test_compare_file_adds_the_other_machines_figures(dry_run, tmp_path: Path) -> None:
@@ -106,10 +109,10 @@ def test_compare_file_adds_the_other_machines_figures(dry_run, tmp_path: Path) -
     _, result = dry_run
     path = tmp_path / "cpu.json"
     path.write_text(json.dumps(result), encoding="utf-8")
-    compare = gpu_check.load_compare(path, gpu_check.fixed_pairs(4, 2))
+    compare = gpu_check.load_compare(path, gpu_check.fixed_pairs(PAIRS, 2))
     rows = gpu_check.table_rows(result, compare)
     det = [r for r in rows if r["section"] == "determinism" and r["dtype"] == "float32"]
-    assert det[0]["compare"] == "4/4 equal to [cpu]"
+    assert det[0]["compare"] == f"{PAIRS}/{PAIRS} equal to [cpu]"
     assert all(r["compare"].endswith("[cpu]") for r in rows if r["section"] == "throughput")
     with pytest.raises(InputError, match="its pairs differ"):
         gpu_check.load_compare(path, gpu_check.fixed_pairs(3, 3))

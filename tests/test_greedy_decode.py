@@ -9,6 +9,7 @@ with the answer stop on and off; the loop must really run later steps on fewer r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -23,15 +24,16 @@ FP32 = {"dtype": "float32", "device": "cpu", "num_threads": 1, "batch_size": 8}
 
 
 def _pairs() -> list[tuple[str, str]]:
-    """12 (question, passage) pairs of the embedded sample: four questions, each with three
-    passages of its article's neighbourhood (answerable or not: short and long answers)."""
+    """6 (question, passage) pairs of the embedded sample: two questions, each with three
+    passages of its article's neighbourhood (answerable or not: short and long answers; rows of
+    one batch end at different steps). Six, not more: the test decodes them six times."""
     ds = load_dataset("sample")
     texts = ds.corpus.get_column("text").to_list()
     questions = ds.queries.get_column("question").to_list()
     step = len(texts) // 4
     return [
         (questions[q * len(questions) // 4], texts[(q * step + j) % len(texts)])
-        for q in range(4)
+        for q in (0, 2)
         for j in range(3)
     ]
 
@@ -70,12 +72,11 @@ def test_the_loop_gives_generates_answers_on_fewer_rows(reader_name: str) -> Non
     looped = reader._generated_tokens(prompts)
     reader.decode_with_generate = True
     assert reader._generated_tokens(prompts) == looped
-    plain = {**entry.config, **FP32, "stop_at_line_end": False}
-    to_the_end = reader_from_config(reader_name, plain).load()
-    to_the_end.decode_with_generate = True
-    expected = to_the_end.answer(items)
-    to_the_end.decode_with_generate = False
-    assert to_the_end.answer(items) == expected == with_generate
+    # the loop with the answer stop off (the same loaded model: the spec is read per call)
+    options = dataclasses.replace(reader.spec.options, stop_at_line_end=False)
+    reader.spec = dataclasses.replace(reader.spec, options=options)
+    reader.decode_with_generate = False
+    assert reader.answer(items) == with_generate
 
 
 def test_smallest_gap_per_row_over_its_decided_steps() -> None:
