@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,11 +57,18 @@ def _locked(path: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def shared_answers(
-    tmp_path_factory: pytest.TempPathFactory, store: str | Path | None = None
+    tmp_path_factory: pytest.TempPathFactory,
+    store: str | Path | None = None,
+    *,
+    regenerate: str | None = None,
 ) -> Iterator[None]:
     """Around a materialisation: seed label store ``store`` (default: the one the environment
     names now, ``$ERAG_LABEL_STORE`` or ``<storage root>/labels.sqlite``) with the session's
-    answers, and add its answers to them after it succeeded."""
+    answers, and add its answers to them after it succeeded.
+
+    ``regenerate``: a query id whose answers are left out of the copy (an SQLite ``store``), so
+    that the materialisation really generates some answers (a test about what generating
+    costs) however complete the seed is."""
     store = str(store or default_store(storage_root()))
     root = _session_root(tmp_path_factory)
     seed, lock = root / SEED_NAME, root / "answer-seed.lock"
@@ -70,6 +78,17 @@ def shared_answers(
                 if FIXTURE_ANSWERS.exists() and not os.environ.get("ERAG_TEST_FRESH_ANSWERS"):
                     created.import_recovery(FIXTURE_ANSWERS)
         copy_store(str(seed), store)
+    if regenerate is not None:
+        _leave_out(Path(store.removeprefix("sqlite:///")), regenerate)
     yield
     with _locked(lock):
         copy_store(store, str(seed))
+
+
+def _leave_out(path: Path, query_id: str) -> None:
+    """Delete ``query_id``'s answers (and their scores) from the SQLite store at ``path``."""
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        keys = "SELECT generation_key FROM generations WHERE query_id = ?"
+        conn.execute(f"DELETE FROM scores WHERE generation_key IN ({keys})", (query_id,))
+        deleted = conn.execute("DELETE FROM generations WHERE query_id = ?", (query_id,))
+        assert deleted.rowcount > 0, f"the seed holds no answer of {query_id}"
