@@ -4,9 +4,11 @@
 Three processes at a time each open a fresh :class:`SqliteLabelStore` per round and write 20
 generation rows with ``insert_rows``; with ``--close`` each round closes its store, without it
 the previous round's store is dropped and garbage-collected (what a run process does with
-``LabelStoreResource.open()``). Then ``PRAGMA integrity_check``. Measured on the 2-core AMD
-EPYC, SQLite 3.40.1: ``--close`` ok; without it the store is corrupt within 4 x 3 x 40 rounds.
-A plain ``sqlite3`` loop with the same pragmas and the same open-then-close order stays ok.
+``LabelStoreResource.open()``). Then ``PRAGMA integrity_check``; exit 1 when it fails.
+Measured on the 2-core AMD EPYC, SQLite 3.40.1, before the fix in
+``labels/store_url._refuse_foreign`` (which read the file's header with a plain open/close, and
+so released this process's SQLite locks on it): ``--close`` intact, without it corrupt on every
+try; a plain ``sqlite3`` loop in the same pattern intact. After the fix: intact both ways.
 
     .venv/bin/python scripts/stress_label_store.py [--close] [--waves 4]
 """

@@ -26,7 +26,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from erag_dagster.core.errors import InputError, StorageError
 from erag_dagster.core.input_numbers import format_given
@@ -38,7 +37,7 @@ from erag_dagster.labels.store_base import (
     StoreWriteFailed,
     default_busy_timeout,
 )
-from erag_dagster.labels.store_url import check_store_location
+from erag_dagster.labels.store_url import check_store_location, sqlite_read_only_uri
 from erag_dagster.labels.tables import (
     INDEXES,
     LEGACY_RUN_COLUMN,
@@ -123,10 +122,8 @@ class SqliteLabelStore(LabelStoreBase):
         self._conn().execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
 
     def _read_only_uri(self) -> str:
-        """``mode=ro``; plus ``immutable=1`` when no ``-wal`` file exists (no process has the
-        store open), so SQLite creates no ``-wal``/``-shm`` beside it (read-only media)."""
-        quiet = not self.path.with_name(self.path.name + "-wal").exists()
-        return f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if quiet else "")
+        """:func:`~.store_url.sqlite_read_only_uri` of this store."""
+        return sqlite_read_only_uri(self.path)
 
     def schema_version(self) -> int:
         version = int(self._conn().execute("PRAGMA user_version").fetchone()[0])

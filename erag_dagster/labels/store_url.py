@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from erag_dagster.core.credentials import mask_credentials
 from erag_dagster.core.errors import InputError
@@ -34,6 +35,7 @@ __all__ = [
     "check_store_location",
     "parse_store",
     "redact_url",
+    "sqlite_read_only_uri",
     "store_files",
 ]
 
@@ -126,23 +128,41 @@ def check_store_location(text: str | Path) -> StoreTarget:
     return target
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file."""
+def sqlite_read_only_uri(path: Path) -> str:
+    """The URI of a read-only SQLite open that writes nothing: ``mode=ro``, plus ``immutable=1``
+    when no ``-wal`` file exists (no process has the store open), so SQLite creates no
+    ``-wal``/``-shm`` beside it (read-only media; a check that must leave no trace)."""
+    quiet = not path.with_name(path.name + "-wal").exists()
+    return f"file:{quote(str(path))}?mode=ro" + ("&immutable=1" if quiet else "")
 
 
 def _refuse_foreign(path: Path) -> None:
-    """A non-empty file that does not begin as an SQLite database is not a label store: one
-    :class:`StorageError` line, before any work (SQLite would say so only when first queried)."""
-    from erag_dagster.core.errors import StorageError
-    from erag_dagster.core.input_files import UNBOUNDED, open_binary
+    """A non-empty file that is not an SQLite database is not a label store: one
+    :class:`StorageError` line, before any work (SQLite would say so only when first queried).
 
-    with open_binary(path, UNBOUNDED) as handle:
-        head = handle.read(len(SQLITE_MAGIC))
-    if head and head != SQLITE_MAGIC:
-        raise StorageError(
-            f"{path}: not a readable erag-dagster label store (not an SQLite file); move the "
-            "file away or pass --store with another file"
-        )
+    The header is read **through SQLite** (a read-only connection, ``PRAGMA schema_version``),
+    never by opening the file: closing any descriptor of a database file releases every POSIX
+    lock this process holds on it, so a plain ``open``/``close`` while another store object of
+    this process has the file open lets other processes checkpoint or reset the WAL under that
+    connection — the store corrupted (SQLite's "How to corrupt", §2.2; reproduced by
+    ``scripts/stress_label_store.py``). SQLite's own VFS keeps such descriptors open until its
+    locks are gone."""
+    from erag_dagster.core.errors import StorageError
+
+    try:
+        conn = sqlite3.connect(sqlite_read_only_uri(path), uri=True, timeout=0)
+    except sqlite3.Error:
+        return  # unreadable here: the store's own open says why
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc).lower():
+            raise StorageError(
+                f"{path}: not a readable erag-dagster label store (not an SQLite file); move "
+                "the file away or pass --store with another file"
+            ) from None
+    finally:
+        conn.close()
 
 
 def redact_url(url: str) -> str:
