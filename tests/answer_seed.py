@@ -32,7 +32,7 @@ import pytest
 from erag_dagster.core.paths import storage_root
 from erag_dagster.labels.store import open_store
 from erag_dagster.labels.store_copy import copy_store
-from erag_dagster.labels.store_url import default_store
+from erag_dagster.labels.store_url import default_store, parse_store
 
 #: The fixtures' answers of a measured session, one recovery-file line per generation.
 FIXTURE_ANSWERS = Path(__file__).resolve().parent / "answers" / "fixture_answers.jsonl"
@@ -79,7 +79,7 @@ def shared_answers(
                     created.import_recovery(FIXTURE_ANSWERS)
         copy_store(str(seed), store)
     if regenerate is not None:
-        _leave_out(Path(store.removeprefix("sqlite:///")), regenerate)
+        _leave_out(Path(parse_store(store).where), regenerate)
     yield
     with _locked(lock):
         copy_store(store, str(seed))
